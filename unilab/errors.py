@@ -1,0 +1,69 @@
+"""Errors a user sees. Every refusal names what failed, the first unmet condition and a fix.
+
+The CLI turns these into one paragraph and a non-zero exit; a Python traceback reaching the
+user is a bug.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Diagnostic:
+    """One violated plan rule: stable id, spec key path, first unmet condition, fixing command."""
+
+    rule_id: str
+    key_path: str
+    condition: str
+    fix: str
+
+    def render(self) -> str:
+        return f"[{self.rule_id}] {self.key_path}: {self.condition}\n    fix: {self.fix}"
+
+    def to_dict(self) -> dict[str, str]:
+        return {"rule_id": self.rule_id, "key_path": self.key_path, "condition": self.condition, "fix": self.fix}
+
+
+class UnilabError(Exception):
+    """A clear, user-facing failure: what went wrong and how to fix it."""
+
+    exit_code = 1
+
+    def __init__(self, summary: str, *, detail: str = "", fix: str = "") -> None:
+        super().__init__(summary)
+        self.summary = summary
+        self.detail = detail
+        self.fix = fix
+
+    def render(self) -> str:
+        parts = [f"error: {self.summary}"]
+        if self.detail:
+            parts.append(self.detail)
+        if self.fix:
+            parts.append(f"fix: {self.fix}")
+        return "\n".join(parts)
+
+
+class SpecError(UnilabError):
+    """The spec file cannot be read or does not validate."""
+
+
+class PlanRefused(UnilabError):
+    """One or more plan rules are violated; every violation is listed."""
+
+    def __init__(self, diagnostics: list[Diagnostic]) -> None:
+        self.diagnostics = list(diagnostics)
+        n = len(self.diagnostics)
+        super().__init__(f"the plan is refused: {n} rule{'s' if n != 1 else ''} not met")
+
+    def render(self) -> str:
+        return "\n".join([f"error: {self.summary}"] + [d.render() for d in self.diagnostics])
+
+
+class RobotModelError(UnilabError):
+    """A robot MJCF is missing, malformed, or does not match the G1's 29 joints."""
+
+
+class MotionFileError(UnilabError):
+    """A reference motion file is missing, malformed or does not match the robot."""

@@ -1,0 +1,65 @@
+"""The physics backend contract shared by the CPU MuJoCo and MuJoCo Warp backends.
+
+Tasks only ever see this contract: fixed-shape torch tensors that are allocated once when the
+backend is built and updated in place by ``step`` and ``reset``. No per-step allocation, no
+pickling, no copies back and forth between processes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+
+
+@dataclass(frozen=True)
+class ModelDims:
+    """Sizes of the compiled MuJoCo model, identical for every world."""
+
+    nq: int
+    nv: int
+    nu: int
+    nbody: int  # including the world body (index 0)
+    nsensordata: int
+
+
+@dataclass
+class PhysicsState:
+    """Per-world physics state, shape [num_envs, ...], updated in place.
+
+    All quantities are consistent with ``qpos``/``qvel`` after ``step`` or ``reset`` returns
+    (kinematics and sensors computed for the current state, not the previous substep).
+    """
+
+    qpos: torch.Tensor  # [N, nq] float32
+    qvel: torch.Tensor  # [N, nv] float32
+    ctrl: torch.Tensor  # [N, nu] float32, the last control applied
+    xpos: torch.Tensor  # [N, nbody, 3] body positions in world frame
+    xquat: torch.Tensor  # [N, nbody, 4] body orientations (w, x, y, z)
+    cvel: torch.Tensor  # [N, nbody, 6] body com-based velocities (rot, lin), MuJoCo's cvel
+    actuator_force: torch.Tensor  # [N, nu]
+    sensordata: torch.Tensor  # [N, nsensordata]
+
+
+class PhysicsBackend(Protocol):
+    """What a collector needs from a physics engine; both backends implement it."""
+
+    num_envs: int
+    dims: ModelDims
+    device: torch.device
+    state: PhysicsState
+
+    def reset(self, mask: torch.Tensor, qpos: torch.Tensor, qvel: torch.Tensor) -> PhysicsState:
+        """Set the state of the worlds where ``mask`` [N] bool is true to ``qpos`` [N, nq] and
+        ``qvel`` [N, nv] (rows of unmasked worlds are ignored), zero their controls, recompute
+        derived quantities. Unmasked worlds are left exactly as they were."""
+        ...
+
+    def step(self, ctrl: torch.Tensor) -> PhysicsState:
+        """Apply ``ctrl`` [N, nu] and advance every world by ``decimation`` physics substeps."""
+        ...
+
+    def close(self) -> None:
+        """Release workers, shared memory and device resources. Idempotent."""
+        ...

@@ -1,0 +1,233 @@
+"""The run spec: what a user writes in TOML. Pydantic v2, frozen, unknown keys refused.
+
+Validation here is about the spec alone (types, ranges, shapes). Whether the host can honour
+a request is decided later, by the plan's rules, against recorded host facts.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+SPEC_SCHEMA_VERSION = 1
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class RunSpec(_Section):
+    """`[run]`: identity, seed, budget and bookkeeping of one training run."""
+
+    name: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")] = Field(
+        description="Run name; the run directory is `<output_dir>/<name>-<utc time>/`."
+    )
+    seed: Annotated[int, Field(ge=0, lt=2**31)] = Field(0, description="Base seed; rank r uses seed + r.")
+    output_dir: str = Field("runs", min_length=1, description="Directory that holds run directories.")
+    total_env_steps: Annotated[int, Field(gt=0)] = Field(
+        description="Environment steps to collect, summed over all envs and ranks."
+    )
+    checkpoint_every_env_steps: Annotated[int, Field(gt=0)] | None = Field(
+        None, description="Checkpoint interval in env steps; unset: only a final checkpoint."
+    )
+    log_every_seconds: Annotated[float, Field(gt=0)] = Field(
+        5.0, description="Interval of the progress line, metrics events and tensorboard scalars."
+    )
+
+
+class CommandRanges(_Section):
+    """`[task.commands]`: uniform ranges of the velocity command resampled each episode (g1_walk)."""
+
+    lin_vel_x: tuple[float, float] = Field((-0.5, 1.0), description="Forward velocity range, m/s.")
+    lin_vel_y: tuple[float, float] = Field((-0.3, 0.3), description="Lateral velocity range, m/s.")
+    ang_vel_z: tuple[float, float] = Field((-0.5, 0.5), description="Yaw rate range, rad/s.")
+
+    @field_validator("lin_vel_x", "lin_vel_y", "ang_vel_z")
+    @classmethod
+    def _ordered(cls, v: tuple[float, float]) -> tuple[float, float]:
+        if v[0] > v[1]:
+            raise ValueError(f"range lower bound {v[0]} exceeds upper bound {v[1]}")
+        return v
+
+
+class TaskSpec(_Section):
+    """`[task]`: which task, how many environments, episode shape and inputs."""
+
+    name: Literal["g1_walk", "g1_motion_tracking"] = Field(description="Task to train.")
+    num_envs: Annotated[int, Field(ge=1, le=1_048_576)] = Field(description="Parallel environments per rank.")
+    episode_length_s: Annotated[float, Field(gt=0, le=3600)] = Field(20.0, description="Episode time limit, seconds.")
+    motion: str | None = Field(
+        None,
+        description="Reference motion for g1_motion_tracking: `builtin:NAME` or a .npz path "
+        "(relative paths resolve against the spec file's directory).",
+    )
+    robot_mjcf: str | None = Field(
+        None,
+        description="A user's G1 MJCF instead of the built-in model (29 joint names must match); "
+        "relative paths resolve against the spec file's directory.",
+    )
+    observation_noise: bool = Field(False, description="Add uniform noise to observations (g1_walk).")
+    domain_randomization: bool = Field(
+        False, description="Randomize floor friction and added base mass at reset (g1_walk)."
+    )
+    push_interval_s: Annotated[float, Field(gt=0)] | None = Field(
+        None, description="Push the robot base every this many seconds (an interval event); unset: no pushes."
+    )
+    commands: CommandRanges = Field(default_factory=CommandRanges, description="Velocity command ranges (g1_walk).")
+
+
+class SimSpec(_Section):
+    """`[sim]`: physics engine and time stepping."""
+
+    backend: Literal["mujoco", "mjwarp"] = Field("mujoco", description="CPU MuJoCo or MuJoCo Warp.")
+    timestep: Annotated[float, Field(gt=0, le=0.05)] = Field(0.005, description="Physics timestep, seconds.")
+    decimation: Annotated[int, Field(ge=1, le=100)] = Field(4, description="Physics steps per env (control) step.")
+    workers: Annotated[int, Field(ge=1, le=1024)] | Literal["auto"] = Field(
+        "auto",
+        description="CPU backend: worker processes per rank (`auto`: one per CPU of the rank's collector block).",
+    )
+
+
+class _AlgoBase(_Section):
+    gamma: Annotated[float, Field(gt=0, le=1)] = Field(0.99, description="Discount factor.")
+    hidden_dims: tuple[Annotated[int, Field(ge=1, le=65536)], ...] = Field(
+        (256, 256), min_length=1, description="Hidden layer widths."
+    )
+    max_grad_norm: Annotated[float, Field(gt=0)] | None = Field(None, description="Gradient norm clip; unset: none.")
+    normalize_observations: bool = Field(True, description="Running mean/std observation normalization.")
+
+
+class _OffPolicyBase(_AlgoBase):
+    batch_size: Annotated[int, Field(ge=1, le=1_048_576)] = Field(256, description="Replay minibatch size.")
+    buffer_size: Annotated[int, Field(ge=1)] = Field(1_000_000, description="Replay capacity in transitions per rank.")
+    updates_per_step: Annotated[float, Field(gt=0, le=1024)] = Field(
+        1.0, description="Gradient updates per env step of one env batch (per sync of K=1)."
+    )
+    warmup_env_steps: Annotated[int, Field(ge=0)] = Field(
+        5_000, description="Env steps with uniform random actions before learning starts."
+    )
+    actor_lr: Annotated[float, Field(gt=0)] = Field(3e-4, description="Actor learning rate.")
+    critic_lr: Annotated[float, Field(gt=0)] = Field(3e-4, description="Critic learning rate.")
+    alpha_lr: Annotated[float, Field(gt=0)] = Field(3e-4, description="Entropy temperature learning rate.")
+    tau: Annotated[float, Field(gt=0, le=1)] = Field(0.005, description="Polyak averaging rate of target critics.")
+    alpha_init: Annotated[float, Field(gt=0)] = Field(0.1, description="Initial entropy temperature.")
+    actor_update_every: Annotated[int, Field(ge=1)] = Field(1, description="Actor (and alpha) updates every N critic updates.")
+    num_atoms: Annotated[int, Field(ge=2, le=1001)] = Field(101, description="Atoms (bins) of a distributional critic.")
+    v_min: float = Field(-20.0, description="Lowest support value of a distributional critic.")
+    v_max: float = Field(20.0, description="Highest support value of a distributional critic.")
+
+
+class SacSpec(_OffPolicyBase):
+    """`[algo]` with `name = "sac"`: soft actor-critic, with FastSAC's large-batch options."""
+
+    name: Literal["sac"]
+    critic: Literal["mse", "c51"] = Field("mse", description="Scalar twin-Q (`mse`) or C51 distributional critic.")
+    layer_norm: bool = Field(False, description="LayerNorm after each hidden layer (FastSAC).")
+    target_entropy: float | Literal["auto"] = Field("auto", description="`auto`: -action_dim.")
+
+
+class FlashSacSpec(_OffPolicyBase):
+    """`[algo]` with `name = "flashsac"`: FlashSAC (arXiv:2604.04539)."""
+
+    name: Literal["flashsac"]
+    batch_size: Annotated[int, Field(ge=1, le=1_048_576)] = Field(2048, description="Replay minibatch size.")
+    updates_per_step: Annotated[float, Field(gt=0, le=1024)] = Field(
+        0.5, description="Low update-to-data ratio: gradient updates per env step of one env batch."
+    )
+    actor_update_every: Annotated[int, Field(ge=1)] = Field(2, description="Actor updates every N critic updates.")
+    num_blocks: Annotated[int, Field(ge=1, le=64)] = Field(2, description="Inverted-residual blocks per network.")
+    expansion: Annotated[int, Field(ge=1, le=16)] = Field(4, description="Inverted-residual expansion factor.")
+    n_step: Annotated[int, Field(ge=1, le=64)] = Field(3, description="n-step return length.")
+    target_action_std: Annotated[float, Field(gt=0, le=1)] = Field(
+        0.15, description="Entropy target derived from this fixed action std."
+    )
+    reward_scaling: bool = Field(True, description="Adaptive reward scaling.")
+    hidden_dims: tuple[Annotated[int, Field(ge=1, le=65536)], ...] = Field(
+        (256,), min_length=1, max_length=1, description="Residual stream width (one entry)."
+    )
+
+
+class PpoSpec(_AlgoBase):
+    """`[algo]` with `name = "ppo"`: PPO through rsl-rl-lib's on-policy runner."""
+
+    name: Literal["ppo"]
+    hidden_dims: tuple[Annotated[int, Field(ge=1, le=65536)], ...] = Field((256, 128, 64), min_length=1)
+    num_steps_per_env: Annotated[int, Field(ge=1)] = Field(24, description="Rollout length per env per iteration.")
+    num_learning_epochs: Annotated[int, Field(ge=1)] = Field(5, description="Epochs over each rollout.")
+    num_mini_batches: Annotated[int, Field(ge=1)] = Field(4, description="Minibatches per epoch.")
+    learning_rate: Annotated[float, Field(gt=0)] = Field(1e-3, description="Adam learning rate.")
+    clip_param: Annotated[float, Field(gt=0)] = Field(0.2, description="PPO ratio clip.")
+    entropy_coef: Annotated[float, Field(ge=0)] = Field(0.01, description="Entropy bonus coefficient.")
+    value_loss_coef: Annotated[float, Field(ge=0)] = Field(1.0, description="Value loss coefficient.")
+    lam: Annotated[float, Field(ge=0, le=1)] = Field(0.95, description="GAE lambda.")
+    desired_kl: Annotated[float, Field(gt=0)] | None = Field(0.01, description="Adaptive learning-rate KL target.")
+    init_noise_std: Annotated[float, Field(gt=0)] = Field(1.0, description="Initial action noise std.")
+    max_grad_norm: Annotated[float, Field(gt=0)] | None = Field(1.0, description="Gradient norm clip.")
+
+
+AlgoSpec = Annotated[Union[SacSpec, FlashSacSpec, PpoSpec], Field(discriminator="name")]
+
+DeviceRef = Union[Literal["cpu"], Annotated[int, Field(ge=0)], Annotated[str, Field(pattern=r"^(GPU|MIG)-[0-9A-Za-z-]+$")]]
+
+
+class TrainingSpec(_Section):
+    """`[training]`: execution modes. Each is either honoured or refused at plan time."""
+
+    devices: DeviceRef | list[DeviceRef] = Field(
+        "cpu",
+        description='`"cpu"`, `["cpu", "cpu"]` (CPU data parallel), GPU indices `[0, 1]` '
+        "(as CUDA_VISIBLE_DEVICES orders them) or GPU UUIDs.",
+    )
+    env_steps_per_sync: Annotated[int, Field(ge=1)] = Field(
+        1, description="K: env steps per collector/learner synchronisation. 1 is the exact contract."
+    )
+    inference_slot_capacity: Annotated[int, Field(ge=1)] = Field(
+        1, description="Action requests the learner serves per sync; 1 with K=1."
+    )
+    action_dependency: Literal["synchronous", "precommitted_sequence"] | None = Field(
+        None, description="How actions relate to observations; K=1 resolves to `synchronous`, K>1 must say."
+    )
+    cuda_process_sharing: Literal["none", "mps"] = Field(
+        "none", description="`mps`: collector and learner are clients of a running MPS daemon for their GPU."
+    )
+    mps_service: str | None = Field(
+        None, description="Name of the `unilab mps` service to use; unset: the one registered for the GPU."
+    )
+    dp_gradient_wire_dtype: Literal["float32", "bfloat16"] = Field(
+        "float32", description="Dtype of gradients on the all-reduce wire (data parallel only)."
+    )
+    learner_graph: Literal["auto", "on", "off"] = Field(
+        "auto", description="CUDA graph of the whole learner update cycle."
+    )
+    physics_graph: Literal["auto", "on", "off"] = Field(
+        "auto", description="Warp graph of the MuJoCo Warp step and reset (CUDA)."
+    )
+    collector_graph: Literal["off", "update_state"] = Field(
+        "off", description="Experimental CUDA graph of the task's update body."
+    )
+    collector_cpu_ids: list[list[Annotated[int, Field(ge=0)]]] | None = Field(
+        None, description="Per-rank collector CPU blocks; unset: the affinity set split evenly."
+    )
+    torch_threads: Annotated[int, Field(ge=1, le=1024)] | Literal["auto"] = Field(
+        "auto", description="Learner torch intra-op threads per rank (`auto`: from the CPU budget)."
+    )
+    nccl_transport: Literal["default", "loopback"] = Field(
+        "default", description="`loopback`: NCCL over the loopback socket (single-node debugging)."
+    )
+    checkpoint_keep: Annotated[int, Field(ge=1, le=1000)] = Field(3, description="Checkpoints kept on disk.")
+
+
+class Spec(_Section):
+    """A unilab run spec (TOML)."""
+
+    schema_version: Literal[1] = Field(description="Spec format version; this unilab reads 1.")
+    run: RunSpec
+    task: TaskSpec
+    sim: SimSpec = Field(default_factory=SimSpec)
+    algo: AlgoSpec
+    training: TrainingSpec = Field(default_factory=TrainingSpec)
+
+    def device_list(self) -> list[str | int]:
+        d = self.training.devices
+        return list(d) if isinstance(d, list) else [d]

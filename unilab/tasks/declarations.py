@@ -1,0 +1,55 @@
+"""Static inventory of task terms, importable without torch, warp or mujoco.
+
+The plan's collector-graph preflight reads these declarations to decide, before anything
+runs, whether a task's update body may be captured as a CUDA graph. The runtime task builds
+its terms from the same names; a test checks the two agree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+TermKind = Literal["observation", "reward", "termination", "command", "event", "curriculum", "recorder"]
+
+
+@dataclass(frozen=True)
+class TermDecl:
+    """One named term of a task and the properties that matter for graph capture."""
+
+    name: str
+    kind: TermKind
+    # Adds noise to or corrupts a value (draws random numbers every step).
+    noise: bool = False
+    # An event that fires on a wall-clock or step interval rather than at reset.
+    interval_event: bool = False
+    # Draws random numbers through a host-side shortcut (python `random`, numpy) instead of a
+    # device generator with a recorded draw version.
+    rng_shortcut: bool = False
+    # A curriculum that changes state outside a reset (not owned by the reset path).
+    non_reset_curriculum: bool = False
+
+    @property
+    def graph_safe(self) -> bool:
+        return not (
+            self.noise
+            or self.interval_event
+            or self.rng_shortcut
+            or self.non_reset_curriculum
+            or self.kind == "recorder"
+        )
+
+    def graph_blockers(self) -> list[str]:
+        """Reasons this term blocks an update-state graph, in a stable order."""
+        out = []
+        if self.noise:
+            out.append("adds observation noise or corruption")
+        if self.interval_event:
+            out.append("is an interval event")
+        if self.rng_shortcut:
+            out.append("draws random numbers through a host-side shortcut")
+        if self.non_reset_curriculum:
+            out.append("is a curriculum not owned by the reset path")
+        if self.kind == "recorder":
+            out.append("is a recorder")
+        return out
