@@ -6,7 +6,7 @@ a request is decided later, by the plan's rules, against recorded host facts.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Union
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -112,7 +112,9 @@ class _OffPolicyBase(_AlgoBase):
     alpha_lr: Annotated[float, Field(gt=0)] = Field(3e-4, description="Entropy temperature learning rate.")
     tau: Annotated[float, Field(gt=0, le=1)] = Field(0.005, description="Polyak averaging rate of target critics.")
     alpha_init: Annotated[float, Field(gt=0)] = Field(0.1, description="Initial entropy temperature.")
-    actor_update_every: Annotated[int, Field(ge=1)] = Field(1, description="Actor (and alpha) updates every N critic updates.")
+    actor_update_every: Annotated[int, Field(ge=1)] = Field(
+        1, description="Actor (and alpha) updates every N critic updates."
+    )
     num_atoms: Annotated[int, Field(ge=2, le=1001)] = Field(101, description="Atoms (bins) of a distributional critic.")
     v_min: float = Field(-20.0, description="Lowest support value of a distributional critic.")
     v_max: float = Field(20.0, description="Highest support value of a distributional critic.")
@@ -161,14 +163,15 @@ class PpoSpec(_AlgoBase):
     entropy_coef: Annotated[float, Field(ge=0)] = Field(0.01, description="Entropy bonus coefficient.")
     value_loss_coef: Annotated[float, Field(ge=0)] = Field(1.0, description="Value loss coefficient.")
     lam: Annotated[float, Field(ge=0, le=1)] = Field(0.95, description="GAE lambda.")
-    desired_kl: Annotated[float, Field(gt=0)] | None = Field(0.01, description="Adaptive learning-rate KL target.")
+    schedule: Literal["adaptive", "fixed"] = Field("adaptive", description="Learning-rate schedule (rsl-rl).")
+    desired_kl: Annotated[float, Field(gt=0)] = Field(0.01, description="KL target of the adaptive schedule.")
     init_noise_std: Annotated[float, Field(gt=0)] = Field(1.0, description="Initial action noise std.")
-    max_grad_norm: Annotated[float, Field(gt=0)] | None = Field(1.0, description="Gradient norm clip.")
+    max_grad_norm: Annotated[float, Field(gt=0)] = Field(1.0, description="Gradient norm clip.")
 
 
-AlgoSpec = Annotated[Union[SacSpec, FlashSacSpec, PpoSpec], Field(discriminator="name")]
+AlgoSpec = Annotated[SacSpec | FlashSacSpec | PpoSpec, Field(discriminator="name")]
 
-DeviceRef = Union[Literal["cpu"], Annotated[int, Field(ge=0)], Annotated[str, Field(pattern=r"^(GPU|MIG)-[0-9A-Za-z-]+$")]]
+DeviceRef = Literal["cpu"] | Annotated[int, Field(ge=0)] | Annotated[str, Field(pattern=r"^(GPU|MIG)-[0-9A-Za-z-]+$")]
 
 
 class TrainingSpec(_Section):

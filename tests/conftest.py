@@ -1,0 +1,44 @@
+"""Shared test helpers: recorded host facts and specs built from a base with dotted overrides."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from unilab.host.facts import HostFacts
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "tests" / "fixtures"
+SPECS = ROOT / "specs"
+HOSTS = ("cpu_laptop", "one_h200", "node_8gpu_mps", "mig_gpu")
+
+BASE_SPEC: dict[str, Any] = {
+    "schema_version": 1,
+    "run": {"name": "t", "total_env_steps": 100_000},
+    "task": {"name": "g1_walk", "num_envs": 16},
+    "algo": {"name": "sac"},
+}
+
+
+def host(name: str) -> HostFacts:
+    return HostFacts.model_validate_json((FIXTURES / "hosts" / f"{name}.json").read_text())
+
+
+def spec_data(**dotted: Any) -> dict[str, Any]:
+    """BASE_SPEC with overrides given as keyword args, `__` for dots: training__devices=[0]."""
+    data = copy.deepcopy(BASE_SPEC)
+    for key, value in dotted.items():
+        node = data
+        parts = key.split("__")
+        for p in parts[:-1]:
+            node = node.setdefault(p, {})
+        node[parts[-1]] = value
+    return data
+
+
+@pytest.fixture
+def facts():
+    return host

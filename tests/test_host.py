@@ -1,0 +1,158 @@
+"""Host probing through narrow fakes at the NVML boundary and a real MPS registry on disk."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from collections import namedtuple
+from pathlib import Path
+
+import pytest
+
+from unilab.errors import UnilabError
+from unilab.host.facts import GpuFacts
+from unilab.host.mps_registry import PID_FILE_NAME, read_registry, registry_path
+from unilab.host.nvml import read_nvidia
+from unilab.host.probe import map_visible_devices, probe_host
+
+Mem = namedtuple("Mem", "total free used")
+
+
+class FakeNVMLError(Exception):
+    pass
+
+
+class FakeNvml:
+    """The subset of pynvml that unilab calls, with two GPUs; GPU 1 has MIG on."""
+
+    def __init__(self, fail_init: bool = False, mig_unsupported: bool = False) -> None:
+        self.fail_init, self.mig_unsupported, self.shutdown = fail_init, mig_unsupported, False
+
+    def nvmlInit(self) -> None:
+        if self.fail_init:
+            raise FakeNVMLError("Driver Not Loaded")
+
+    def nvmlShutdown(self) -> None:
+        self.shutdown = True
+
+    def nvmlSystemGetDriverVersion(self) -> bytes:
+        return b"580.95.05"
+
+    def nvmlSystemGetCudaDriverVersion(self) -> int:
+        return 13000
+
+    def nvmlDeviceGetCount(self) -> int:
+        return 2
+
+    def nvmlDeviceGetHandleByIndex(self, i: int) -> int:
+        return i
+
+    def nvmlDeviceGetUUID(self, h: int) -> str:
+        return f"GPU-aaaa{h}"
+
+    def nvmlDeviceGetName(self, h: int) -> str:
+        return "NVIDIA H200"
+
+    def nvmlDeviceGetMemoryInfo(self, h: int) -> Mem:
+        return Mem(150_754_820_096, 0, 0)
+
+    def nvmlDeviceGetComputeMode(self, h: int) -> int:
+        return 3 if h == 1 else 0
+
+    def nvmlDeviceGetMigMode(self, h: int) -> tuple[int, int]:
+        if self.mig_unsupported:
+            raise FakeNVMLError("Not Supported")
+        return (1, 1) if h == 1 else (0, 0)
+
+
+def test_nvml_reads_gpus_by_uuid() -> None:
+    fake = FakeNvml()
+    nv = read_nvidia(fake)
+    assert nv.driver_present and nv.driver_version == "580.95.05" and nv.cuda_driver_version == "13.0"
+    assert [(g.index, g.uuid, g.mig_mode, g.compute_mode) for g in nv.gpus] == [
+        (0, "GPU-aaaa0", "disabled", "default"),
+        (1, "GPU-aaaa1", "enabled", "exclusive_process"),
+    ]
+    assert nv.gpus[0].memory_total_mib == 143771
+    assert fake.shutdown
+
+
+def test_no_driver_is_a_fact_not_an_error() -> None:
+    nv = read_nvidia(FakeNvml(fail_init=True))
+    assert not nv.driver_present and "Driver Not Loaded" in (nv.nvml_error or "")
+    assert not read_nvidia(None).driver_present
+
+
+def test_mig_unsupported() -> None:
+    assert {g.mig_mode for g in read_nvidia(FakeNvml(mig_unsupported=True)).gpus} == {"unsupported"}
+
+
+GPUS = [
+    GpuFacts(index=0, uuid="GPU-0a1b", name="x", memory_total_mib=1, compute_mode="default", mig_mode="disabled"),
+    GpuFacts(index=1, uuid="GPU-7f00", name="x", memory_total_mib=1, compute_mode="default", mig_mode="disabled"),
+]
+
+
+@pytest.mark.parametrize(
+    ("raw", "uuids", "error"),
+    [
+        (None, ["GPU-0a1b", "GPU-7f00"], None),
+        ("1,0", ["GPU-7f00", "GPU-0a1b"], None),
+        ("GPU-7f00", ["GPU-7f00"], None),
+        ("7f", ["GPU-7f00"], None),  # CUDA accepts UUID prefixes without "GPU-"
+        ("", [], None),
+        ("0,5", ["GPU-0a1b"], "entry '5' matches no GPU"),
+    ],
+)
+def test_cuda_visible_devices_mapping(raw: str | None, uuids: list[str], error: str | None) -> None:
+    v = map_visible_devices(raw, GPUS)
+    assert v.uuids == uuids and v.error == error
+
+
+def _registry(state: Path, pipe: Path, pid: int | None) -> None:
+    state.mkdir(parents=True, exist_ok=True)
+    entry = {"name": "train-gpu0", "gpu_uuid": "GPU-0a1b", "pipe_directory": str(pipe), "log_directory": str(pipe)}
+    if pid is not None:
+        entry["daemon_pid"] = pid
+    registry_path(state).write_text(json.dumps({"schema_version": 1, "services": [entry]}))
+
+
+def test_mps_service_with_live_socket_and_pid(tmp_path: Path) -> None:
+    pipe = tmp_path / "pipe"
+    pipe.mkdir(mode=0o700)
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(pipe / "control"))
+    (pipe / PID_FILE_NAME).write_text(f"{os.getpid()}\n")
+    try:
+        _registry(tmp_path / "state", pipe, None)
+        facts = probe_host(env={}, nvml=None, state_dir=tmp_path / "state")
+    finally:
+        sock.close()
+    (svc,) = facts.mps.services
+    assert svc.control_socket_exists and svc.daemon_pid == os.getpid() and svc.daemon_alive
+    assert svc.pipe_directory_mode == "0700" and svc.pipe_directory_owner_uid == os.getuid()
+
+
+def test_mps_service_without_socket_or_daemon(tmp_path: Path) -> None:
+    pipe = tmp_path / "pipe"
+    pipe.mkdir()
+    (pipe / "control").write_text("not a socket")
+    _registry(tmp_path / "state", pipe, 2**22 + 12345)  # a pid that is not running
+    (svc,) = probe_host(env={}, nvml=None, state_dir=tmp_path / "state").mps.services
+    assert not svc.control_socket_exists and not svc.daemon_alive
+
+
+def test_corrupt_registry_is_a_clear_error(tmp_path: Path) -> None:
+    registry_path(tmp_path).parent.mkdir(parents=True, exist_ok=True)
+    registry_path(tmp_path).write_text("{not json")
+    with pytest.raises(UnilabError, match="registry"):
+        read_registry(tmp_path)
+
+
+def test_probe_reads_versions_from_metadata_and_nccl_env(tmp_path: Path) -> None:
+    facts = probe_host(env={"NCCL_DEBUG": "INFO", "PATH": "/bin"}, nvml=FakeNvml(), state_dir=tmp_path)
+    assert facts.packages.torch and facts.packages.mujoco
+    assert facts.nccl_env == {"NCCL_DEBUG": "INFO"}
+    assert facts.cpu.affinity == sorted(os.sched_getaffinity(0))
+    assert facts.cuda_visible_devices.uuids == ["GPU-aaaa0", "GPU-aaaa1"]

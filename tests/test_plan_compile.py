@@ -1,0 +1,159 @@
+"""compile(): determinism, plan_id semantics, round trips, stale-plan comparison, golden plans."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.conftest import HOSTS, ROOT, host, spec_data
+from unilab.plan.compile import compile_plan
+from unilab.plan.fingerprint import compare_fingerprint
+from unilab.plan.render import compute_plan_id, load_plan, render
+from unilab.spec.load import validate_spec_data
+
+
+def _plan(host_name: str = "cpu_laptop", **dotted):
+    return compile_plan(validate_spec_data(spec_data(**dotted), "t"), host(host_name), ROOT / "specs")
+
+
+def test_golden_plans_are_byte_identical_on_regeneration() -> None:
+    r = subprocess.run([sys.executable, "tools/regen_golden.py", "--check"], cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+
+
+def test_golden_set_covers_every_shipped_spec_and_host() -> None:
+    golden = {p.name.split(".")[0] for p in (ROOT / "tests/golden/plans").iterdir()}
+    for spec in (ROOT / "specs").glob("*.toml"):
+        for h in HOSTS:
+            assert f"{spec.stem}__{h}" in golden
+
+
+def test_default_cpu_plan_resolves_the_execution_modes() -> None:
+    plan = _plan()
+    assert plan.topology.world_size == 1 and plan.topology.process_group_backend == "gloo"
+    assert plan.ranks[0].collector_cpu_ids == [0, 1]
+    assert plan.sync.action_dependency == "synchronous"
+    assert plan.cuda_process_sharing.effective == "none"
+    assert not plan.gradient_wire.active
+    assert plan.graphs.learner.enabled is False and "CPU" in (plan.graphs.learner.disable_reason or "")
+    assert plan.nccl_env == []
+
+
+def test_dp_cpu_blocks_split_the_affinity_set() -> None:
+    plan = _plan(training__devices=["cpu", "cpu"])
+    assert [r.collector_cpu_ids for r in plan.ranks] == [[0], [1]]
+    assert [r.seed for r in plan.ranks] == [0, 1]
+    assert plan.topology.launcher == "elastic"
+
+
+def test_mps_plan_records_services_by_uuid_and_nccl_env_sources() -> None:
+    plan = _plan(
+        "node_8gpu_mps",
+        sim__backend="mjwarp",
+        algo={"name": "flashsac"},
+        training__devices=[0, 1],
+        training__cuda_process_sharing="mps",
+        training__dp_gradient_wire_dtype="bfloat16",
+    )
+    facts = host("node_8gpu_mps")
+    assert [r.gpu_uuid for r in plan.ranks] == [facts.nvidia.gpus[0].uuid, facts.nvidia.gpus[1].uuid]
+    assert [r.mps.service for r in plan.ranks if r.mps] == ["train-gpu0", "train-gpu1"]
+    assert plan.topology.process_group_backend == "nccl"
+    assert plan.graphs.learner.enabled and plan.graphs.physics.enabled
+    env = {e.name: (e.value, e.source) for e in plan.nccl_env}
+    assert env["NCCL_DEBUG"] == ("WARN", "user")
+    assert env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == ("0", "plan")
+    assert [r.collector_cpu_ids[:2] for r in plan.ranks] == [[0, 1], [96, 97]]
+
+
+def test_user_nccl_value_wins_over_the_plans() -> None:
+    facts = host("node_8gpu_mps").model_copy(update={"nccl_env": {"NCCL_SOCKET_IFNAME": "eth0"}})
+    spec = validate_spec_data(spec_data(training__devices=[0, 1], training__nccl_transport="loopback"), "t")
+    plan = compile_plan(spec, facts, ROOT)
+    env = {e.name: (e.value, e.source) for e in plan.nccl_env}
+    assert env["NCCL_SOCKET_IFNAME"] == ("eth0", "user")
+    assert env["NCCL_IB_DISABLE"] == ("1", "plan")
+
+
+@pytest.mark.parametrize("fmt", ["toml", "json"])
+def test_render_round_trip_keeps_plan_id(tmp_path: Path, fmt: str) -> None:
+    plan = _plan("node_8gpu_mps", training__devices=[0, 1])
+    p = tmp_path / f"plan.{fmt}"
+    p.write_text(render(plan, fmt))  # type: ignore[arg-type]
+    back = load_plan(p)
+    assert back == plan and back.plan_id == compute_plan_id(back)
+
+
+def test_edited_plan_file_is_refused(tmp_path: Path) -> None:
+    from unilab.errors import UnilabError
+
+    p = tmp_path / "plan.toml"
+    p.write_text(render(_plan()).replace("total_env_steps = 100000", "total_env_steps = 100001"))
+    with pytest.raises(UnilabError, match="was edited"):
+        load_plan(p)
+
+
+def test_stale_plan_comparison_names_the_first_changed_fact() -> None:
+    plan = _plan(
+        "node_8gpu_mps",
+        sim__backend="mjwarp",
+        algo={"name": "flashsac"},
+        training__devices=[0, 1],
+        training__cuda_process_sharing="mps",
+    )
+    same = compare_fingerprint(plan.host_facts, host("node_8gpu_mps"))
+    assert same == []
+    data = host("node_8gpu_mps").model_dump()
+    data["mps"]["services"][1]["daemon_pid"] = 5
+    data["nvidia"]["driver_version"] = "590.1"
+    from unilab.host.facts import HostFacts
+
+    changes = compare_fingerprint(plan.host_facts, HostFacts.model_validate(data))
+    assert [c.key for c in changes] == ["nvidia.driver_version", "mps[train-gpu1].daemon_pid"]
+    assert changes[0].render() == "nvidia.driver_version: planned '580.95.05', now '590.1'"
+
+
+def test_stale_plan_new_nccl_variable_counts() -> None:
+    plan = _plan("node_8gpu_mps", training__devices=[0, 1])
+    facts = host("node_8gpu_mps").model_copy(update={"nccl_env": {"NCCL_DEBUG": "WARN", "NCCL_ALGO": "Ring"}})
+    assert [c.key for c in compare_fingerprint(plan.host_facts, facts)] == ["nccl_env.NCCL_ALGO"]
+
+
+def test_cpu_plan_ignores_gpu_facts() -> None:
+    plan = _plan()
+    facts = host("cpu_laptop").model_copy(update={"nvidia": host("one_h200").nvidia})
+    assert compare_fingerprint(plan.host_facts, facts) == []
+
+
+# -- properties ---------------------------------------------------------------------------------
+
+spec_variants = st.fixed_dictionaries(
+    {
+        "run__seed": st.integers(0, 2**31 - 1),
+        "run__total_env_steps": st.integers(64, 10**9),
+        "task__num_envs": st.sampled_from([1, 8, 16, 64]),
+        "sim__decimation": st.integers(1, 10),
+        "algo": st.sampled_from([{"name": "sac"}, {"name": "flashsac"}, {"name": "sac", "critic": "c51"}]),
+        "training__devices": st.sampled_from(["cpu", ["cpu", "cpu"]]),
+    }
+)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(spec_variants)
+def test_compile_is_deterministic(dotted) -> None:
+    a, b = _plan(**dotted), _plan(**dotted)
+    assert render(a) == render(b)
+    assert a.plan_id == b.plan_id
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(spec_variants, spec_variants)
+def test_plan_id_changes_exactly_when_the_rendering_changes(d1, d2) -> None:
+    a, b = _plan(**d1), _plan(**d2)
+    assert (render(a) == render(b)) == (a.plan_id == b.plan_id)

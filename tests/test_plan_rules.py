@@ -1,0 +1,380 @@
+"""Every plan rule, with a failing and a passing case, against recorded host facts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import ROOT, host, spec_data
+from unilab.errors import PlanRefused
+from unilab.host.facts import HostFacts
+from unilab.plan.compile import compile_plan
+from unilab.plan.context import build_context
+from unilab.plan.rules import RULES
+from unilab.spec.load import validate_spec_data
+
+MJWARP_GPU = {"sim__backend": "mjwarp", "training__devices": [0], "algo": {"name": "flashsac"}}
+MPS_NODE = {**MJWARP_GPU, "training__devices": [0, 1], "training__cuda_process_sharing": "mps"}
+
+
+def _facts_with(name: str, **update: Any) -> HostFacts:
+    """A recorded host with some facts replaced (nested updates as dicts)."""
+    data = host(name).model_dump()
+    for key, value in update.items():
+        node = data
+        parts = key.split("__")
+        for p in parts[:-1]:
+            node = node[int(p)] if isinstance(node, list) else node[p]
+        node[parts[-1]] = value
+    return HostFacts.model_validate(data)
+
+
+@dataclass
+class Case:
+    rule: str
+    host: str | HostFacts
+    spec: dict[str, Any]
+    violated: bool
+    says: str = ""  # substring of the condition (violations) or the fix
+    fix: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def facts(self) -> HostFacts:
+        return host(self.host) if isinstance(self.host, str) else self.host
+
+    def __str__(self) -> str:
+        return f"{self.rule}-{'fail' if self.violated else 'pass'}-{self.says[:24]}"
+
+
+CASES = [
+    Case("devices.exist", "cpu_laptop", {"training__devices": [0]}, True, "has no NVIDIA driver"),
+    Case("devices.exist", "one_h200", {"training__devices": [1]}, True, "not among the visible GPUs"),
+    Case("devices.exist", "one_h200", {"training__devices": ["GPU-deadbeef"]}, True, "not among the visible GPUs"),
+    Case(
+        "devices.exist",
+        _facts_with(
+            "one_h200",
+            cuda_visible_devices__error="entry '7' matches no GPU",
+            cuda_visible_devices__raw="7",
+            cuda_visible_devices__uuids=[],
+        ),
+        {"training__devices": [0]},
+        True,
+        "CUDA_VISIBLE_DEVICES='7' cannot be mapped",
+    ),
+    Case("devices.exist", "one_h200", {"training__devices": [0]}, False),
+    Case("devices.unique", "node_8gpu_mps", {"training__devices": [0, 0]}, True, "are the same GPU"),
+    Case(
+        "devices.unique",
+        "node_8gpu_mps",
+        {"training__devices": [1, host("node_8gpu_mps").nvidia.gpus[1].uuid]},
+        True,
+        "are the same GPU",
+    ),
+    Case("devices.unique", "node_8gpu_mps", {"training__devices": [0, 1]}, False),
+    Case("devices.no-mixing", "one_h200", {"training__devices": ["cpu", 0]}, True, "mix CPU and GPU"),
+    Case("devices.no-mixing", "cpu_laptop", {"training__devices": ["cpu", "cpu"]}, False),
+    Case("devices.mig", "mig_gpu", {"training__devices": [0]}, True, "has MIG enabled", fix="-mig 0"),
+    Case("devices.mig", "mig_gpu", {"training__devices": [1]}, False),
+    Case(
+        "devices.torch-cuda",
+        _facts_with("one_h200", packages__torch="2.13.0+cpu"),
+        {"training__devices": [0]},
+        True,
+        "CPU-only build",
+    ),
+    Case("devices.torch-cuda", "one_h200", {"training__devices": [0]}, False),
+    Case("devices.cpu-blocks", "cpu_laptop", {"training__devices": ["cpu"] * 3}, True, "need at least 3 CPUs"),
+    Case(
+        "devices.cpu-blocks",
+        "cpu_laptop",
+        {"training__devices": ["cpu", "cpu"], "training__collector_cpu_ids": [[0, 1], [1]]},
+        True,
+        "CPU 1 is in",
+    ),
+    Case("devices.cpu-blocks", "cpu_laptop", {"training__collector_cpu_ids": [[5]]}, True, "outside the affinity"),
+    Case(
+        "devices.cpu-blocks",
+        "cpu_laptop",
+        {"training__collector_cpu_ids": [[0], [1]]},
+        True,
+        "2 CPU blocks given for 1",
+    ),
+    Case("devices.cpu-blocks", "cpu_laptop", {"training__collector_cpu_ids": [[]]}, True, "is empty"),
+    Case(
+        "devices.cpu-blocks",
+        "cpu_laptop",
+        {"training__devices": ["cpu", "cpu"], "training__collector_cpu_ids": [[1], [0]]},
+        False,
+    ),
+    Case("sim.workers", "cpu_laptop", {"sim__workers": 4}, True, "exceed the 2 CPU(s)"),
+    Case(
+        "sim.workers",
+        "cpu_laptop",
+        {"sim__workers": 2, "task__num_envs": 1, "run__total_env_steps": 10},
+        True,
+        "leave workers idle",
+    ),
+    Case("sim.workers", "one_h200", {**MJWARP_GPU, "sim__workers": 2}, True, "has no effect"),
+    Case("sim.workers", "cpu_laptop", {"sim__workers": 2}, False),
+    Case(
+        "wire.bf16-needs-dp",
+        "cpu_laptop",
+        {"training__dp_gradient_wire_dtype": "bfloat16"},
+        True,
+        "one rank has no gradient all-reduce",
+    ),
+    Case(
+        "wire.bf16-needs-dp",
+        "cpu_laptop",
+        {"training__devices": ["cpu", "cpu"], "algo": {"name": "ppo"}, "training__dp_gradient_wire_dtype": "bfloat16"},
+        True,
+        "rsl-rl-lib",
+    ),
+    Case(
+        "wire.bf16-needs-dp",
+        "cpu_laptop",
+        {"training__devices": ["cpu", "cpu"], "training__dp_gradient_wire_dtype": "bfloat16"},
+        False,
+    ),
+    Case("nccl.transport", "cpu_laptop", {"training__nccl_transport": "loopback"}, True, "only used between"),
+    Case(
+        "nccl.transport", "node_8gpu_mps", {"training__devices": [0, 1], "training__nccl_transport": "loopback"}, False
+    ),
+    Case("graph.learner", "cpu_laptop", {"training__learner_graph": "on"}, True, "needs CUDA devices"),
+    Case(
+        "graph.learner",
+        "one_h200",
+        {"training__devices": [0], "training__learner_graph": "on", "algo": {"name": "ppo"}},
+        True,
+        "eager runner",
+    ),
+    Case("graph.learner", "one_h200", {"training__devices": [0], "training__learner_graph": "on"}, False),
+    Case(
+        "graph.physics",
+        "one_h200",
+        {"training__devices": [0], "training__physics_graph": "on"},
+        True,
+        "CPU MuJoCo backend has no graph",
+    ),
+    Case(
+        "graph.physics",
+        "cpu_laptop",
+        {"sim__backend": "mjwarp", "training__physics_graph": "on"},
+        True,
+        "needs a CUDA device",
+    ),
+    Case("graph.physics", "one_h200", {**MJWARP_GPU, "training__physics_graph": "on"}, False),
+    Case(
+        "graph.collector",
+        "one_h200",
+        {"training__devices": [0], "training__collector_graph": "update_state"},
+        True,
+        "MuJoCo Warp collectors only",
+    ),
+    Case(
+        "graph.collector",
+        "cpu_laptop",
+        {"sim__backend": "mjwarp", "training__collector_graph": "update_state"},
+        True,
+        "needs CUDA devices",
+    ),
+    Case(
+        "graph.collector",
+        "one_h200",
+        {**MJWARP_GPU, "training__collector_graph": "update_state", "task__observation_noise": True},
+        True,
+        "preflight: observation term",
+    ),
+    Case(
+        "graph.collector",
+        "one_h200",
+        {**MJWARP_GPU, "training__collector_graph": "update_state", "task__push_interval_s": 5.0},
+        True,
+        "is an interval event",
+    ),
+    Case("graph.collector", "one_h200", {**MJWARP_GPU, "training__collector_graph": "update_state"}, False),
+    Case(
+        "mps.host",
+        "cpu_laptop",
+        {"training__cuda_process_sharing": "mps"},
+        True,
+        "no NVIDIA driver",
+        fix='cuda_process_sharing = "none"',
+    ),
+    Case(
+        "mps.host",
+        _facts_with("one_h200", os__system="Darwin"),
+        {**MJWARP_GPU, "training__cuda_process_sharing": "mps"},
+        True,
+        "MPS needs Linux",
+    ),
+    Case("mps.host", "one_h200", {"training__cuda_process_sharing": "mps"}, True, "rank 0 runs on the CPU"),
+    Case("mps.host", "mig_gpu", {**MJWARP_GPU, "training__cuda_process_sharing": "mps"}, True, "has MIG enabled"),
+    Case("mps.host", "node_8gpu_mps", MPS_NODE, False),
+    Case("mps.backend", "node_8gpu_mps", {**MPS_NODE, "sim__backend": "mujoco"}, True, "steps physics on the CPU"),
+    Case("mps.backend", "node_8gpu_mps", MPS_NODE, False),
+    Case("mps.algo", "node_8gpu_mps", {**MPS_NODE, "algo": {"name": "ppo"}}, True, "does not run a learner process"),
+    Case("mps.algo", "node_8gpu_mps", MPS_NODE, False),
+    Case(
+        "mps.service",
+        "one_h200",
+        {**MJWARP_GPU, "training__cuda_process_sharing": "mps"},
+        True,
+        "no MPS service is registered",
+        fix="unilab mps start --gpus 0 --name train-gpu0",
+    ),
+    Case(
+        "mps.service",
+        _facts_with("node_8gpu_mps", mps__services__1__control_socket_exists=False),
+        MPS_NODE,
+        True,
+        "control socket",
+        fix="unilab mps start --gpus 1 --name train-gpu1",
+    ),
+    Case(
+        "mps.service",
+        _facts_with("node_8gpu_mps", mps__services__0__daemon_alive=False),
+        MPS_NODE,
+        True,
+        "is not running",
+    ),
+    Case(
+        "mps.service",
+        "node_8gpu_mps",
+        {**MPS_NODE, "training__mps_service": "train-gpu5"},
+        True,
+        "is not registered for rank 0",
+    ),
+    Case("mps.service", "node_8gpu_mps", MPS_NODE, False),
+    Case("mps.service-unused", "cpu_laptop", {"training__mps_service": "train-gpu0"}, True, "has no effect"),
+    Case(
+        "mps.service-unused",
+        "node_8gpu_mps",
+        {**MPS_NODE, "training__devices": [0], "training__mps_service": "train-gpu0"},
+        False,
+    ),
+    Case("sync.action-dependency", "cpu_laptop", {"training__env_steps_per_sync": 4}, True, "needs an explicit"),
+    Case(
+        "sync.action-dependency",
+        "cpu_laptop",
+        {"training__env_steps_per_sync": 4, "training__action_dependency": "precommitted_sequence"},
+        True,
+        "not implemented",
+    ),
+    Case(
+        "sync.action-dependency",
+        "cpu_laptop",
+        {"training__env_steps_per_sync": 4, "training__action_dependency": "synchronous"},
+        True,
+        "but K = 4",
+    ),
+    Case(
+        "sync.action-dependency",
+        "cpu_laptop",
+        {"training__action_dependency": "precommitted_sequence"},
+        True,
+        "K = 1 is the synchronous contract",
+    ),
+    Case("sync.action-dependency", "cpu_laptop", {"training__action_dependency": "synchronous"}, False),
+    Case("sync.slot-capacity", "cpu_laptop", {"training__inference_slot_capacity": 2}, True, "exactly one action"),
+    Case(
+        "sync.slot-capacity",
+        "cpu_laptop",
+        {
+            "training__env_steps_per_sync": 2,
+            "training__inference_slot_capacity": 3,
+            "training__action_dependency": "precommitted_sequence",
+        },
+        True,
+        "exceeds K = 2",
+    ),
+    Case("sync.slot-capacity", "cpu_laptop", {}, False),
+    Case("task.motion", "cpu_laptop", {"task__name": "g1_motion_tracking"}, True, "needs a reference motion"),
+    Case("task.motion", "cpu_laptop", {"task__motion": "builtin:g1_squat"}, True, "does not use a reference motion"),
+    Case(
+        "task.motion",
+        "cpu_laptop",
+        {"task__name": "g1_motion_tracking", "task__motion": "no/such/clip.npz"},
+        True,
+        "clip.npz",
+    ),
+    Case("task.motion", "cpu_laptop", {"task__name": "g1_motion_tracking", "task__motion": "builtin:g1_squat"}, False),
+    Case("task.robot", "cpu_laptop", {"task__robot_mjcf": "no/such/g1.xml"}, True, "not found"),
+    Case("task.robot", "cpu_laptop", {}, False),
+    Case(
+        "task.walk-options",
+        "cpu_laptop",
+        {"task__name": "g1_motion_tracking", "task__motion": "builtin:g1_squat", "task__push_interval_s": 3.0},
+        True,
+        "is a g1_walk option",
+    ),
+    Case("task.walk-options", "cpu_laptop", {"task__push_interval_s": 3.0}, False),
+    Case("run.budget", "cpu_laptop", {"run__total_env_steps": 10}, True, "less than one step"),
+    Case("run.budget", "cpu_laptop", {}, False),
+]
+
+
+def _diags(case: Case):
+    spec = validate_spec_data(spec_data(**case.spec), "case")
+    ctx = build_context(spec, case.facts, ROOT / "specs")
+    rule = next(r for r in RULES if r.id == case.rule)
+    return rule.check(ctx)
+
+
+@pytest.mark.parametrize("case", CASES, ids=str)
+def test_rule(case: Case) -> None:
+    diags = _diags(case)
+    if not case.violated:
+        assert diags == []
+        return
+    assert diags, f"{case.rule} did not fire"
+    d = diags[0]
+    assert d.rule_id == case.rule
+    assert case.says in d.condition
+    assert case.fix in d.fix
+    assert d.key_path and d.fix
+
+
+def test_every_rule_has_a_failing_and_a_passing_case() -> None:
+    failing = {c.rule for c in CASES if c.violated}
+    passing = {c.rule for c in CASES if not c.violated}
+    ids = {r.id for r in RULES}
+    assert ids - failing == set()
+    assert ids - passing == set()
+
+
+def test_rule_ids_are_unique_and_stable_shaped() -> None:
+    ids = [r.id for r in RULES]
+    assert len(ids) == len(set(ids))
+    assert all(i == i.lower() and "." in i and " " not in i for i in ids)
+
+
+def test_all_violations_reported_at_once() -> None:
+    spec = validate_spec_data(
+        spec_data(
+            training__cuda_process_sharing="mps",
+            training__learner_graph="on",
+            training__dp_gradient_wire_dtype="bfloat16",
+        ),
+        "s",
+    )
+    with pytest.raises(PlanRefused) as e:
+        compile_plan(spec, host("cpu_laptop"), Path("."))
+    ids = [d.rule_id for d in e.value.diagnostics]
+    assert {"mps.host", "mps.backend", "wire.bf16-needs-dp", "graph.learner"} <= set(ids)
+    # The MPS service rule waits for the host rule: no noise about services on a host without a driver.
+    assert "mps.service" not in ids
+
+
+def test_mps_error_on_a_cpu_laptop_names_rule_condition_and_fix() -> None:
+    spec = validate_spec_data(spec_data(training__cuda_process_sharing="mps"), "s")
+    with pytest.raises(PlanRefused) as e:
+        compile_plan(spec, host("cpu_laptop"), Path("."))
+    text = e.value.render()
+    assert "[mps.host] training.cuda_process_sharing: no NVIDIA driver" in text
+    assert "fix:" in text

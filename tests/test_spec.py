@@ -1,0 +1,114 @@
+"""The spec language: validation, overrides, and clear errors for bad input."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from tests.conftest import SPECS, spec_data
+from unilab.errors import PlanRefused, SpecError
+from unilab.spec.load import apply_overrides, load_spec, parse_override, spec_digest, validate_spec_data
+
+
+@pytest.mark.parametrize("path", sorted(SPECS.glob("*.toml")), ids=lambda p: p.name)
+def test_shipped_specs_validate(path: Path) -> None:
+    loaded = load_spec(path)
+    assert loaded.spec.schema_version == 1
+
+
+def test_spec_is_frozen() -> None:
+    spec = validate_spec_data(spec_data(), "t")
+    with pytest.raises(ValidationError):  # assignment to a frozen model
+        spec.run.seed = 3  # type: ignore[misc]
+
+
+def test_unknown_key_is_named() -> None:
+    with pytest.raises(SpecError) as e:
+        validate_spec_data(spec_data(training__cuda_sharing="mps"), "s.toml")
+    assert "training.cuda_sharing: unknown key" in e.value.render()
+
+
+def test_missing_schema_version() -> None:
+    data = spec_data()
+    del data["schema_version"]
+    with pytest.raises(SpecError, match="schema_version must be 1"):
+        validate_spec_data(data, "s.toml")
+
+
+def test_wrong_type_names_key_and_value() -> None:
+    with pytest.raises(SpecError) as e:
+        validate_spec_data(spec_data(task__num_envs="many"), "s.toml")
+    text = e.value.render()
+    assert "task.num_envs" in text and "'many'" in text
+
+
+def test_algo_union_error_path_has_no_tag() -> None:
+    with pytest.raises(SpecError) as e:
+        validate_spec_data(spec_data(algo={"name": "sac", "batch_size": 0}), "s.toml")
+    assert "algo.batch_size" in e.value.render()
+
+
+def test_ppo_offpolicy_keys_refused_by_rule() -> None:
+    with pytest.raises(PlanRefused) as e:
+        validate_spec_data(spec_data(algo={"name": "ppo", "batch_size": 512, "tau": 0.01}), "s.toml")
+    ids = [(d.rule_id, d.key_path) for d in e.value.diagnostics]
+    assert ids == [("algo.ppo-offpolicy-keys", "algo.batch_size"), ("algo.ppo-offpolicy-keys", "algo.tau")]
+
+
+def test_ppo_without_offpolicy_keys_passes() -> None:
+    spec = validate_spec_data(spec_data(algo={"name": "ppo", "num_steps_per_env": 32}), "s.toml")
+    assert spec.algo.name == "ppo"
+
+
+def test_command_range_must_be_ordered() -> None:
+    with pytest.raises(SpecError) as e:
+        validate_spec_data(spec_data(task__commands={"lin_vel_x": [1.0, -1.0]}), "s.toml")
+    assert "task.commands.lin_vel_x" in e.value.render() and "lower bound" in e.value.render()
+
+
+@pytest.mark.parametrize(
+    ("text", "path", "value"),
+    [
+        ("task.num_envs=128", ["task", "num_envs"], 128),
+        ('training.devices=["cpu","cpu"]', ["training", "devices"], ["cpu", "cpu"]),
+        ("training.cuda_process_sharing=mps", ["training", "cuda_process_sharing"], "mps"),
+        ('run.name="x y"', ["run", "name"], "x y"),
+        ("algo.tau=5e-3", ["algo", "tau"], 0.005),
+        ("sim.timestep = 0.002", ["sim", "timestep"], 0.002),
+    ],
+)
+def test_parse_override(text: str, path: list[str], value: object) -> None:
+    assert parse_override(text) == (path, value)
+
+
+@pytest.mark.parametrize("text", ["novalue", "a..b=1", "x=[1,", "=3"])
+def test_bad_override_is_a_spec_error(text: str) -> None:
+    with pytest.raises(SpecError):
+        parse_override(text)
+
+
+def test_override_into_scalar_is_refused() -> None:
+    with pytest.raises(SpecError, match="is a value, not a table"):
+        apply_overrides({"run": {"name": "x"}}, ["run.name.first=1"])
+
+
+def test_overrides_apply_and_change_digest() -> None:
+    a = load_spec(SPECS / "g1.toml")
+    b = load_spec(SPECS / "g1.toml", ["task.num_envs=32"])
+    assert b.spec.task.num_envs == 32
+    assert spec_digest(a.spec) != spec_digest(b.spec)
+    assert spec_digest(a.spec) == spec_digest(load_spec(SPECS / "g1.toml").spec)
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(SpecError, match="does not exist"):
+        load_spec(tmp_path / "nope.toml")
+
+
+def test_invalid_toml(tmp_path: Path) -> None:
+    p = tmp_path / "bad.toml"
+    p.write_text("schema_version = \n")
+    with pytest.raises(SpecError, match="not valid TOML"):
+        load_spec(p)

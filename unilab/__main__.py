@@ -1,0 +1,5 @@
+import sys
+
+from unilab.cli.main import main
+
+sys.exit(main())

@@ -1,0 +1,215 @@
+"""`unilab` command line. Subcommands import what they need lazily, so `unilab plan` never
+loads torch, warp or mujoco. Every failure ends in one clear paragraph and a non-zero exit."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from unilab import __version__
+from unilab.errors import UnilabError
+
+EXIT_OK, EXIT_ERROR, EXIT_DIFFERENT, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+
+def _cmd_plan(args: argparse.Namespace) -> int:
+    from unilab.cli.common import plan_from_path, write_atomic
+    from unilab.plan.render import render
+
+    plan = plan_from_path(args.spec, args.set, args.host_facts)
+    text = render(plan, args.format)
+    if args.out is None:
+        sys.stdout.write(text)
+    else:
+        write_atomic(args.out, text)
+        print(f"plan {plan.plan_id} written to {args.out}")
+    return EXIT_OK
+
+
+def _cmd_diff(args: argparse.Namespace) -> int:
+    from unilab.cli.common import plan_from_path
+    from unilab.plan.diff import diff_plans
+    from unilab.plan.render import plan_data
+
+    a = plan_data(plan_from_path(args.a, args.set, args.host_facts))
+    b = plan_data(plan_from_path(args.b, args.set, args.host_facts))
+    changes = [c for c in diff_plans(a, b) if c.key != "plan_id"]
+    if not changes:
+        print(f"no changes: both plans are {a['plan_id']}")
+        return EXIT_OK
+    print(f"--- {args.a}  {a['plan_id']}\n+++ {args.b}  {b['plan_id']}")
+    for c in changes:
+        print(c.render())
+    print(f"{len(changes)} key{'s' if len(changes) != 1 else ''} differ")
+    return EXIT_DIFFERENT
+
+
+def _cmd_host(args: argparse.Namespace) -> int:
+    from unilab.host.probe import probe_host
+
+    facts = probe_host()
+    if args.json:
+        sys.stdout.write(facts.model_dump_json(indent=2) + "\n")
+        return EXIT_OK
+    nv = facts.nvidia
+    lines = [
+        f"os        {facts.os.system} {facts.os.release} {facts.os.machine} (python {facts.os.python})",
+        f"cpu       {facts.cpu.model}: {facts.cpu.logical_count} logical, affinity {facts.cpu.affinity}",
+        f"nvidia    driver {nv.driver_version}, CUDA {nv.cuda_driver_version}"
+        if nv.driver_present
+        else f"nvidia    no driver ({nv.nvml_error})",
+    ]
+    for g in nv.gpus:
+        lines.append(
+            f"  gpu {g.index}   {g.uuid}  {g.name}  {g.memory_total_mib} MiB  compute={g.compute_mode} mig={g.mig_mode}"
+        )
+    cvd = facts.cuda_visible_devices
+    if nv.driver_present or cvd.raw is not None:
+        shown = ", ".join(f"{i}={u}" for i, u in enumerate(cvd.uuids)) or "none"
+        lines.append(
+            f"visible   CUDA_VISIBLE_DEVICES={cvd.raw if cvd.raw is not None else '(unset)'} -> {shown}"
+            + (f"  [{cvd.error}]" if cvd.error else "")
+        )
+    lines.append(
+        f"mps       control binary: {facts.mps.control_binary or 'not found'}; "
+        f"{len(facts.mps.services)} registered service(s) in {facts.mps.state_directory}"
+    )
+    for s in facts.mps.services:
+        state = "running" if s.daemon_alive and s.control_socket_exists else "NOT running"
+        lines.append(f"  {s.name}  {s.gpu_uuid}  pipe {s.pipe_directory}  pid {s.daemon_pid}  {state}")
+    p = facts.packages
+    lines.append(f"packages  torch {p.torch}, warp-lang {p.warp_lang}, mujoco {p.mujoco}, mujoco-warp {p.mujoco_warp}")
+    if facts.nccl_env:
+        lines.append("nccl env  " + " ".join(f"{k}={v}" for k, v in facts.nccl_env.items()))
+    print("\n".join(lines))
+    return EXIT_OK
+
+
+def _cmd_schema(args: argparse.Namespace) -> int:
+    from unilab import schemas
+
+    if args.check:
+        stale = schemas.drift(args.out)
+        if stale:
+            raise UnilabError(
+                f"schemas under {args.out}/ differ from the code: {', '.join(stale)}",
+                fix=f"regenerate them with `unilab schema --out {args.out}` and commit the result",
+            )
+        print(f"schemas under {args.out}/ match the code")
+        return EXIT_OK
+    for p in schemas.export(args.out):
+        print(f"wrote {p}")
+    return EXIT_OK
+
+
+def _cmd_rules(args: argparse.Namespace) -> int:
+    from unilab.plan.rules_doc import render_markdown, render_text
+
+    sys.stdout.write(render_markdown() if args.markdown else render_text())
+    return EXIT_OK
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="unilab",
+        description="Declarative training runtime for humanoid RL (Unitree G1). "
+        "Write a TOML spec, review its plan, apply it.",
+        epilog="Start with: unilab plan specs/g1.toml. Spec keys: docs/spec.md. Plan rules: docs/rules.md.",
+    )
+    p.add_argument("--version", action="version", version=f"unilab {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    def spec_opts(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument(
+            "--set",
+            action="append",
+            default=[],
+            metavar="KEY=VALUE",
+            help="override a spec key, TOML value syntax (repeatable), e.g. --set task.num_envs=128",
+        )
+        sp.add_argument(
+            "--host-facts",
+            type=Path,
+            metavar="FILE",
+            help="compile against facts recorded with `unilab host --json` instead of probing this host",
+        )
+
+    sp = sub.add_parser(
+        "plan",
+        help="compile a spec into an execution plan and print it",
+        description="Compile SPEC against this host's facts into an immutable execution plan. "
+        "Every request the host cannot honour is refused with the rule, the key, the first unmet "
+        "condition and the fixing command (exit 1).",
+    )
+    sp.add_argument("spec", type=Path, metavar="SPEC", help="run spec (.toml), or a saved plan to re-render")
+    spec_opts(sp)
+    sp.add_argument("--out", type=Path, metavar="FILE", help="write the plan to FILE (atomically) instead of stdout")
+    sp.add_argument("--format", choices=("toml", "json"), default="toml", help="rendering (default: toml)")
+    sp.set_defaults(func=_cmd_plan)
+
+    sp = sub.add_parser(
+        "diff",
+        help="compare two plans key by key (exit 0 equal, 2 different, 1 error)",
+        description="Compare A and B (each a spec, compiled for this host, or a saved plan) key by "
+        "key. Exit code: 0 when equal, 2 when they differ, 1 on error.",
+    )
+    sp.add_argument("a", type=Path, metavar="A")
+    sp.add_argument("b", type=Path, metavar="B")
+    spec_opts(sp)
+    sp.set_defaults(func=_cmd_diff)
+
+    sp = sub.add_parser(
+        "host",
+        help="show the host facts plans are compiled against",
+        description="Probe CPUs, NVIDIA driver and GPUs (NVML), CUDA_VISIBLE_DEVICES, registered MPS "
+        "services and package versions. No NVIDIA driver is reported as a fact, not an error.",
+    )
+    sp.add_argument("--json", action="store_true", help="machine-readable facts (record for --host-facts)")
+    sp.set_defaults(func=_cmd_host)
+
+    sp = sub.add_parser(
+        "schema",
+        help="export the JSON schemas (spec, plan, host facts, manifest)",
+        description="Write the JSON Schemas (draft 2020-12) of unilab's documents, or check that the "
+        "committed ones match the code.",
+    )
+    sp.add_argument("--out", type=Path, default=Path("schemas"), metavar="DIR", help="directory (default: schemas)")
+    sp.add_argument("--check", action="store_true", help="fail (exit 1) if the files in DIR differ from the code")
+    sp.set_defaults(func=_cmd_schema)
+
+    sp = sub.add_parser(
+        "rules",
+        help="list the plan's fail-closed rules",
+        description="List every plan rule with its stable id, spec key and requirement.",
+    )
+    sp.add_argument("--markdown", action="store_true", help="render docs/rules.md")
+    sp.set_defaults(func=_cmd_rules)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args))
+    except UnilabError as exc:
+        print(exc.render(), file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except Exception as exc:  # a bug: say so in one paragraph, keep the traceback behind a flag
+        if os.environ.get("UNILAB_DEBUG"):
+            raise
+        print(
+            f"error: internal error in unilab {__version__}: {type(exc).__name__}: {exc}\n"
+            "This is a bug. Re-run with UNILAB_DEBUG=1 for the traceback and report it.",
+            file=sys.stderr,
+        )
+        return EXIT_ERROR
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,98 @@
+"""Host facts: what `unilab plan` compiles against. A pydantic model, so facts can be recorded
+on one machine (`unilab host --json > node.json`) and planned against on another."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+HOST_FACTS_SCHEMA_VERSION = 1
+
+
+class _Facts(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class OsFacts(_Facts):
+    system: str = Field(description="platform.system(), e.g. Linux.")
+    release: str = Field(description="Kernel release.")
+    machine: str = Field(description="CPU architecture, e.g. x86_64.")
+    hostname: str = Field(description="Host name (provenance only; not part of the plan's fingerprint).")
+    python: str = Field(description="Python version of the probing interpreter.")
+
+
+class CpuFacts(_Facts):
+    model: str = Field(description="CPU model name.")
+    logical_count: int = Field(ge=1, description="Logical CPUs in the machine.")
+    affinity: list[int] = Field(description="CPUs this process may run on (os.sched_getaffinity), sorted.")
+
+
+class GpuFacts(_Facts):
+    index: int = Field(ge=0, description="NVML index (physical order, not CUDA_VISIBLE_DEVICES order).")
+    uuid: str = Field(description="GPU UUID, e.g. GPU-8c1f...; unilab's identity for a GPU.")
+    name: str
+    memory_total_mib: int = Field(ge=0)
+    compute_mode: Literal["default", "exclusive_thread", "prohibited", "exclusive_process", "unknown"]
+    mig_mode: Literal["enabled", "disabled", "unsupported"]
+
+
+class NvidiaFacts(_Facts):
+    driver_present: bool = Field(description="Whether NVML could be initialised.")
+    nvml_error: str | None = Field(None, description="Why NVML is unavailable, when it is.")
+    driver_version: str | None = None
+    cuda_driver_version: str | None = Field(None, description="CUDA version the driver supports, e.g. 13.0.")
+    gpus: list[GpuFacts] = Field(default_factory=list)
+
+
+class VisibleDevicesFacts(_Facts):
+    raw: str | None = Field(description="CUDA_VISIBLE_DEVICES as set, or null when unset.")
+    uuids: list[str] = Field(description="UUIDs of the visible GPUs in CUDA order (index i -> uuids[i]).")
+    error: str | None = Field(None, description="Why an entry could not be mapped to a GPU.")
+
+
+class MpsServiceFacts(_Facts):
+    name: str = Field(description="Service name given to `unilab mps start --name`.")
+    gpu_uuid: str
+    pipe_directory: str
+    log_directory: str
+    control_socket_exists: bool = Field(description="Whether <pipe_directory>/control exists as a socket.")
+    daemon_pid: int | None = Field(description="pid from the daemon's pid file, if readable.")
+    daemon_alive: bool = Field(description="Whether that pid is a live process.")
+    pipe_directory_owner_uid: int | None = None
+    pipe_directory_mode: str | None = Field(None, description="Octal permission bits, e.g. 0700.")
+
+
+class MpsFacts(_Facts):
+    control_binary: str | None = Field(description="Path of nvidia-cuda-mps-control, if on PATH.")
+    state_directory: str = Field(description="unilab's MPS state directory (the service registry lives here).")
+    services: list[MpsServiceFacts] = Field(default_factory=list)
+
+
+class PackageFacts(_Facts):
+    unilab: str | None = None
+    torch: str | None = None
+    warp_lang: str | None = None
+    mujoco: str | None = None
+    mujoco_warp: str | None = None
+
+
+class HostFacts(_Facts):
+    """Everything unilab knows about a host, as probed by `unilab host`."""
+
+    schema_version: Literal[1] = 1
+    os: OsFacts
+    cpu: CpuFacts
+    nvidia: NvidiaFacts
+    cuda_visible_devices: VisibleDevicesFacts
+    mps: MpsFacts
+    packages: PackageFacts
+    nccl_env: dict[str, str] = Field(
+        default_factory=dict, description="NCCL_* and TORCH_NCCL_* variables set in the probing environment."
+    )
+
+    def gpu_by_uuid(self, uuid: str) -> GpuFacts | None:
+        return next((g for g in self.nvidia.gpus if g.uuid == uuid), None)
+
+    def mps_services_for(self, uuid: str) -> list[MpsServiceFacts]:
+        return [s for s in self.mps.services if s.gpu_uuid == uuid]

@@ -1,0 +1,105 @@
+"""The registry of MPS services that `unilab mps` starts: one JSON file in unilab's state
+directory. Planning reads it to find, per GPU UUID, the pipe directory and daemon of a service;
+training never starts or stops daemons."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from unilab.errors import UnilabError
+from unilab.host.facts import MpsServiceFacts
+
+PID_FILE_NAME = "nvidia-cuda-mps-control.pid"
+
+
+class RegistryEntry(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    gpu_uuid: str
+    pipe_directory: str
+    log_directory: str
+    daemon_pid: int | None = None
+
+
+class Registry(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    schema_version: int = 1
+    services: list[RegistryEntry] = []
+
+
+def state_directory() -> Path:
+    """unilab's MPS state directory: $UNILAB_STATE_DIR/mps, else $XDG_STATE_HOME/unilab/mps."""
+    root = os.environ.get("UNILAB_STATE_DIR")
+    if root:
+        return Path(root) / "mps"
+    xdg = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(xdg) / "unilab" / "mps"
+
+
+def registry_path(state_dir: Path | None = None) -> Path:
+    return (state_dir or state_directory()) / "services.json"
+
+
+def read_registry(state_dir: Path | None = None) -> Registry:
+    path = registry_path(state_dir)
+    if not path.exists():
+        return Registry()
+    try:
+        return Registry.model_validate(json.loads(path.read_text()))
+    except (OSError, ValueError, ValidationError) as exc:
+        raise UnilabError(
+            f"the MPS service registry {path} cannot be read",
+            detail=str(exc).splitlines()[0],
+            fix=f"inspect or remove {path}, then run `unilab mps status`",
+        ) from exc
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # exists, owned by someone else
+    return True
+
+
+def _read_pid(pipe_dir: Path, fallback: int | None) -> int | None:
+    try:
+        return int((pipe_dir / PID_FILE_NAME).read_text().strip())
+    except (OSError, ValueError):
+        return fallback
+
+
+def probe_service(entry: RegistryEntry) -> MpsServiceFacts:
+    """What is true now of one registered service: socket, pid file, daemon liveness, ownership."""
+    pipe = Path(entry.pipe_directory)
+    control = pipe / "control"
+    try:
+        sock = stat.S_ISSOCK(control.stat().st_mode)
+    except OSError:
+        sock = False
+    try:
+        st = pipe.stat()
+        owner, mode = st.st_uid, f"{stat.S_IMODE(st.st_mode):04o}"
+    except OSError:
+        owner, mode = None, None
+    pid = _read_pid(pipe, entry.daemon_pid)
+    return MpsServiceFacts(
+        name=entry.name,
+        gpu_uuid=entry.gpu_uuid,
+        pipe_directory=entry.pipe_directory,
+        log_directory=entry.log_directory,
+        control_socket_exists=sock,
+        daemon_pid=pid,
+        daemon_alive=pid is not None and _pid_alive(pid),
+        pipe_directory_owner_uid=owner,
+        pipe_directory_mode=mode,
+    )

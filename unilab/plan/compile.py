@@ -1,0 +1,203 @@
+"""compile(spec, facts) -> Plan: pure and deterministic. Every rule runs; if any is violated the
+plan is refused with all of them, otherwise each decision is resolved and recorded."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from unilab import __version__
+from unilab.errors import PlanRefused, UnilabError
+from unilab.host.facts import HostFacts
+from unilab.plan.context import Context, build_context
+from unilab.plan.fingerprint import digest, fingerprint_facts
+from unilab.plan.inputs import display_path, resolve_input_path
+from unilab.plan.models import (
+    EnvVarPlan,
+    GraphPlan,
+    GraphsPlan,
+    MotionPlan,
+    Plan,
+    PlanBody,
+    PlanHeader,
+    RankMps,
+    RankPlan,
+    RobotPlan,
+    SharingPlan,
+    SimPlan,
+    SyncPlan,
+    TaskPlan,
+    TopologyPlan,
+    WirePlan,
+)
+from unilab.plan.render import compute_plan_id
+from unilab.plan.rules import RULES
+from unilab.plan.rules.sharing import service_for
+from unilab.spec.load import spec_digest
+from unilab.spec.models import Spec
+
+
+def check(ctx: Context) -> None:
+    diags = [d for r in RULES for d in r.check(ctx)]
+    if diags:
+        raise PlanRefused(diags)
+
+
+def _graphs(ctx: Context) -> GraphsPlan:
+    t, spec = ctx.spec.training, ctx.spec
+    cuda_reason = "ranks run on the CPU; CUDA graphs need CUDA devices"
+    if t.learner_graph == "off":
+        learner = GraphPlan(requested="off", enabled=False, disable_reason="training.learner_graph = off")
+    elif spec.algo.name == "ppo":
+        learner = GraphPlan(
+            requested=t.learner_graph, enabled=False, disable_reason="PPO runs through rsl-rl-lib's eager runner"
+        )
+    elif not ctx.on_cuda:
+        learner = GraphPlan(requested=t.learner_graph, enabled=False, disable_reason=cuda_reason)
+    else:
+        learner = GraphPlan(requested=t.learner_graph, enabled=True)
+
+    if t.physics_graph == "off":
+        physics = GraphPlan(requested="off", enabled=False, disable_reason="training.physics_graph = off")
+    elif spec.sim.backend != "mjwarp":
+        physics = GraphPlan(
+            requested=t.physics_graph, enabled=False, disable_reason="sim.backend = mujoco: CPU MuJoCo has no graph"
+        )
+    elif not ctx.on_cuda:
+        physics = GraphPlan(requested=t.physics_graph, enabled=False, disable_reason=cuda_reason)
+    else:
+        physics = GraphPlan(requested=t.physics_graph, enabled=True)
+
+    if t.collector_graph == "off":
+        collector = GraphPlan(requested="off", enabled=False, disable_reason="experimental; opt in with update_state")
+    else:
+        collector = GraphPlan(requested="update_state", enabled=True)
+    return GraphsPlan(learner=learner, physics=physics, collector=collector)
+
+
+def _nccl_env(ctx: Context, graphs: GraphsPlan) -> list[EnvVarPlan]:
+    if not ctx.on_cuda or ctx.world_size == 1:
+        return []
+    planned: dict[str, str] = {}
+    if ctx.spec.training.nccl_transport == "loopback":
+        planned |= {"NCCL_SOCKET_IFNAME": "lo", "NCCL_IB_DISABLE": "1", "NCCL_P2P_DISABLE": "1"}
+    if graphs.learner.enabled:
+        # PyTorch's CUDA graph notes: NCCL async error handling must be off for captured collectives.
+        planned["TORCH_NCCL_ASYNC_ERROR_HANDLING"] = "0"
+    user = ctx.facts.nccl_env
+    names = sorted(set(planned) | set(user))
+    return [
+        EnvVarPlan(name=n, value=user[n], source="user") if n in user else EnvVarPlan(name=n, value=planned[n])
+        for n in names
+    ]
+
+
+def _robot(ctx: Context) -> RobotPlan:
+    info = ctx.robot
+    if ctx.spec.task.robot_mjcf is None:
+        return RobotPlan(source="builtin", actuators=info.actuators)
+    path = resolve_input_path(ctx.spec.task.robot_mjcf, ctx.spec_dir)
+    return RobotPlan(source=display_path(path), sha256=info.sha256, actuators=info.actuators)
+
+
+def _motion(ctx: Context) -> MotionPlan | None:
+    info, ref = ctx.motion, ctx.spec.task.motion
+    if info is None or ref is None:
+        return None
+    source = ref if ref.startswith("builtin:") else display_path(resolve_input_path(ref, ctx.spec_dir))
+    return MotionPlan(source=source, sha256=info.sha256, num_frames=info.num_frames, fps=info.fps)
+
+
+def _ranks(ctx: Context) -> tuple[list[RankPlan], list[str]]:
+    blocks = ctx.cpu_blocks()
+    if blocks is None or ctx.devices is None:
+        raise UnilabError("internal: rules passed but devices or CPU blocks did not resolve")
+    ranks, services = [], []
+    t = ctx.spec.training
+    for i, d in enumerate(ctx.devices):
+        mps = None
+        if t.cuda_process_sharing == "mps" and d.gpu is not None:
+            svc, _ = service_for(ctx, d.gpu.uuid)
+            if svc is not None:
+                services.append(svc.name)
+                mps = RankMps(
+                    service=svc.name,
+                    pipe_directory=svc.pipe_directory,
+                    log_directory=svc.log_directory,
+                    daemon_pid=svc.daemon_pid,
+                )
+        if t.torch_threads != "auto":
+            threads = t.torch_threads
+        else:
+            # CPU learners share the rank's block with the collector workers; a GPU learner
+            # needs one thread to launch kernels.
+            threads = max(1, len(blocks[i]) // 2) if d.kind == "cpu" else 1
+        ranks.append(
+            RankPlan(
+                rank=i,
+                device=d.kind,
+                gpu_uuid=d.gpu.uuid if d.gpu else None,
+                gpu_name=d.gpu.name if d.gpu else None,
+                seed=ctx.spec.run.seed + i,
+                collector_cpu_ids=blocks[i],
+                torch_threads=threads,
+                mps=mps,
+            )
+        )
+    return ranks, services
+
+
+def compile_plan(spec: Spec, facts: HostFacts, spec_dir: Path) -> Plan:
+    ctx = build_context(spec, facts, spec_dir)
+    check(ctx)
+    t = spec.training
+    graphs = _graphs(ctx)
+    ranks, services = _ranks(ctx)
+    host_facts = fingerprint_facts(ctx, services)
+    control_dt = spec.sim.timestep * spec.sim.decimation
+    workers = (
+        1
+        if spec.sim.backend != "mujoco"
+        else (min(len(r.collector_cpu_ids) for r in ranks) if spec.sim.workers == "auto" else spec.sim.workers)
+    )
+    workers = min(workers, spec.task.num_envs)
+    world = ctx.world_size
+    body = PlanBody(
+        plan=PlanHeader(unilab_version=__version__, spec_digest=spec_digest(spec), host_fingerprint=digest(host_facts)),
+        run=spec.run,
+        task=TaskPlan(
+            **spec.task.model_dump(),
+            robot=_robot(ctx),
+            reference_motion=_motion(ctx),
+            control_dt=round(control_dt, 9),
+            max_episode_steps=math.ceil(round(spec.task.episode_length_s / control_dt, 6)),
+        ),
+        sim=SimPlan(**spec.sim.model_dump(), workers_per_rank=workers),
+        algo=spec.algo,
+        topology=TopologyPlan(
+            world_size=world,
+            process_group_backend="nccl" if ctx.on_cuda else "gloo",
+            launcher="elastic" if world > 1 else "single_process",
+        ),
+        sync=SyncPlan(
+            env_steps_per_sync=t.env_steps_per_sync,
+            inference_slot_capacity=t.inference_slot_capacity,
+            action_dependency=t.action_dependency or "synchronous",
+        ),
+        cuda_process_sharing=SharingPlan(configured=t.cuda_process_sharing, effective=t.cuda_process_sharing),
+        gradient_wire=WirePlan(
+            dtype=t.dp_gradient_wire_dtype,
+            active=world > 1,
+            reduction=(
+                "fp32 groups >= 1024 elements packed as bf16, SUM, restored to fp32, divided by world size "
+                "in fp32; smaller groups and other dtypes unchanged"
+            )
+            if t.dp_gradient_wire_dtype == "bfloat16"
+            else "SUM in fp32, divided by world size",
+        ),
+        graphs=graphs,
+        ranks=ranks,
+        nccl_env=_nccl_env(ctx, graphs),
+        host_facts=host_facts,
+    )
+    return Plan(**dict(body), plan_id=compute_plan_id(body))

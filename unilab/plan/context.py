@@ -1,0 +1,89 @@
+"""Resolution of what the rules and the plan both need: devices by UUID and CPU blocks.
+
+Resolution never raises; what cannot be resolved is left as None and the rule that owns the
+condition reports it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any, Literal
+
+from unilab.host.facts import GpuFacts, HostFacts
+from unilab.spec.models import Spec
+
+
+@dataclass(frozen=True)
+class ResolvedDevice:
+    ref: str | int  # as written in the spec
+    kind: Literal["cpu", "cuda"]
+    gpu: GpuFacts | None = None  # for cuda
+
+
+@dataclass
+class Context:
+    spec: Spec
+    facts: HostFacts
+    spec_dir: Path
+    devices: tuple[ResolvedDevice, ...] | None  # None: some device did not resolve
+
+    @cached_property
+    def robot(self) -> Any:
+        """MjcfInfo of the robot (builtin or the user's), or the UnilabError explaining why not.
+        Cached: rules and the plan builder read it without inspecting the file twice."""
+        from unilab.plan.inputs import inspect_robot
+
+        return inspect_robot(self.spec.task.robot_mjcf, self.spec_dir)
+
+    @cached_property
+    def motion(self) -> Any:
+        """MotionInfo of task.motion (None when unset), or the UnilabError explaining why not."""
+        from unilab.plan.inputs import inspect_task_motion
+
+        return inspect_task_motion(self.spec.task.motion, self.spec_dir, self.robot)
+
+    @property
+    def world_size(self) -> int:
+        return len(self.spec.device_list())
+
+    @property
+    def on_cuda(self) -> bool:
+        return self.devices is not None and all(d.kind == "cuda" for d in self.devices)
+
+    @property
+    def on_cpu(self) -> bool:
+        return all(d == "cpu" for d in self.spec.device_list())
+
+    def cpu_blocks(self) -> list[list[int]] | None:
+        """Per-rank collector CPU blocks: the override, or the affinity set split into
+        `count // world_size` contiguous blocks (the remainder stays unpinned). None if
+        there are fewer CPUs than ranks (rule devices.cpu-blocks reports it)."""
+        override = self.spec.training.collector_cpu_ids
+        if override is not None:
+            return [sorted(b) for b in override]
+        cpus = self.facts.cpu.affinity
+        size = len(cpus) // self.world_size
+        if size < 1:
+            return None
+        return [cpus[r * size : (r + 1) * size] for r in range(self.world_size)]
+
+
+def resolve_device(ref: str | int, facts: HostFacts) -> ResolvedDevice | None:
+    if ref == "cpu":
+        return ResolvedDevice(ref=ref, kind="cpu")
+    visible = facts.cuda_visible_devices.uuids
+    if isinstance(ref, int):
+        if ref >= len(visible):
+            return None
+        gpu = facts.gpu_by_uuid(visible[ref])
+    else:
+        gpu = facts.gpu_by_uuid(ref) if ref in visible else None
+    return ResolvedDevice(ref=ref, kind="cuda", gpu=gpu) if gpu else None
+
+
+def build_context(spec: Spec, facts: HostFacts, spec_dir: Path) -> Context:
+    resolved = [resolve_device(r, facts) for r in spec.device_list()]
+    devices = None if any(d is None for d in resolved) else tuple(d for d in resolved if d is not None)
+    return Context(spec=spec, facts=facts, spec_dir=spec_dir, devices=devices)

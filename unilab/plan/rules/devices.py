@@ -1,0 +1,178 @@
+"""Rules on `training.devices`, CPU blocks and the CPU backend's workers."""
+
+from __future__ import annotations
+
+from unilab.errors import Diagnostic
+from unilab.plan.context import Context, resolve_device
+from unilab.plan.rules.registry import Rule, rule
+
+
+@rule("devices.exist", "training.devices", "Every device exists on the host: `cpu`, a visible GPU index or UUID.")
+def devices_exist(r: Rule, ctx: Context) -> list[Diagnostic]:
+    f = ctx.facts
+    for i, ref in enumerate(ctx.spec.device_list()):
+        if resolve_device(ref, f) is not None:
+            continue
+        key = f"training.devices[{i}]"
+        if not f.nvidia.driver_present:
+            return [
+                r.diag(
+                    f"device {ref!r} is a GPU but this host has no NVIDIA driver ({f.nvidia.nvml_error})",
+                    'use training.devices = "cpu", or plan for a GPU node with --host-facts NODE.json',
+                    key,
+                )
+            ]
+        visible = f.cuda_visible_devices
+        if visible.error:
+            return [
+                r.diag(
+                    f"CUDA_VISIBLE_DEVICES={visible.raw!r} cannot be mapped: {visible.error}",
+                    "correct CUDA_VISIBLE_DEVICES (indices or GPU UUIDs from `unilab host`)",
+                    key,
+                )
+            ]
+        listing = ", ".join(f"{j}={u}" for j, u in enumerate(visible.uuids)) or "none"
+        return [
+            r.diag(
+                f"device {ref!r} is not among the visible GPUs ({listing})",
+                "use an index or UUID listed by `unilab host`",
+                key,
+            )
+        ]
+    return []
+
+
+@rule("devices.unique", "training.devices", "No GPU appears twice (CPU ranks may repeat `cpu`).")
+def devices_unique(r: Rule, ctx: Context) -> list[Diagnostic]:
+    if ctx.devices is None:
+        return []
+    seen: dict[str, int] = {}
+    for i, d in enumerate(ctx.devices):
+        if d.gpu is None:
+            continue
+        if d.gpu.uuid in seen:
+            return [
+                r.diag(
+                    f"training.devices[{i}] and [{seen[d.gpu.uuid]}] are the same GPU {d.gpu.uuid}",
+                    "list each GPU once; one rank per GPU",
+                    f"training.devices[{i}]",
+                )
+            ]
+        seen[d.gpu.uuid] = i
+    return []
+
+
+@rule("devices.no-mixing", "training.devices", "All ranks are CPU or all are GPU.")
+def devices_no_mixing(r: Rule, ctx: Context) -> list[Diagnostic]:
+    refs = ctx.spec.device_list()
+    cpu = ["cpu" == d for d in refs]
+    if any(cpu) and not all(cpu):
+        return [
+            r.diag(
+                f"devices {refs!r} mix CPU and GPU ranks; data-parallel ranks must be alike",
+                'use only "cpu" entries or only GPUs',
+            )
+        ]
+    return []
+
+
+@rule("devices.mig", "training.devices", "A GPU rank's GPU does not have MIG enabled (unilab plans whole GPUs).")
+def devices_mig(r: Rule, ctx: Context) -> list[Diagnostic]:
+    for i, d in enumerate(ctx.devices or ()):
+        if d.gpu is not None and d.gpu.mig_mode == "enabled":
+            return [
+                r.diag(
+                    f"GPU {d.gpu.index} ({d.gpu.uuid}) has MIG enabled",
+                    f"choose a GPU without MIG, or disable it: sudo nvidia-smi -i {d.gpu.index} -mig 0",
+                    f"training.devices[{i}]",
+                )
+            ]
+    return []
+
+
+@rule("devices.torch-cuda", "training.devices", "GPU ranks need a CUDA build of torch installed.")
+def devices_torch_cuda(r: Rule, ctx: Context) -> list[Diagnostic]:
+    torch_v = ctx.facts.packages.torch
+    if ctx.on_cpu or ctx.devices is None:
+        return []
+    if torch_v is None:
+        return [r.diag("torch is not installed", "pip install torch (a CUDA build)")]
+    if torch_v.endswith("+cpu"):
+        return [r.diag(f"torch {torch_v} is a CPU-only build", "install a CUDA build of torch, e.g. pip install torch")]
+    return []
+
+
+@rule(
+    "devices.cpu-blocks",
+    "training.collector_cpu_ids",
+    "One collector CPU block per rank: non-empty, disjoint, inside the CPU affinity set.",
+)
+def devices_cpu_blocks(r: Rule, ctx: Context) -> list[Diagnostic]:
+    aff = set(ctx.facts.cpu.affinity)
+    n = ctx.world_size
+    override = ctx.spec.training.collector_cpu_ids
+    if override is None:
+        if len(aff) < n:
+            return [
+                r.diag(
+                    f"{n} ranks need at least {n} CPUs, the affinity set has {len(aff)} ({sorted(aff)})",
+                    "use fewer ranks, or run on a host (or under a CPU affinity) with more CPUs",
+                    "training.devices",
+                )
+            ]
+        return []
+    if len(override) != n:
+        return [r.diag(f"{len(override)} CPU blocks given for {n} ranks", f"give exactly {n} blocks, one per rank")]
+    seen: dict[int, int] = {}
+    for i, block in enumerate(override):
+        key = f"training.collector_cpu_ids[{i}]"
+        if not block:
+            return [r.diag(f"block of rank {i} is empty", "give each rank at least one CPU", key)]
+        outside = sorted(set(block) - aff)
+        if outside:
+            return [
+                r.diag(
+                    f"CPUs {outside} of rank {i} are outside the affinity set {sorted(aff)}",
+                    "use CPUs listed by `unilab host`",
+                    key,
+                )
+            ]
+        for c in block:
+            if c in seen and seen[c] != i:
+                return [r.diag(f"CPU {c} is in the blocks of ranks {seen[c]} and {i}", "make the blocks disjoint", key)]
+            seen[c] = i
+    return []
+
+
+@rule(
+    "sim.workers",
+    "sim.workers",
+    "An explicit worker count is for the CPU backend, at most one per CPU of the block and per env.",
+)
+def sim_workers(r: Rule, ctx: Context) -> list[Diagnostic]:
+    w = ctx.spec.sim.workers
+    if w == "auto":
+        return []
+    if ctx.spec.sim.backend != "mujoco":
+        return [
+            r.diag(
+                f"sim.workers = {w} has no effect with sim.backend = {ctx.spec.sim.backend!r}",
+                'remove sim.workers (or set it to "auto")',
+            )
+        ]
+    if w > ctx.spec.task.num_envs:
+        return [
+            r.diag(
+                f"{w} workers for {ctx.spec.task.num_envs} envs would leave workers idle",
+                f"set sim.workers <= {ctx.spec.task.num_envs}",
+            )
+        ]
+    blocks = ctx.cpu_blocks()
+    if blocks is not None and w > min(len(b) for b in blocks):
+        return [
+            r.diag(
+                f"{w} workers exceed the {min(len(b) for b in blocks)} CPU(s) of a rank's collector block",
+                f'set sim.workers = "auto" or <= {min(len(b) for b in blocks)}',
+            )
+        ]
+    return []

@@ -1,0 +1,120 @@
+"""Rules on data-parallel wire dtype, NCCL transport and the CUDA graph boundaries."""
+
+from __future__ import annotations
+
+from unilab.errors import Diagnostic
+from unilab.plan.context import Context
+from unilab.plan.rules.registry import Rule, rule
+
+
+@rule(
+    "wire.bf16-needs-dp",
+    "training.dp_gradient_wire_dtype",
+    "A bfloat16 gradient wire needs more than one rank (an explicit request that would do nothing is refused).",
+)
+def wire_bf16(r: Rule, ctx: Context) -> list[Diagnostic]:
+    if ctx.spec.training.dp_gradient_wire_dtype == "bfloat16" and ctx.world_size == 1:
+        return [
+            r.diag(
+                "one rank has no gradient all-reduce, so a bfloat16 wire would change nothing",
+                'set training.dp_gradient_wire_dtype = "float32", or list two or more devices',
+            )
+        ]
+    if ctx.spec.training.dp_gradient_wire_dtype == "bfloat16" and ctx.spec.algo.name == "ppo":
+        return [
+            r.diag(
+                "PPO synchronises gradients inside rsl-rl-lib's runner, which has no bfloat16 wire",
+                'set training.dp_gradient_wire_dtype = "float32"',
+            )
+        ]
+    return []
+
+
+@rule("nccl.transport", "training.nccl_transport", "`nccl_transport = loopback` needs NCCL: two or more GPU ranks.")
+def nccl_transport(r: Rule, ctx: Context) -> list[Diagnostic]:
+    if ctx.spec.training.nccl_transport == "loopback" and (ctx.on_cpu or ctx.world_size == 1):
+        return [
+            r.diag(
+                "the NCCL transport is only used between two or more GPU ranks",
+                'set training.nccl_transport = "default"',
+            )
+        ]
+    return []
+
+
+@rule(
+    "graph.learner",
+    "training.learner_graph",
+    "`learner_graph = on` needs CUDA ranks and an off-policy learner (sac, flashsac).",
+)
+def graph_learner(r: Rule, ctx: Context) -> list[Diagnostic]:
+    if ctx.spec.training.learner_graph != "on":
+        return []
+    if not ctx.on_cuda:
+        return [
+            r.diag(
+                "a CUDA graph needs CUDA devices; the ranks run on the CPU",
+                'set training.learner_graph = "auto" (or "off"), or use GPU devices',
+            )
+        ]
+    if ctx.spec.algo.name == "ppo":
+        return [
+            r.diag(
+                "PPO runs through rsl-rl-lib's eager runner, which is not captured",
+                'set training.learner_graph = "auto" (or "off")',
+            )
+        ]
+    return []
+
+
+@rule("graph.physics", "training.physics_graph", "`physics_graph = on` needs MuJoCo Warp on CUDA devices.")
+def graph_physics(r: Rule, ctx: Context) -> list[Diagnostic]:
+    if ctx.spec.training.physics_graph != "on":
+        return []
+    if ctx.spec.sim.backend != "mjwarp":
+        return [
+            r.diag(
+                "the CPU MuJoCo backend has no graph to capture",
+                'set sim.backend = "mjwarp", or training.physics_graph = "auto"',
+            )
+        ]
+    if not ctx.on_cuda:
+        return [
+            r.diag(
+                "Warp graph capture needs a CUDA device; the ranks run on the CPU",
+                'set training.physics_graph = "auto" (or "off"), or use GPU devices',
+            )
+        ]
+    return []
+
+
+@rule(
+    "graph.collector",
+    "training.collector_graph",
+    "`collector_graph = update_state` needs MuJoCo Warp on CUDA and a task whose terms all pass the preflight.",
+)
+def graph_collector(r: Rule, ctx: Context) -> list[Diagnostic]:
+    if ctx.spec.training.collector_graph != "update_state":
+        return []
+    off = 'or set training.collector_graph = "off"'
+    if ctx.spec.sim.backend != "mjwarp":
+        return [
+            r.diag("the update-state graph captures MuJoCo Warp collectors only", f'set sim.backend = "mjwarp", {off}')
+        ]
+    if not ctx.on_cuda:
+        return [
+            r.diag("the update-state graph needs CUDA devices; the ranks run on the CPU", f"use GPU devices, {off}")
+        ]
+    from unilab.tasks.declarations import declared_terms
+
+    out = []
+    for term in declared_terms(ctx.spec.task):
+        for why in term.graph_blockers():
+            out.append(
+                r.diag(
+                    f"preflight: {term.kind} term `{term.name}` {why}",
+                    f"turn the option off that adds `{term.name}` (see docs/tasks.md), {off}",
+                    "task",
+                )
+            )
+    return out
