@@ -135,7 +135,7 @@ def test_cpu_plan_ignores_gpu_facts() -> None:
 spec_variants = st.fixed_dictionaries(
     {
         "run__seed": st.integers(0, 2**31 - 1),
-        "run__total_env_steps": st.integers(64, 10**9),
+        "run__total_env_steps": st.integers(128, 10**9),
         "task__num_envs": st.sampled_from([1, 8, 16, 64]),
         "sim__decimation": st.integers(1, 10),
         "algo": st.sampled_from([{"name": "sac"}, {"name": "flashsac"}, {"name": "sac", "critic": "c51"}]),

@@ -186,12 +186,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sp.add_argument("--markdown", action="store_true", help="render docs/rules.md")
     sp.set_defaults(func=_cmd_rules)
+
+    from unilab.cli import mps_cmd
+
+    mps_cmd.add_parser(sub)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # usage errors (exit 2) and --help (exit 0), already printed by argparse
+        return int(exc.code or 0)
     try:
         return int(args.func(args))
     except UnilabError as exc:

@@ -103,3 +103,15 @@ def probe_service(entry: RegistryEntry) -> MpsServiceFacts:
         pipe_directory_owner_uid=owner,
         pipe_directory_mode=mode,
     )
+
+
+def write_registry(registry: Registry, state_dir: Path | None = None) -> None:
+    """Replace the registry atomically (temp file, fsync, rename) so a crash never leaves half a file."""
+    path = registry_path(state_dir)
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(registry.model_dump_json(indent=2) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)

@@ -87,7 +87,9 @@ def _nccl_env(ctx: Context, graphs: GraphsPlan) -> list[EnvVarPlan]:
     user = ctx.facts.nccl_env
     names = sorted(set(planned) | set(user))
     return [
-        EnvVarPlan(name=n, value=user[n], source="user") if n in user else EnvVarPlan(name=n, value=planned[n])
+        EnvVarPlan(name=n, value=user[n], source="user")
+        if n in user
+        else EnvVarPlan(name=n, value=planned[n], source="plan")
         for n in names
     ]
 

@@ -129,7 +129,7 @@ class PlanBody(_P):
     gradient_wire: WirePlan
     graphs: GraphsPlan
     ranks: list[RankPlan]
-    nccl_env: list[EnvVarPlan]
+    nccl_env: list[EnvVarPlan] = Field(default_factory=list)
     host_facts: dict[str, Any] = Field(description="The host facts the plan depends on, by key path.")
 
 

@@ -1,0 +1,229 @@
+"""`unilab mps`: start, stop and inspect one NVIDIA MPS control daemon per GPU.
+
+Each service has its own pipe and log directories under unilab's state directory and serves
+exactly one GPU, selected by UUID through CUDA_VISIBLE_DEVICES. The registry records name, GPU
+UUID, directories and daemon pid; `unilab plan` reads it. Training never starts or stops daemons.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import stat
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from unilab.errors import UnilabError
+from unilab.host.facts import GpuFacts, HostFacts, MpsServiceFacts
+from unilab.host.mps_registry import (
+    PID_FILE_NAME,
+    Registry,
+    RegistryEntry,
+    probe_service,
+    read_registry,
+    registry_path,
+    write_registry,
+)
+
+CONTROL_BINARY = "nvidia-cuda-mps-control"
+START_TIMEOUT_S = 10.0
+STOP_TIMEOUT_S = 15.0
+
+
+class MpsError(UnilabError):
+    """An `unilab mps` request that cannot be carried out."""
+
+
+@dataclass(frozen=True)
+class ServiceDirs:
+    pipe: Path
+    log: Path
+
+
+def service_dirs(state_dir: Path, name: str) -> ServiceDirs:
+    return ServiceDirs(pipe=state_dir / name / "pipe", log=state_dir / name / "log")
+
+
+def control_binary() -> str:
+    path = shutil.which(CONTROL_BINARY)
+    if path is None:
+        raise MpsError(
+            f"{CONTROL_BINARY} is not on PATH: the NVIDIA MPS tools are not installed here",
+            fix="install the NVIDIA driver's MPS tools (e.g. the nvidia-utils package) on this GPU host",
+        )
+    return path
+
+
+def _resolve_gpu(facts: HostFacts, gpu: str) -> GpuFacts:
+    if not facts.nvidia.driver_present:
+        raise MpsError(
+            f"no NVIDIA driver: {facts.nvidia.nvml_error}", fix="run `unilab mps` on a host with NVIDIA GPUs"
+        )
+    matches = [g for g in facts.nvidia.gpus if (gpu.isdigit() and g.index == int(gpu)) or g.uuid == gpu]
+    if not matches:
+        known = ", ".join(f"{g.index}={g.uuid}" for g in facts.nvidia.gpus) or "none"
+        raise MpsError(f"unknown GPU {gpu!r} (GPUs: {known})", fix="pass an NVML index or UUID from `unilab host`")
+    g = matches[0]
+    if g.mig_mode == "enabled":
+        raise MpsError(
+            f"GPU {g.index} ({g.uuid}) has MIG enabled; unilab does not run MPS on MIG devices",
+            fix="choose a GPU without MIG",
+        )
+    return g
+
+
+def _check_dir(path: Path) -> None:
+    """Refuse a directory owned by another user or writable by others: an MPS pipe directory is
+    how clients reach the daemon, so it must be ours alone."""
+    st = path.stat()
+    if st.st_uid != os.getuid():
+        raise MpsError(
+            f"{path} is owned by uid {st.st_uid}, not by you (uid {os.getuid()})",
+            fix=f"remove it or choose another --name (unilab keeps its directories under {path.parent.parent})",
+        )
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise MpsError(
+            f"{path} is writable by other users (mode {stat.S_IMODE(st.st_mode):04o})", fix=f"chmod 700 {path}"
+        )
+
+
+def _make_private_dir(path: Path) -> None:
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    _check_dir(path)
+
+
+@contextmanager
+def _locked(state_dir: Path) -> Iterator[None]:
+    """Serialize registry updates between concurrent `unilab mps` commands."""
+    state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    with open(state_dir / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def service_env(entry: RegistryEntry, base: dict[str, str] | None = None) -> dict[str, str]:
+    env = dict(os.environ if base is None else base)
+    env["CUDA_VISIBLE_DEVICES"] = entry.gpu_uuid
+    env["CUDA_MPS_PIPE_DIRECTORY"] = entry.pipe_directory
+    env["CUDA_MPS_LOG_DIRECTORY"] = entry.log_directory
+    return env
+
+
+def _wait_for(cond, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        time.sleep(0.05)
+    return cond()
+
+
+def start(facts: HostFacts, gpu: str, name: str, state_dir: Path) -> MpsServiceFacts:
+    """Start one daemon for one GPU and register it. Refuses instead of guessing."""
+    if not name or not all(c.isalnum() or c in "-_." for c in name) or name.startswith("."):
+        raise MpsError(
+            f"service name {name!r} is not a plain name", fix="use letters, digits, '-', '_', e.g. train-gpu0"
+        )
+    binary = control_binary()
+    g = _resolve_gpu(facts, gpu)
+    dirs = service_dirs(state_dir, name)
+    with _locked(state_dir):
+        reg = read_registry(state_dir)
+        for e in reg.services:
+            live = probe_service(e)
+            if e.name == name and live.daemon_alive:
+                raise MpsError(
+                    f"MPS service {name!r} is already running (pid {live.daemon_pid}, GPU {e.gpu_uuid})",
+                    fix=f"use it as is, or `unilab mps stop --name {name}` first",
+                )
+            if e.name != name and e.gpu_uuid == g.uuid and live.daemon_alive:
+                raise MpsError(
+                    f"GPU {g.index} ({g.uuid}) is already served by MPS service {e.name!r}",
+                    fix=f"use --name {e.name}, or `unilab mps stop --name {e.name}` first",
+                )
+        for d in (dirs.pipe, dirs.log):
+            if d.exists():
+                _check_dir(d)
+        _make_private_dir(dirs.pipe)
+        _make_private_dir(dirs.log)
+        entry = RegistryEntry(name=name, gpu_uuid=g.uuid, pipe_directory=str(dirs.pipe), log_directory=str(dirs.log))
+        # Output goes to a file, not a pipe: the daemon inherits our descriptors, and a pipe it
+        # keeps open would make us wait for it forever.
+        out_path = dirs.log / "control-start.out"
+        with open(out_path, "w") as out:
+            r = subprocess.run(
+                [binary, "-d"],
+                env=service_env(entry),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                timeout=30,
+            )
+        if r.returncode != 0:
+            said = out_path.read_text(errors="replace").strip()[:300]
+            raise MpsError(
+                f"{CONTROL_BINARY} -d failed for GPU {g.index} (exit {r.returncode}): {said}",
+                fix=f"read the daemon log in {dirs.log}",
+            )
+        if not _wait_for(lambda: probe_service(entry).control_socket_exists, START_TIMEOUT_S):
+            raise MpsError(
+                f"the MPS daemon for GPU {g.index} did not create {dirs.pipe}/control within {START_TIMEOUT_S:.0f} s",
+                fix=f"read the daemon log in {dirs.log}",
+            )
+        pid = probe_service(entry).daemon_pid
+        entry = entry.model_copy(update={"daemon_pid": pid})
+        others = [e for e in reg.services if e.name != name]
+        write_registry(Registry(services=[*others, entry]), state_dir)
+        return probe_service(entry)
+
+
+def stop(name: str, state_dir: Path) -> MpsServiceFacts:
+    """Send `quit` to the named daemon, wait for it to exit, and unregister it."""
+    with _locked(state_dir):
+        reg = read_registry(state_dir)
+        entry = next((e for e in reg.services if e.name == name), None)
+        if entry is None:
+            known = ", ".join(e.name for e in reg.services) or "none"
+            raise MpsError(f"no MPS service named {name!r} (registered: {known})", fix="see `unilab mps status`")
+        live = probe_service(entry)
+        if live.daemon_alive:
+            binary = control_binary()
+            r = subprocess.run(
+                [binary], input="quit\n", env=service_env(entry), capture_output=True, text=True, timeout=30
+            )
+            if r.returncode != 0:
+                raise MpsError(
+                    f"`quit` to MPS service {name!r} failed (exit {r.returncode}): "
+                    f"{(r.stderr or r.stdout).strip()[:300]}",
+                    fix=f"read the daemon log in {entry.log_directory}",
+                )
+            if not _wait_for(lambda: not probe_service(entry).daemon_alive, STOP_TIMEOUT_S):
+                raise MpsError(
+                    f"MPS service {name!r} (pid {live.daemon_pid}) did not exit within "
+                    f"{STOP_TIMEOUT_S:.0f} s of `quit` (clients may still be attached)",
+                    fix=f"stop the clients, or kill {live.daemon_pid}",
+                )
+        write_registry(Registry(services=[e for e in reg.services if e.name != name]), state_dir)
+        return live
+
+
+def status(state_dir: Path) -> list[MpsServiceFacts]:
+    return [probe_service(e) for e in read_registry(state_dir).services]
+
+
+def find(name: str, state_dir: Path) -> RegistryEntry:
+    entry = next((e for e in read_registry(state_dir).services if e.name == name), None)
+    if entry is None:
+        raise MpsError(f"no MPS service named {name!r}", fix="see `unilab mps status`")
+    return entry
+
+
+__all__ = ["PID_FILE_NAME", "MpsError", "find", "registry_path", "service_env", "start", "status", "stop"]
