@@ -1,5 +1,5 @@
-"""The run manifest: the record of what actually ran. v1 starts with identity, provenance,
-per-rank evidence, counters and the final status; later runtime work extends it."""
+"""The run manifest: the record of what actually ran, written at start, at each checkpoint and at
+the end, validated against schemas/manifest.v1.json before every write."""
 
 from __future__ import annotations
 
@@ -19,31 +19,80 @@ class Provenance(_M):
     cpu: str
     python: str
     unilab: str
-    git_commit: str | None = None
+    git_commit: str | None = Field(None, description="Commit of the unilab checkout, when run from one.")
     torch: str | None = None
-    cuda_runtime: str | None = None
+    cuda_runtime: str | None = Field(None, description="CUDA runtime torch was built with (null on CPU builds).")
     warp_lang: str | None = None
     mujoco: str | None = None
     mujoco_warp: str | None = None
-    gpu_name: str | None = None
+    gpu_names: list[str] = Field(default_factory=list)
     driver_version: str | None = None
+
+
+class Topology(_M):
+    world_size: int
+    process_group_backend: Literal["gloo", "nccl"]
+    launcher: str
 
 
 class RankEvidence(_M):
     rank: int
     device: str
     gpu_uuid: str | None = None
-    collector_cpu_ids_applied: list[int] = Field(description="As read back with os.sched_getaffinity.")
-    torch_threads: int
+    learner_pid: int
+    collector_pid: int | None = None
+    collector_cpu_ids_planned: list[int]
+    collector_cpu_ids_applied: list[int] = Field(description="Read back with os.sched_getaffinity in the collector.")
+    physics_workers: int
+    torch_threads: int = Field(description="torch.get_num_threads() in the learner.")
+
+
+class GraphEvidence(_M):
+    requested: str
+    enabled: bool
+    disable_reason: str | None = None
+    replays: int = 0
+
+
+class BackendDiagnostics(_M):
+    physics: Literal["mujoco", "mjwarp"]
+    physics_graph: GraphEvidence
+    learner_graph: GraphEvidence
 
 
 class Counters(_M):
     env_steps: int = 0
+    syncs: int = Field(0, description="Collector/learner synchronisations (K env steps of every env each).")
     updates: int = 0
     episodes: int = 0
     nonfinite_resets: int = 0
-    skipped_updates: int = 0
-    dropped_transitions: int = 0
+    skipped_updates: int = Field(0, description="Optimizer steps skipped because a loss was non-finite.")
+    transitions_produced: int = 0
+    transitions_stored: int = 0
+    dropped_transitions: int = Field(0, description="Produced but not stored; the runtime's invariant is 0.")
+
+
+class Timing(_M):
+    wall_s: float = 0.0
+    env_steps_per_s: float = 0.0
+    updates_per_s: float = 0.0
+    collector_phases_us: dict[str, float] = Field(
+        default_factory=dict, description="Mean microseconds per sync of each collector lifecycle phase."
+    )
+    learner_update_ms: float = Field(0.0, description="Mean wall time of one gradient update.")
+    learner_wait_s: float = Field(0.0, description="Learner time spent waiting for the collector.")
+    collector_wait_s: float = Field(0.0, description="Collector time spent waiting for actions.")
+
+
+class Metrics(_M):
+    episode_return_mean: float | None = None
+    episode_length_mean: float | None = None
+
+
+class CheckpointRecord(_M):
+    path: str
+    env_steps: int
+    sha256: str
 
 
 class FirstError(_M):
@@ -52,16 +101,25 @@ class FirstError(_M):
 
 
 class Manifest(_M):
-    """manifest.json of a run directory, validated against schemas/manifest.v1.json before writing."""
+    """manifest.json of a run directory."""
 
     schema_version: Literal[1] = 1
     run_id: str
     plan_id: str
     spec_digest: str
+    task: str
+    algo: str
     status: Literal["running", "succeeded", "failed", "interrupted"]
     started_at: str = Field(description="UTC, ISO 8601.")
+    updated_at: str
     finished_at: str | None = None
+    resumed_from: str | None = Field(None, description="Checkpoint this run continued from.")
     provenance: Provenance
+    topology: Topology
     ranks: list[RankEvidence] = Field(default_factory=list)
+    backend: BackendDiagnostics
     counters: Counters = Field(default_factory=Counters)
+    timing: Timing = Field(default_factory=Timing)
+    metrics: Metrics = Field(default_factory=Metrics)
+    checkpoints: list[CheckpointRecord] = Field(default_factory=list)
     first_error: FirstError | None = None

@@ -72,10 +72,10 @@ def render_markdown() -> str:
     lines += _table("[task]", TaskSpec)
     lines += _table("[task.commands]", CommandRanges)
     lines += _table("[sim]", SimSpec)
-    lines += _table("[algo] name = \"sac\"", SacSpec, "Soft actor-critic with FastSAC's large-batch options.")
-    lines += _table("[algo] name = \"flashsac\"", FlashSacSpec, "FlashSAC (arXiv:2604.04539).")
+    lines += _table('[algo] name = "sac"', SacSpec, "Soft actor-critic with FastSAC's large-batch options.")
+    lines += _table('[algo] name = "flashsac"', FlashSacSpec, "FlashSAC (arXiv:2604.04539).")
     lines += _table(
-        "[algo] name = \"ppo\"",
+        '[algo] name = "ppo"',
         PpoSpec,
         "PPO through rsl-rl-lib. Off-policy keys (e.g. `batch_size`) are refused by rule `algo.ppo-offpolicy-keys`.",
     )

@@ -34,6 +34,7 @@ class RunSpec(_Section):
     log_every_seconds: Annotated[float, Field(gt=0)] = Field(
         5.0, description="Interval of the progress line, metrics events and tensorboard scalars."
     )
+    checkpoint_keep: Annotated[int, Field(ge=1, le=1000)] = Field(3, description="Newest checkpoints kept on disk.")
 
 
 class CommandRanges(_Section):
@@ -218,7 +219,6 @@ class TrainingSpec(_Section):
     nccl_transport: Literal["default", "loopback"] = Field(
         "default", description="`loopback`: NCCL over the loopback socket (single-node debugging)."
     )
-    checkpoint_keep: Annotated[int, Field(ge=1, le=1000)] = Field(3, description="Checkpoints kept on disk.")
 
 
 class Spec(_Section):

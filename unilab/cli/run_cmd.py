@@ -1,0 +1,105 @@
+"""`unilab apply`, `unilab manifest validate`, `unilab export`."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from unilab.errors import UnilabError
+
+
+def _resolve(target: Path, overrides: list[str]):
+    """A spec is planned against this host; a saved plan is re-checked against it (stale-plan refusal)."""
+    from unilab.host.probe import probe_host
+    from unilab.plan.fingerprint import compare_fingerprint
+    from unilab.plan.render import is_plan_file, load_plan
+
+    facts = probe_host()
+    if target.is_file() and is_plan_file(target):
+        if overrides:
+            raise UnilabError(
+                f"{target} is a saved plan; --set applies to specs only", fix="put the override on the spec and re-plan"
+            )
+        plan = load_plan(target)
+        changes = compare_fingerprint(plan.host_facts, facts)
+        if changes:
+            more = f" (and {len(changes) - 1} more)" if len(changes) > 1 else ""
+            raise UnilabError(
+                f"the saved plan {target} is stale: {changes[0].render()}{more}",
+                detail="a plan is only valid on the host facts it was compiled against",
+                fix="re-plan: unilab plan SPEC --out PLAN.toml (or apply the spec directly)",
+            )
+        return plan, Path.cwd(), facts
+    from unilab.plan.compile import compile_plan
+    from unilab.spec.load import load_spec
+
+    loaded = load_spec(target, overrides)
+    return compile_plan(loaded.spec, facts, loaded.spec_dir), loaded.spec_dir, facts
+
+
+def cmd_apply(args: argparse.Namespace) -> int:
+    from unilab.run.apply import ApplyRequest, run_apply
+
+    plan, spec_dir, facts = _resolve(args.target, args.set)
+    return run_apply(
+        ApplyRequest(plan=plan, spec_dir=spec_dir, facts=facts, resume_dir=args.resume, progress=not args.quiet)
+    )
+
+
+def cmd_manifest_validate(args: argparse.Namespace) -> int:
+    from unilab.run.manifest_io import validate_manifest_file
+
+    m = validate_manifest_file(args.file)
+    print(f"{args.file}: valid manifest v{m.schema_version} (run {m.run_id}, status {m.status})")
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from unilab.run.export import export_onnx
+
+    out = export_onnx(args.run_dir, args.out)
+    print(f"exported the actor with its observation normalizer to {out}")
+    return 0
+
+
+def add_parsers(sub: argparse._SubParsersAction, spec_opts) -> None:
+    sp = sub.add_parser(
+        "apply",
+        help="run a spec or a saved plan (the main job)",
+        description="Plan TARGET (a spec) for this host, or re-check a saved plan against it (a stale plan is "
+        "refused), then train. The run directory runs/<name>-<utc time>/ gets plan.toml, manifest.json, "
+        "events.jsonl, tensorboard/ and checkpoints/. Ctrl-C stops gracefully (final checkpoint, exit 130).",
+    )
+    sp.add_argument("target", type=Path, metavar="SPEC|PLAN", help="run spec (.toml) or saved plan")
+    sp.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a spec key (repeatable), as in `unilab plan`",
+    )
+    sp.add_argument(
+        "--resume",
+        type=Path,
+        metavar="RUN_DIR",
+        help="continue RUN_DIR from its last checkpoint (same plan id required)",
+    )
+    sp.add_argument("--quiet", action="store_true", help="no progress line")
+    sp.set_defaults(func=cmd_apply)
+
+    sp = sub.add_parser("manifest", help="check a run manifest against the manifest schema")
+    msub = sp.add_subparsers(dest="manifest_command", metavar="ACTION", required=True)
+    vp = msub.add_parser("validate", help="validate FILE against schemas/manifest.v1.json")
+    vp.add_argument("file", type=Path, metavar="FILE")
+    vp.set_defaults(func=cmd_manifest_validate)
+
+    sp = sub.add_parser(
+        "export",
+        help="export a run's policy for deployment",
+        description="Write the actor of RUN_DIR's last checkpoint, with its observation normalizer, "
+        "as an ONNX model: input `obs` [batch, obs_dim], output `action` [batch, act_dim] in [-1, 1].",
+    )
+    sp.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    sp.add_argument("--format", choices=("onnx",), default="onnx")
+    sp.add_argument("--out", type=Path, metavar="FILE", help="default: RUN_DIR/policy.onnx")
+    sp.set_defaults(func=cmd_export)

@@ -1,0 +1,43 @@
+"""Atomic file replacement: write a temp file in the same directory, fsync it, rename it over the
+target, fsync the directory. Readers see the old file or the new one, never half of either."""
+
+from __future__ import annotations
+
+import errno
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO
+
+from unilab.errors import UnilabError
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_atomic(path: Path, write: Callable[[IO[bytes]], None], what: str) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        _fsync_dir(path.parent)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        why = "the disk is full" if exc.errno == errno.ENOSPC else (exc.strerror or str(exc))
+        raise UnilabError(
+            f"cannot write {what} {path}: {why}",
+            detail="the previous version of the file, if any, is unchanged",
+            fix="free disk space (or choose another run.output_dir) and resume with --resume RUN_DIR",
+        ) from exc
+
+
+def write_text_atomic(path: Path, text: str, what: str) -> None:
+    write_atomic(path, lambda f: f.write(text.encode("utf-8")), what)

@@ -1,0 +1,73 @@
+"""The collector <-> learner channel of one rank: preallocated shared-memory tensors and two
+semaphores. Nothing is pickled per step.
+
+K = 1 protocol (one sync per env step):
+
+    collector: reset -> obs[0] -> post obs_ready
+    learner:   wait obs_ready -> action[t] = policy(obs[t % 2]) -> post act_ready -> gradient
+               updates (overlapping the physics step) -> wait obs_ready -> store transition t
+    collector: wait act_ready -> env.step(action) -> next_obs, reward, done, obs[(t + 1) % 2]
+               -> post obs_ready
+
+Observations are double-buffered: the collector writes obs[t+1] into the other slot, so the
+learner's obs[t] (the transition's first element) is never overwritten before it is stored.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from unilab.collect.timing import PHASES
+
+# Per-sync counters the collector publishes (float64 slots of `stats`).
+STAT_SYNCS, STAT_ENV_STEPS, STAT_EPISODES, STAT_RETURN_SUM, STAT_LENGTH_SUM, STAT_NONFINITE, STAT_WAIT_S = range(7)
+NUM_STATS = 7
+
+
+@dataclass
+class SharedBuffers:
+    obs: torch.Tensor  # [2, N, D]
+    action: torch.Tensor  # [N, A]
+    next_obs: torch.Tensor  # [N, D] the step's own next observation (terminal obs for ended worlds)
+    reward: torch.Tensor  # [N]
+    terminated: torch.Tensor  # [N] bool
+    truncated: torch.Tensor  # [N] bool
+    nonfinite: torch.Tensor  # [N] bool: worlds whose step was non-finite (reset; transition not stored)
+    stats: torch.Tensor  # [NUM_STATS] float64, cumulative
+    phase_s: torch.Tensor  # [len(PHASES)] float64, cumulative seconds per collector phase
+    physics_replays: torch.Tensor  # [1] int64, graph replays of the physics backend
+
+    @staticmethod
+    def allocate(num_envs: int, obs_dim: int, act_dim: int) -> SharedBuffers:
+        def z(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+            return torch.zeros(*shape, dtype=dtype).share_memory_()
+
+        return SharedBuffers(
+            obs=z(2, num_envs, obs_dim),
+            action=z(num_envs, act_dim),
+            next_obs=z(num_envs, obs_dim),
+            reward=z(num_envs),
+            terminated=z(num_envs, dtype=torch.bool),
+            truncated=z(num_envs, dtype=torch.bool),
+            nonfinite=z(num_envs, dtype=torch.bool),
+            stats=z(NUM_STATS, dtype=torch.float64),
+            phase_s=z(len(PHASES), dtype=torch.float64),
+            physics_replays=z(1, dtype=torch.int64),
+        )
+
+
+@dataclass(frozen=True)
+class Hello:
+    """The collector's first message: what it built and where it runs (manifest evidence)."""
+
+    pid: int
+    cpu_ids_applied: list[int]
+    physics_workers: int
+    obs_dim: int
+    act_dim: int
+    num_envs: int
+    buffers: SharedBuffers
+    physics_graph_enabled: bool
+    physics_graph_disable_reason: str | None

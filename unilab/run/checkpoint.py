@@ -1,0 +1,69 @@
+"""Checkpoints: one torch file per save, written atomically, loaded with weights_only=True, tied
+to the plan that produced them. A corrupt file or one from another plan is refused by name."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import pickle
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from unilab.errors import UnilabError
+from unilab.run.atomic import write_atomic
+
+CHECKPOINT_FORMAT = 1
+
+
+def checkpoint_name(env_steps: int) -> str:
+    return f"ckpt-{env_steps:013d}.pt"
+
+
+def save_checkpoint(
+    directory: Path, state: dict[str, Any], *, plan_id: str, env_steps: int, keep: int
+) -> tuple[Path, str]:
+    """Write `state` (tensors, numbers, strings, nested dicts) and prune to the newest `keep`.
+    Returns the path and the sha256 of the bytes written."""
+    directory.mkdir(parents=True, exist_ok=True)
+    buf = io.BytesIO()
+    torch.save({"format": CHECKPOINT_FORMAT, "plan_id": plan_id, "env_steps": env_steps, "state": state}, buf)
+    data = buf.getvalue()
+    path = directory / checkpoint_name(env_steps)
+    write_atomic(path, lambda f: f.write(data), "checkpoint")
+    for old in list_checkpoints(directory)[:-keep]:
+        old.unlink(missing_ok=True)
+    return path, hashlib.sha256(data).hexdigest()
+
+
+def list_checkpoints(directory: Path) -> list[Path]:
+    """Checkpoints oldest first (the name sorts by env steps)."""
+    return sorted(directory.glob("ckpt-*.pt"))
+
+
+def load_checkpoint(path: Path, *, plan_id: str | None) -> dict[str, Any]:
+    """Load with weights_only=True (no arbitrary code from the file). Refuses a corrupt file, an
+    unknown format, and, when `plan_id` is given, a checkpoint written by another plan."""
+    if not path.is_file():
+        raise UnilabError(f"checkpoint {path} does not exist", fix="pass a run directory that holds checkpoints/")
+    try:
+        blob = torch.load(path, map_location="cpu", weights_only=True)
+    except (RuntimeError, pickle.UnpicklingError, zipfile.BadZipFile, EOFError, ValueError, OSError) as exc:
+        raise UnilabError(
+            f"checkpoint {path} is corrupt or unreadable: {str(exc).splitlines()[0][:200]}",
+            fix="resume from an earlier checkpoint (delete this file) or start a new run",
+        ) from None
+    if not isinstance(blob, dict) or blob.get("format") != CHECKPOINT_FORMAT or "state" not in blob:
+        raise UnilabError(
+            f"{path} is not a unilab checkpoint (format {CHECKPOINT_FORMAT})",
+            fix="resume from a run directory written by this unilab",
+        )
+    if plan_id is not None and blob.get("plan_id") != plan_id:
+        raise UnilabError(
+            f"checkpoint {path} belongs to plan {blob.get('plan_id')}, this run's plan is {plan_id}",
+            detail="a resume continues exactly the same plan; a changed spec or host makes a new plan",
+            fix="resume with the run's own plan (`unilab apply RUN_DIR/plan.toml --resume RUN_DIR`) or start a new run",
+        )
+    return blob

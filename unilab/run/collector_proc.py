@@ -1,0 +1,135 @@
+"""The collector process of one rank: builds the physics backend and the task, then serves the
+channel protocol (see `unilab.run.channel`) until told to stop. It ignores SIGINT: the learner
+decides how a run ends, so Ctrl-C gives a final checkpoint rather than a torn collector."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+import traceback
+from dataclasses import dataclass
+from multiprocessing.synchronize import Event, Semaphore
+from pathlib import Path
+from typing import Any
+
+from unilab.errors import UnilabError
+
+WAIT_SLICE_S = 0.5
+
+
+@dataclass(frozen=True)
+class CollectorConfig:
+    rank: int
+    task: Any  # TaskSpec (pickled to the child)
+    sim: Any  # SimSpec
+    spec_dir: str
+    num_envs: int
+    workers: int
+    cpu_ids: list[int]
+    device: str
+    physics_graph: bool
+    seed: int
+    parent_pid: int
+
+
+def collector_main(
+    cfg: CollectorConfig, hello_q: Any, err_q: Any, obs_ready: Semaphore, act_ready: Semaphore, stop: Event
+) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    where = f"rank{cfg.rank}.collector"
+    collector = None
+    try:
+        from unilab.sim.cpu_worker import _die_with_parent
+
+        _die_with_parent(cfg.parent_pid)
+        import torch
+
+        from unilab.collect.build import build_collector
+        from unilab.run.channel import (
+            STAT_ENV_STEPS,
+            STAT_EPISODES,
+            STAT_LENGTH_SUM,
+            STAT_NONFINITE,
+            STAT_RETURN_SUM,
+            STAT_SYNCS,
+            STAT_WAIT_S,
+            Hello,
+            SharedBuffers,
+        )
+
+        torch.set_num_threads(1)
+        if cfg.cpu_ids and hasattr(os, "sched_setaffinity"):
+            os.sched_setaffinity(0, cfg.cpu_ids)
+        collector = build_collector(
+            cfg.task,
+            cfg.sim,
+            spec_dir=Path(cfg.spec_dir),
+            num_envs=cfg.num_envs,
+            workers=cfg.workers,
+            cpu_ids=cfg.cpu_ids or None,
+            device=cfg.device,
+            physics_graph=cfg.physics_graph,
+            seed=cfg.seed,
+        )
+        bufs = SharedBuffers.allocate(collector.num_envs, collector.obs_dim, collector.action_dim)
+        diag = getattr(collector.backend, "diagnostics", dict)()
+        hello_q.put(
+            Hello(
+                pid=os.getpid(),
+                cpu_ids_applied=sorted(os.sched_getaffinity(0)),
+                physics_workers=cfg.workers if cfg.sim.backend == "mujoco" else 1,
+                obs_dim=collector.obs_dim,
+                act_dim=collector.action_dim,
+                num_envs=collector.num_envs,
+                buffers=bufs,
+                physics_graph_enabled=bool(diag.get("graph_enabled", False)),
+                physics_graph_disable_reason=diag.get("graph_disable_reason"),
+            )
+        )
+        bufs.obs[0].copy_(collector.reset_all())
+        obs_ready.release()
+        t = 0
+        stats, phase_s = bufs.stats, bufs.phase_s
+        while True:
+            t0 = time.perf_counter()
+            while not act_ready.acquire(timeout=WAIT_SLICE_S):
+                if stop.is_set() or os.getppid() != cfg.parent_pid:
+                    return
+            if stop.is_set():
+                return
+            stats[STAT_WAIT_S] += time.perf_counter() - t0
+            obs, reward, terminated, truncated = collector.step(bufs.action)
+            t += 1
+            bufs.obs[t % 2].copy_(obs)
+            bufs.next_obs.copy_(collector.next_obs)
+            bufs.reward.copy_(reward)
+            bufs.terminated.copy_(terminated)
+            bufs.truncated.copy_(truncated)
+            bufs.nonfinite.copy_(collector.nonfinite)
+            ep = collector.episode_stats()  # episodes completed this step (a CPU read; cleared)
+            stats[STAT_SYNCS] += 1
+            stats[STAT_ENV_STEPS] += collector.num_envs
+            if ep["episodes"]:
+                stats[STAT_EPISODES] += ep["episodes"]
+                stats[STAT_RETURN_SUM] += ep["episode_return"] * ep["episodes"]
+                stats[STAT_LENGTH_SUM] += ep["episode_length"] * ep["episodes"]
+            stats[STAT_NONFINITE] = collector.nonfinite_worlds_total
+            if t % 64 == 0:
+                for i, p in enumerate(collector.timings().values()):
+                    phase_s[i] = p.total_s
+                diag = getattr(collector.backend, "diagnostics", dict)()
+                bufs.physics_replays[0] = int(diag.get("graph_replays", 0))
+            obs_ready.release()
+    except BaseException as exc:  # report the first error of this process to the learner, then exit non-zero
+        msg = exc.render() if isinstance(exc, UnilabError) else f"{type(exc).__name__}: {exc}"
+        try:
+            err_q.put((where, msg, traceback.format_exc()))
+        finally:
+            if collector is not None:
+                collector.close()
+        sys.exit(1)
+    finally:
+        if collector is not None:
+            collector.close()

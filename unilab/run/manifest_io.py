@@ -1,0 +1,92 @@
+"""Building, validating and writing manifest.json. Every version is validated against the
+manifest JSON schema before it is written (atomically) and emitted as a `manifest` event."""
+
+from __future__ import annotations
+
+import json
+import platform
+import subprocess
+from datetime import UTC, datetime
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+
+from unilab import __version__
+from unilab.errors import UnilabError
+from unilab.host.facts import HostFacts
+from unilab.manifest.models import Manifest, Provenance
+from unilab.run.atomic import write_text_atomic
+from unilab.run.events import EventLog
+
+
+def utc_now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _git_commit() -> str | None:
+    here = Path(__file__).resolve().parent
+    try:
+        r = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return r.stdout.strip() if r.returncode == 0 else None
+
+
+def provenance(facts: HostFacts) -> Provenance:
+    import torch
+
+    return Provenance(
+        os=f"{facts.os.system} {facts.os.release} {facts.os.machine}",
+        cpu=facts.cpu.model,
+        python=platform.python_version(),
+        unilab=__version__,
+        git_commit=_git_commit(),
+        torch=torch.__version__,
+        cuda_runtime=torch.version.cuda,
+        warp_lang=facts.packages.warp_lang,
+        mujoco=facts.packages.mujoco,
+        mujoco_warp=facts.packages.mujoco_warp,
+        gpu_names=[g.name for g in facts.nvidia.gpus],
+        driver_version=facts.nvidia.driver_version,
+    )
+
+
+@lru_cache(maxsize=1)
+def _validator() -> jsonschema.protocols.Validator:
+    from unilab.schemas import schema_for
+
+    schema = schema_for("manifest")
+    cls = jsonschema.validators.validator_for(schema)
+    return cls(schema)
+
+
+def validate_manifest_data(data: Any, source: str) -> None:
+    errors = sorted(_validator().iter_errors(data), key=lambda e: list(e.absolute_path))
+    if errors:
+        e = errors[0]
+        where = "/".join(str(p) for p in e.absolute_path) or "(top level)"
+        raise UnilabError(
+            f"{source} does not match schemas/manifest.v1.json: {where}: {e.message[:300]}",
+            detail=f"{len(errors)} violation(s) in all",
+        )
+
+
+def write_manifest(path: Path, manifest: Manifest, events: EventLog | None) -> None:
+    data = manifest.model_dump(mode="json")
+    validate_manifest_data(data, "the manifest about to be written")
+    write_text_atomic(path, json.dumps(data, indent=2) + "\n", "manifest")
+    if events is not None:
+        events.info("manifest", manifest=data)
+
+
+def validate_manifest_file(path: Path) -> Manifest:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UnilabError(f"{path} does not exist", fix="pass RUN_DIR/manifest.json") from None
+    except (OSError, ValueError) as exc:
+        raise UnilabError(f"{path} is not readable JSON: {exc}") from None
+    validate_manifest_data(data, str(path))
+    return Manifest.model_validate(data)
