@@ -103,6 +103,9 @@ def resolve_resume(plan: Plan, run_dir: Path) -> tuple[dict[str, Any], Path]:
     if not ckpts:
         raise UnilabError(f"{run_dir}/checkpoints holds no checkpoint to resume from", fix="start a new run")
     blob = load_checkpoint(ckpts[-1], plan_id=plan.plan_id)
+    if blob["env_steps"] >= plan.run.total_env_steps:
+        raise UnilabError(f"{run_dir} already finished its {plan.run.total_env_steps:,} env steps; nothing to resume",
+                          fix="start a new run, or raise run.total_env_steps in the spec (a new plan)")
     return blob["state"], ckpts[-1]
 
 
@@ -363,7 +366,13 @@ def run_apply(req: ApplyRequest) -> int:
             events.close()  # nothing ran: leave no half-made run directory behind
             shutil.rmtree(run_dir, ignore_errors=True)
         else:
-            rec.write(status, rank.progress, first_error)
+            try:
+                rec.write(status, rank.progress, first_error)
+            except UnilabError as exc:
+                # The run's own first error (if any) stays the one reported; this one is said too.
+                print(f"warning: the final manifest was not written: {exc.summary}", file=sys.stderr)
+                if first_error is None:
+                    raise
             outcome = {"succeeded": "run_finished", "interrupted": "run_interrupted"}.get(status, "run_failed")
             events.info(outcome, status=status, first_error=first_error.model_dump() if first_error else None)
             if rec.tb is not None:

@@ -51,8 +51,9 @@ def load_checkpoint(path: Path, *, plan_id: str | None) -> dict[str, Any]:
     try:
         blob = torch.load(path, map_location="cpu", weights_only=True)
     except (RuntimeError, pickle.UnpicklingError, zipfile.BadZipFile, EOFError, ValueError, OSError) as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
         raise UnilabError(
-            f"checkpoint {path} is corrupt or unreadable: {str(exc).splitlines()[0][:200]}",
+            f"checkpoint {path} is corrupt or unreadable: {first}",
             fix="resume from an earlier checkpoint (delete this file) or start a new run",
         ) from None
     if not isinstance(blob, dict) or blob.get("format") != CHECKPOINT_FORMAT or "state" not in blob:

@@ -1,0 +1,196 @@
+"""`unilab apply` as a user runs it: real processes, real physics, real files; and its faults."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import jsonschema
+import pytest
+import torch
+
+from tests.conftest import ROOT
+
+pytestmark = pytest.mark.slow
+
+SMALL = [
+    "--set", "task.num_envs=16", "--set", "run.total_env_steps=1600", "--set", "algo.warmup_env_steps=320",
+    "--set", "algo.batch_size=64", "--set", "run.log_every_seconds=0.5", "--set", "run.checkpoint_every_env_steps=480",
+    "--set", 'training.collector_cpu_ids=[[0]]',
+]
+
+
+def _env(tmp_path: Path, mark: str) -> dict[str, str]:
+    return {**os.environ, "UNILAB_TEST_MARK": mark, "UNILAB_STATE_DIR": str(tmp_path / "state")}
+
+
+def apply(tmp_path: Path, *args: str, mark: str = "", timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-m", "unilab", "apply", *args, "--quiet"]
+    return subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=timeout,
+                          env=_env(tmp_path, mark or uuid.uuid4().hex))
+
+
+def spec_copy(tmp_path: Path, name: str = "g1.toml") -> Path:
+    p = tmp_path / name
+    p.write_text((ROOT / "specs" / name).read_text())
+    return p
+
+
+def marked_pids(mark: str) -> list[int]:
+    """Processes still alive that inherited this test's marker (children of an apply)."""
+    out = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            if f"UNILAB_TEST_MARK={mark}".encode() in (d / "environ").read_bytes().split(b"\0"):
+                out.append(int(d.name))
+        except OSError:
+            continue
+    return out
+
+
+def only_run_dir(tmp_path: Path) -> Path:
+    (run_dir,) = list((tmp_path / "runs").iterdir())
+    return run_dir
+
+
+def test_apply_leaves_a_complete_run_directory_and_resumes(tmp_path: Path) -> None:
+    spec = spec_copy(tmp_path)
+    mark = uuid.uuid4().hex
+    r = apply(tmp_path, str(spec), *SMALL, mark=mark)
+    assert r.returncode == 0, r.stderr
+    assert "run succeeded" in r.stdout and "run directory: runs/g1-walk-" in r.stdout
+    run_dir = only_run_dir(tmp_path)
+    assert {"plan.toml", "manifest.json", "events.jsonl", "tensorboard", "checkpoints"} <= {p.name for p in run_dir.iterdir()}
+    assert list((run_dir / "tensorboard").glob("events.out.tfevents.*"))
+
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    schema = json.loads((ROOT / "schemas" / "manifest.v1.json").read_text())
+    jsonschema.validate(manifest, schema)  # plain jsonschema against the committed schema
+    assert manifest["status"] == "succeeded" and manifest["first_error"] is None
+    c = manifest["counters"]
+    assert c["env_steps"] == 1600 and c["dropped_transitions"] == 0 and c["transitions_produced"] == 1600
+    assert c["updates"] > 0
+    assert manifest["ranks"][0]["collector_cpu_ids_applied"] == [0]
+    assert set(manifest["timing"]["collector_phases_us"]) >= {"physics_step", "reward", "observation"}
+
+    events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+    kinds = [e["event"] for e in events]
+    assert kinds[0] == "run_started" and kinds[-1] == "run_finished"
+    assert {"iteration", "checkpoint_saved", "manifest", "collector_started"} <= set(kinds)
+    assert all(e["run_id"] == run_dir.name and e["rank"] == 0 for e in events)
+    assert [e for e in events if e["event"] == "manifest"][-1]["manifest"] == manifest
+
+    ckpts = sorted((run_dir / "checkpoints").glob("ckpt-*.pt"))
+    blob = torch.load(ckpts[-1], weights_only=True)
+    assert blob["env_steps"] == 1600 and blob["plan_id"] == manifest["plan_id"]
+    assert subprocess.run([sys.executable, "-m", "unilab", "manifest", "validate", str(run_dir / "manifest.json")],
+                          capture_output=True).returncode == 0
+    assert marked_pids(mark) == []
+
+    # Resume: more steps of the same plan are a different plan, so resume with the saved plan's budget.
+    r = apply(tmp_path, str(spec), *SMALL, "--resume", str(run_dir))
+    assert r.returncode == 1 and "already finished" in r.stderr
+    # A spec whose plan differs is refused by plan id.
+    r = apply(tmp_path, str(spec), *SMALL, "--set", "run.seed=5", "--resume", str(run_dir))
+    assert r.returncode == 1 and "was run with plan" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_resume_continues_counters(tmp_path: Path) -> None:
+    spec = spec_copy(tmp_path)
+    mark = uuid.uuid4().hex
+    proc = subprocess.Popen([sys.executable, "-m", "unilab", "apply", str(spec), *SMALL, "--quiet",
+                             "--set", "run.total_env_steps=4800"],
+                            cwd=tmp_path, env=_env(tmp_path, mark), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    run_dir = _wait_for_checkpoint(tmp_path)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["status"] == "interrupted"
+    done = manifest["counters"]["env_steps"]
+    assert marked_pids(mark) == []
+    # The final checkpoint holds the interrupted run's counters; resuming continues from them.
+    blob = torch.load(sorted((run_dir / "checkpoints").glob("*.pt"))[-1], weights_only=True)
+    assert blob["env_steps"] == done
+    r = apply(tmp_path, str(run_dir / "plan.toml"), "--resume", str(run_dir))
+    assert r.returncode == 0, r.stderr
+    m2 = json.loads((run_dir / "manifest.json").read_text())
+    assert m2["status"] == "succeeded" and m2["resumed_from"].endswith(f"ckpt-{done:013d}.pt")
+    assert m2["counters"]["env_steps"] == 4800 and m2["counters"]["updates"] > manifest["counters"]["updates"]
+    kinds = [json.loads(line)["event"] for line in (run_dir / "events.jsonl").read_text().splitlines()]
+    assert kinds.count("run_started") == 2 and "run_interrupted" in kinds and kinds[-1] == "run_finished"
+
+
+def _wait_for_checkpoint(tmp_path: Path, timeout: float = 120) -> Path:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        runs = list((tmp_path / "runs").glob("*/checkpoints/ckpt-*.pt")) if (tmp_path / "runs").exists() else []
+        if runs:
+            return runs[0].parent.parent
+        time.sleep(0.2)
+    raise AssertionError("no checkpoint appeared")
+
+
+def test_sigkill_of_the_collector_fails_fast_and_cleanly(tmp_path: Path) -> None:
+    spec = spec_copy(tmp_path)
+    mark = uuid.uuid4().hex
+    proc = subprocess.Popen([sys.executable, "-m", "unilab", "apply", str(spec), *SMALL, "--quiet",
+                             "--set", "run.total_env_steps=100000"],
+                            cwd=tmp_path, env=_env(tmp_path, mark), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    run_dir = _wait_for_checkpoint(tmp_path)
+    collector = json.loads((run_dir / "manifest.json").read_text())["ranks"][0]["collector_pid"]
+    os.kill(collector, signal.SIGKILL)
+    t0 = time.monotonic()
+    out, err = proc.communicate(timeout=30)
+    assert time.monotonic() - t0 < 10
+    assert proc.returncode == 1
+    assert "rank0.collector failed" in err and "SIGKILL" in err and "Traceback" not in err
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["status"] == "failed" and manifest["first_error"]["where"] == "rank0.collector"
+    time.sleep(0.5)
+    assert marked_pids(mark) == []
+    blob = torch.load(sorted((run_dir / "checkpoints").glob("*.pt"))[-1], weights_only=True)
+    assert blob["env_steps"] > 0
+
+
+def test_corrupt_checkpoint_is_refused_and_kept(tmp_path: Path) -> None:
+    spec = spec_copy(tmp_path)
+    assert apply(tmp_path, str(spec), *SMALL).returncode == 0
+    run_dir = only_run_dir(tmp_path)
+    ckpt = sorted((run_dir / "checkpoints").glob("*.pt"))[-1]
+    ckpt.write_bytes(ckpt.read_bytes()[:100])
+    before = {p.name: p.stat().st_size for p in run_dir.rglob("*") if p.is_file()}
+    r = apply(tmp_path, str(run_dir / "plan.toml"), "--resume", str(run_dir))
+    assert r.returncode == 1 and "is corrupt or unreadable" in r.stderr and "Traceback" not in r.stderr
+    assert {p.name: p.stat().st_size for p in run_dir.rglob("*") if p.is_file()} == before
+
+
+def test_missing_motion_file_is_refused_before_anything_starts(tmp_path: Path) -> None:
+    spec = spec_copy(tmp_path, "g1_motion_tracking.toml")
+    r = apply(tmp_path, str(spec), "--set", 'task.motion="clips/none.npz"')
+    assert r.returncode == 1 and "task.motion" in r.stderr and "Traceback" not in r.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+def test_stale_saved_plan_is_refused(tmp_path: Path) -> None:
+    facts = json.loads(subprocess.run([sys.executable, "-m", "unilab", "host", "--json"], capture_output=True,
+                                      text=True, check=True).stdout)
+    facts["packages"]["mujoco"] = "0.0.1"
+    (tmp_path / "facts.json").write_text(json.dumps(facts))
+    plan = tmp_path / "plan.toml"
+    subprocess.run([sys.executable, "-m", "unilab", "plan", str(ROOT / "specs/g1.toml"), "--host-facts",
+                    str(tmp_path / "facts.json"), "--out", str(plan)], check=True, capture_output=True)
+    r = apply(tmp_path, str(plan))
+    assert r.returncode == 1
+    assert "is stale: packages.mujoco: planned '0.0.1', now" in r.stderr
+    assert not (tmp_path / "runs").exists()
