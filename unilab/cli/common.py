@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -60,17 +58,9 @@ def plan_from_path(path: Path, overrides: list[str], host_facts: Path | None) ->
 
 
 def write_atomic(path: Path, text: str) -> None:
-    """Write via a temp file in the same directory, fsync, rename: never a half-written file."""
-    path = path.resolve()
+    """Never a half-written file: see unilab.run.atomic."""
+    from unilab.run.atomic import write_text_atomic
+
     if not path.parent.is_dir():
         raise UnilabError(f"cannot write {path}: directory {path.parent} does not exist", fix="create it first")
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except OSError as exc:
-        Path(tmp).unlink(missing_ok=True)
-        raise UnilabError(f"cannot write {path}: {exc.strerror}", fix="check free space and permissions") from None
+    write_text_atomic(path, text, "plan")
