@@ -20,9 +20,20 @@ from tests.conftest import ROOT
 pytestmark = pytest.mark.slow
 
 SMALL = [
-    "--set", "task.num_envs=16", "--set", "run.total_env_steps=1600", "--set", "algo.warmup_env_steps=320",
-    "--set", "algo.batch_size=64", "--set", "run.log_every_seconds=0.5", "--set", "run.checkpoint_every_env_steps=480",
-    "--set", 'training.collector_cpu_ids=[[0]]',
+    "--set",
+    "task.num_envs=16",
+    "--set",
+    "run.total_env_steps=1600",
+    "--set",
+    "algo.warmup_env_steps=320",
+    "--set",
+    "algo.batch_size=64",
+    "--set",
+    "run.log_every_seconds=0.5",
+    "--set",
+    "run.checkpoint_every_env_steps=480",
+    "--set",
+    "training.collector_cpu_ids=[[0]]",
 ]
 
 
@@ -32,8 +43,9 @@ def _env(tmp_path: Path, mark: str) -> dict[str, str]:
 
 def apply(tmp_path: Path, *args: str, mark: str = "", timeout: float = 300) -> subprocess.CompletedProcess[str]:
     cmd = [sys.executable, "-m", "unilab", "apply", *args, "--quiet"]
-    return subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=timeout,
-                          env=_env(tmp_path, mark or uuid.uuid4().hex))
+    return subprocess.run(
+        cmd, cwd=tmp_path, capture_output=True, text=True, timeout=timeout, env=_env(tmp_path, mark or uuid.uuid4().hex)
+    )
 
 
 def spec_copy(tmp_path: Path, name: str = "g1.toml") -> Path:
@@ -68,7 +80,9 @@ def test_apply_leaves_a_complete_run_directory_and_resumes(tmp_path: Path) -> No
     assert r.returncode == 0, r.stderr
     assert "run succeeded" in r.stdout and "run directory: runs/g1-walk-" in r.stdout
     run_dir = only_run_dir(tmp_path)
-    assert {"plan.toml", "manifest.json", "events.jsonl", "tensorboard", "checkpoints"} <= {p.name for p in run_dir.iterdir()}
+    assert {"plan.toml", "manifest.json", "events.jsonl", "tensorboard", "checkpoints"} <= {
+        p.name for p in run_dir.iterdir()
+    }
     assert list((run_dir / "tensorboard").glob("events.out.tfevents.*"))
 
     manifest = json.loads((run_dir / "manifest.json").read_text())
@@ -91,8 +105,13 @@ def test_apply_leaves_a_complete_run_directory_and_resumes(tmp_path: Path) -> No
     ckpts = sorted((run_dir / "checkpoints").glob("ckpt-*.pt"))
     blob = torch.load(ckpts[-1], weights_only=True)
     assert blob["env_steps"] == 1600 and blob["plan_id"] == manifest["plan_id"]
-    assert subprocess.run([sys.executable, "-m", "unilab", "manifest", "validate", str(run_dir / "manifest.json")],
-                          capture_output=True).returncode == 0
+    assert (
+        subprocess.run(
+            [sys.executable, "-m", "unilab", "manifest", "validate", str(run_dir / "manifest.json")],
+            capture_output=True,
+        ).returncode
+        == 0
+    )
     assert marked_pids(mark) == []
 
     # Resume: more steps of the same plan are a different plan, so resume with the saved plan's budget.
@@ -106,13 +125,17 @@ def test_apply_leaves_a_complete_run_directory_and_resumes(tmp_path: Path) -> No
 def test_resume_continues_counters(tmp_path: Path) -> None:
     spec = spec_copy(tmp_path)
     mark = uuid.uuid4().hex
-    proc = subprocess.Popen([sys.executable, "-m", "unilab", "apply", str(spec), *SMALL, "--quiet",
-                             "--set", "run.total_env_steps=4800"],
-                            cwd=tmp_path, env=_env(tmp_path, mark), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "unilab", "apply", str(spec), *SMALL, "--quiet", "--set", "run.total_env_steps=4800"],
+        cwd=tmp_path,
+        env=_env(tmp_path, mark),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     run_dir = _wait_for_checkpoint(tmp_path)
     proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=60)
+    _out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["status"] == "interrupted"
@@ -143,15 +166,19 @@ def _wait_for_checkpoint(tmp_path: Path, timeout: float = 120) -> Path:
 def test_sigkill_of_the_collector_fails_fast_and_cleanly(tmp_path: Path) -> None:
     spec = spec_copy(tmp_path)
     mark = uuid.uuid4().hex
-    proc = subprocess.Popen([sys.executable, "-m", "unilab", "apply", str(spec), *SMALL, "--quiet",
-                             "--set", "run.total_env_steps=100000"],
-                            cwd=tmp_path, env=_env(tmp_path, mark), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "unilab", "apply", str(spec), *SMALL, "--quiet", "--set", "run.total_env_steps=100000"],
+        cwd=tmp_path,
+        env=_env(tmp_path, mark),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     run_dir = _wait_for_checkpoint(tmp_path)
     collector = json.loads((run_dir / "manifest.json").read_text())["ranks"][0]["collector_pid"]
     os.kill(collector, signal.SIGKILL)
     t0 = time.monotonic()
-    out, err = proc.communicate(timeout=30)
+    _out, err = proc.communicate(timeout=30)
     assert time.monotonic() - t0 < 10
     assert proc.returncode == 1
     assert "rank0.collector failed" in err and "SIGKILL" in err and "Traceback" not in err
@@ -183,13 +210,29 @@ def test_missing_motion_file_is_refused_before_anything_starts(tmp_path: Path) -
 
 
 def test_stale_saved_plan_is_refused(tmp_path: Path) -> None:
-    facts = json.loads(subprocess.run([sys.executable, "-m", "unilab", "host", "--json"], capture_output=True,
-                                      text=True, check=True).stdout)
+    facts = json.loads(
+        subprocess.run(
+            [sys.executable, "-m", "unilab", "host", "--json"], capture_output=True, text=True, check=True
+        ).stdout
+    )
     facts["packages"]["mujoco"] = "0.0.1"
     (tmp_path / "facts.json").write_text(json.dumps(facts))
     plan = tmp_path / "plan.toml"
-    subprocess.run([sys.executable, "-m", "unilab", "plan", str(ROOT / "specs/g1.toml"), "--host-facts",
-                    str(tmp_path / "facts.json"), "--out", str(plan)], check=True, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "unilab",
+            "plan",
+            str(ROOT / "specs/g1.toml"),
+            "--host-facts",
+            str(tmp_path / "facts.json"),
+            "--out",
+            str(plan),
+        ],
+        check=True,
+        capture_output=True,
+    )
     r = apply(tmp_path, str(plan))
     assert r.returncode == 1
     assert "is stale: packages.mujoco: planned '0.0.1', now" in r.stderr

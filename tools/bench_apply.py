@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -34,8 +33,14 @@ def collector_only(spec_path: Path, overrides: list[str], seconds: float) -> flo
     plan = compile_plan(loaded.spec, probe_host(), loaded.spec_dir)
     rp = plan.ranks[0]
     torch.set_num_threads(1)
-    col = build_collector(plan.task, plan.sim, spec_dir=loaded.spec_dir, workers=plan.sim.workers_per_rank,
-                          cpu_ids=rp.collector_cpu_ids, seed=rp.seed)
+    col = build_collector(
+        plan.task,
+        plan.sim,
+        spec_dir=loaded.spec_dir,
+        workers=plan.sim.workers_per_rank,
+        cpu_ids=rp.collector_cpu_ids,
+        seed=rp.seed,
+    )
     try:
         col.reset_all()
         actions = torch.empty(col.num_envs, col.action_dim)
@@ -54,8 +59,13 @@ def collector_only(spec_path: Path, overrides: list[str], seconds: float) -> flo
 def apply_run(spec_path: Path, overrides: list[str], seconds: float, rate_guess: float) -> tuple[float, float, Path]:
     out = Path(tempfile.mkdtemp(prefix="bench_apply_"))
     total = int(rate_guess * seconds)
-    sets = [*overrides, f"run.total_env_steps={total}", f"run.output_dir=\"{out}\"", "run.log_every_seconds=2.0",
-            f"algo.warmup_env_steps={max(1, total // 10)}"]
+    sets = [
+        *overrides,
+        f"run.total_env_steps={total}",
+        f'run.output_dir="{out}"',
+        "run.log_every_seconds=2.0",
+        f"algo.warmup_env_steps={max(1, total // 10)}",
+    ]
     cmd = [sys.executable, "-m", "unilab", "apply", str(spec_path), "--quiet"]
     for s in sets:
         cmd += ["--set", s]

@@ -19,16 +19,32 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def run(spec: Path, algo: str, env_steps: int, extra: list[str]) -> list[tuple[int, float]]:
     out = Path(tempfile.mkdtemp(prefix=f"bench_learning_{algo}_"))
-    cmd = [sys.executable, "-m", "unilab", "apply", str(spec), "--quiet", "--set", f'algo={{name="{algo}"}}',
-           "--set", f"run.total_env_steps={env_steps}", "--set", f'run.output_dir="{out}"',
-           "--set", "run.log_every_seconds=5.0"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "unilab",
+        "apply",
+        str(spec),
+        "--quiet",
+        "--set",
+        f'algo={{name="{algo}"}}',
+        "--set",
+        f"run.total_env_steps={env_steps}",
+        "--set",
+        f'run.output_dir="{out}"',
+        "--set",
+        "run.log_every_seconds=5.0",
+    ]
     for s in extra:
         cmd += ["--set", s]
     subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True, text=True)
     (run_dir,) = [p for p in out.iterdir() if p.is_dir()]
     events = [json.loads(x) for x in (run_dir / "events.jsonl").read_text().splitlines()]
-    return [(e["env_steps"], e["episode_return"]) for e in events
-            if e["event"] == "iteration" and e.get("episode_return") is not None]
+    return [
+        (e["env_steps"], e["episode_return"])
+        for e in events
+        if e["event"] == "iteration" and e.get("episode_return") is not None
+    ]
 
 
 def at(curve: list[tuple[int, float]], step: int) -> float | None:

@@ -45,6 +45,9 @@ class RankEvidence(_M):
     collector_cpu_ids_applied: list[int] = Field(description="Read back with os.sched_getaffinity in the collector.")
     physics_workers: int
     torch_threads: int = Field(description="torch.get_num_threads() in the learner.")
+    param_digest: str | None = Field(
+        None, description="sha256 of the learner's parameters at the end of the run (identical across ranks)."
+    )
 
 
 class GraphEvidence(_M):
@@ -60,10 +63,21 @@ class BackendDiagnostics(_M):
     learner_graph: GraphEvidence
 
 
+class DataParallelEvidence(_M):
+    world_size: int
+    process_group_backend: Literal["gloo", "nccl"]
+    wire_dtype: Literal["float32", "bfloat16"]
+    grad_syncs: int = Field(0, description="Packed gradient all-reduces per rank (one per optimizer step).")
+    grad_sync_ms_per_update: float = Field(0.0, description="Mean all-reduce wall time per update cycle.")
+    wire_bytes_per_sync: dict[str, int] = Field(default_factory=dict, description="Bytes on the wire per optimizer.")
+    obs_gather_s: float = Field(0.0, description="Time spent merging normalizer statistics across ranks.")
+    params_identical: bool | None = Field(None, description="Whether every rank's final parameter digest matches.")
+
+
 class Counters(_M):
-    env_steps: int = 0
-    syncs: int = Field(0, description="Collector/learner synchronisations (K env steps of every env each).")
-    updates: int = 0
+    env_steps: int = Field(0, description="Env steps of all envs of all ranks.")
+    syncs: int = Field(0, description="Collector/learner synchronisations per rank (K env steps of every env each).")
+    updates: int = Field(0, description="Update cycles per rank (every rank takes the same ones).")
     episodes: int = 0
     nonfinite_resets: int = 0
     skipped_updates: int = Field(0, description="Optimizer steps skipped because a loss was non-finite.")
@@ -118,6 +132,7 @@ class Manifest(_M):
     topology: Topology
     ranks: list[RankEvidence] = Field(default_factory=list)
     backend: BackendDiagnostics
+    data_parallel: DataParallelEvidence | None = None
     counters: Counters = Field(default_factory=Counters)
     timing: Timing = Field(default_factory=Timing)
     metrics: Metrics = Field(default_factory=Metrics)

@@ -1,0 +1,160 @@
+"""Data-parallel applies on CPU: two gloo ranks through the elastic launcher and through torchrun,
+and the failure of one rank."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import jsonschema
+import pytest
+import torch
+
+from tests.conftest import ROOT
+from tests.test_apply import _env, marked_pids
+
+pytestmark = pytest.mark.slow
+
+DP = [
+    "--set",
+    "task.num_envs=16",
+    "--set",
+    "algo.warmup_env_steps=640",
+    "--set",
+    "algo.batch_size=64",
+    "--set",
+    "run.log_every_seconds=0.5",
+    "--set",
+    "run.checkpoint_every_env_steps=960",
+]
+
+
+def test_two_cpu_ranks_finish_with_identical_parameters(tmp_path: Path) -> None:
+    mark = uuid.uuid4().hex
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "unilab",
+            "apply",
+            str(ROOT / "specs/g1_dp2_cpu.toml"),
+            "--quiet",
+            *DP,
+            "--set",
+            "run.total_env_steps=3200",
+        ],
+        cwd=tmp_path,
+        env=_env(tmp_path, mark),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stderr
+    (run_dir,) = list((tmp_path / "runs").iterdir())
+    m = json.loads((run_dir / "manifest.json").read_text())
+    jsonschema.validate(m, json.loads((ROOT / "schemas/manifest.v1.json").read_text()))
+    assert m["status"] == "succeeded" and m["topology"]["world_size"] == 2
+    assert m["counters"]["env_steps"] == 3200 and m["counters"]["dropped_transitions"] == 0
+    digests = [rk["param_digest"] for rk in m["ranks"]]
+    assert len(digests) == 2 and digests[0] == digests[1] and m["data_parallel"]["params_identical"]
+    assert m["data_parallel"]["grad_syncs"] > 0 and m["data_parallel"]["wire_dtype"] == "float32"
+    assert [rk["collector_cpu_ids_applied"] for rk in m["ranks"]] == [[0], [1]]
+    assert len({rk["learner_pid"] for rk in m["ranks"]}) == 2
+    assert marked_pids(mark) == []
+
+
+def test_torchrun_entry_runs_two_ranks(tmp_path: Path) -> None:
+    plan = tmp_path / "plan.toml"
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "unilab",
+            "plan",
+            str(ROOT / "specs/g1_dp2_cpu.toml"),
+            *DP,
+            "--set",
+            "run.total_env_steps=1920",
+            "--out",
+            str(plan),
+        ],
+        check=True,
+        cwd=tmp_path,
+    )
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nnodes",
+            "1",
+            "--nproc-per-node",
+            "2",
+            "--rdzv-backend",
+            "c10d",
+            "--rdzv-endpoint",
+            "127.0.0.1:0",
+            "-m",
+            "unilab.rank",
+            str(plan),
+            "--run-dir",
+            str(tmp_path / "run"),
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=_env(tmp_path, uuid.uuid4().hex),
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    m = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    assert m["status"] == "succeeded" and m["data_parallel"]["params_identical"]
+
+
+def test_sigkill_of_rank1_fails_the_run_naming_it(tmp_path: Path) -> None:
+    mark = uuid.uuid4().hex
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "unilab",
+            "apply",
+            str(ROOT / "specs/g1_dp2_cpu.toml"),
+            "--quiet",
+            *DP,
+            "--set",
+            "run.total_env_steps=200000",
+        ],
+        cwd=tmp_path,
+        env=_env(tmp_path, mark),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 180
+    ckpt = None
+    while time.monotonic() < deadline and ckpt is None:
+        found = list(tmp_path.glob("runs/*/checkpoints/ckpt-*.pt"))
+        ckpt = found[0] if found else None
+        time.sleep(0.2)
+    assert ckpt is not None, "no checkpoint appeared"
+    run_dir = ckpt.parent.parent
+    rank1 = json.loads((run_dir / "manifest.json").read_text())["ranks"][1]["learner_pid"]
+    os.kill(rank1, signal.SIGKILL)
+    t0 = time.monotonic()
+    _, err = proc.communicate(timeout=60)
+    assert time.monotonic() - t0 < 30
+    assert proc.returncode == 1
+    assert "rank 1 failed" in err and "SIGKILL" in err and "Traceback" not in err.split("error:")[-1]
+    m = json.loads((run_dir / "manifest.json").read_text())
+    assert m["status"] == "failed" and m["first_error"]["where"] == "rank1"
+    time.sleep(1.0)
+    assert marked_pids(mark) == []
+    blob = torch.load(sorted((run_dir / "checkpoints").glob("*.pt"))[-1], weights_only=True)
+    assert blob["env_steps"] > 0

@@ -1,0 +1,74 @@
+"""What a rank needs to run in lockstep with the others: the learner's gradients averaged before
+every optimizer step (with the validity sentinel), parameters broadcast from rank 0 at start,
+normalizer statistics from every rank's observations, and collective stop decisions."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from unilab.dist import BufferSync, GradSync, broadcast_parameters, param_digest
+from unilab.learn.replay import Batch
+from unilab.plan.models import Plan
+
+
+class DpContext:
+    def __init__(self, plan: Plan, rank: int, world_size: int) -> None:
+        self.plan, self.rank, self.world_size = plan, rank, world_size
+        self.grad_sync: GradSync | None = None
+        self.buffer_sync: BufferSync | None = None
+        self.learner: Any = None
+        self.syncs = 0
+        self.sync_s = 0.0
+        self._flag = torch.zeros(1, dtype=torch.int32)
+
+    def modules(self, learner: Any) -> list[Any]:
+        return [learner.actor, learner.critic, learner.critic_target, learner.log_alpha]
+
+    def attach(self, learner: Any) -> Callable[[Batch], dict[str, torch.Tensor]]:
+        """Broadcast rank 0's learner to every rank and return the synchronised update."""
+        self.learner = learner
+        broadcast_parameters(self.modules(learner), src=0)
+        self.grad_sync = GradSync.from_plan(learner.optim_groups(), self.plan.gradient_wire)
+        if self.plan.algo.name == "flashsac":
+            # FlashSAC's BatchNorm running statistics come from each rank's own batch; average them
+            # after every update so the replicas stay identical.
+            self.buffer_sync = BufferSync([learner.actor, learner.critic, learner.critic_target])
+
+        def sync(name: str, ok: torch.Tensor) -> torch.Tensor:
+            t0 = time.perf_counter()
+            out = self.grad_sync.sync(name, ok)  # type: ignore[union-attr]
+            self.sync_s += time.perf_counter() - t0
+            self.syncs += 1
+            return out
+
+        def update(batch: Batch) -> dict[str, torch.Tensor]:
+            m = learner.update(batch, sync=sync)
+            if self.buffer_sync is not None:
+                self.buffer_sync.sync()
+            return m
+
+        return update
+
+    def gather_obs(self, obs: torch.Tensor) -> torch.Tensor:
+        """Every rank's observations of this sync, concatenated in rank order (identical on all
+        ranks), so the normalizers see the same data and stay identical."""
+        parts = [torch.empty_like(obs) for _ in range(self.world_size)]
+        dist.all_gather(parts, obs.contiguous())
+        return torch.cat(parts)
+
+    def any_rank(self, local: bool) -> bool:
+        """True on every rank if any rank says true (a collective: all ranks must call it)."""
+        self._flag.fill_(int(local))
+        dist.all_reduce(self._flag, op=dist.ReduceOp.MAX)
+        return bool(self._flag.item())
+
+    def digest(self) -> str:
+        return param_digest(self.modules(self.learner))
+
+    def wire_summary(self) -> dict[str, Any]:
+        return self.grad_sync.summary() if self.grad_sync is not None else {}

@@ -1,0 +1,161 @@
+"""Data-parallel launch: one process per rank through torch.distributed's elastic launcher (c10d
+rendezvous on localhost, no restarts), or through `torchrun ... -m unilab.rank PLAN.toml` across
+nodes. Each rank sets its device and NCCL environment from the plan before any collective, joins
+the process group and runs `unilab.run.rank_run.run_rank`."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from torch.distributed.elastic.multiprocessing.errors import record
+
+from unilab.errors import UnilabError
+from unilab.plan.models import Plan
+
+COLLECTIVE_TIMEOUT = timedelta(minutes=10)  # a rank's first collective waits for every collector to build
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def prepare_rank_env(plan: Plan, rank: int) -> None:
+    """Before torch touches CUDA: pin the rank's GPU by UUID, and give NCCL the plan's variables
+    (a value already in the environment is the user's and wins)."""
+    rp = plan.ranks[rank]
+    if rp.device == "cuda" and rp.gpu_uuid:
+        os.environ["CUDA_VISIBLE_DEVICES"] = rp.gpu_uuid
+    for var in plan.nccl_env:
+        os.environ.setdefault(var.name, var.value)
+
+
+@record
+def rank_entry(
+    plan_path: str, run_dir: str | None, spec_dir: str, resume_checkpoint: str | None, progress: bool
+) -> int:
+    """The entry point of every rank process (decorated with @record: an exception becomes the
+    elastic error file the launcher reports)."""
+    import torch
+    import torch.distributed as dist
+
+    from unilab.plan.render import load_plan
+    from unilab.run.rank_run import RankJob, run_rank
+    from unilab.run.stop import StopFlag
+
+    rank = int(os.environ["RANK"])
+    world = int(os.environ["WORLD_SIZE"])
+    plan = load_plan(Path(plan_path))
+    if world != plan.topology.world_size:
+        raise UnilabError(
+            f"the plan has {plan.topology.world_size} ranks, the launcher started {world}",
+            fix=f"launch with --nnodes N --nproc-per-node M where N*M = {plan.topology.world_size}",
+        )
+    prepare_rank_env(plan, rank)
+    if plan.ranks[rank].device == "cuda":
+        torch.cuda.set_device(0)  # the only visible GPU: this rank's, by UUID
+    stop = StopFlag()
+    stop.install()
+    dist.init_process_group(backend=plan.topology.process_group_backend, timeout=COLLECTIVE_TIMEOUT)
+    try:
+        job = RankJob(
+            plan=plan,
+            rank=rank,
+            run_dir=Path(run_dir) if run_dir and rank == 0 else None,
+            spec_dir=Path(spec_dir),
+            resume_checkpoint=Path(resume_checkpoint) if resume_checkpoint else None,
+            progress=progress,
+        )
+        return run_rank(job, stop)
+    finally:
+        stop.restore()
+        dist.destroy_process_group()
+
+
+def launch_ranks(plan: Plan, run_dir: Path, spec_dir: Path, resume_checkpoint: Path | None, progress: bool) -> int:
+    """Run every rank on this node under the elastic launcher; returns the exit code. A failed rank
+    is reported with its first error (from its error file) and the run's manifest says so."""
+    from torch.distributed.elastic.multiprocessing import SignalException
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+    cfg = LaunchConfig(
+        min_nodes=1,
+        max_nodes=1,
+        nproc_per_node=plan.topology.world_size,
+        run_id=run_dir.name,
+        rdzv_backend="c10d",
+        rdzv_endpoint=f"127.0.0.1:{_free_port()}",
+        max_restarts=0,
+        monitor_interval=0.2,
+        start_method="spawn",
+    )
+    args = (
+        str(run_dir / "plan.toml"),
+        str(run_dir),
+        str(spec_dir),
+        str(resume_checkpoint) if resume_checkpoint else None,
+        progress,
+    )
+    try:
+        results = elastic_launch(cfg, rank_entry)(*args)
+    except ChildFailedError as exc:
+        rank, failure = exc.get_first_failure()
+        message = _failure_message(failure)
+        _record_failure(run_dir, f"rank{rank}", message)
+        raise UnilabError(
+            f"rank {rank} failed: {message}",
+            detail=f"(pid {failure.pid}, exit code {failure.exitcode})",
+            fix=f"read events.jsonl and the manifest in {run_dir}; resume with --resume {run_dir}",
+        ) from None
+    except SignalException:
+        return 130
+    return max((int(c or 0) for c in results.values()), default=0)
+
+
+def _failure_message(failure: Any) -> str:
+    data = failure.error_file_data
+    if isinstance(data, dict):
+        msg = data.get("message", data)
+        if isinstance(msg, dict):
+            msg = msg.get("message", str(msg))
+        return str(msg).strip().splitlines()[0]
+    if failure.exitcode is not None and failure.exitcode < 0:
+        import signal
+
+        return f"killed by {signal.Signals(-failure.exitcode).name}"
+    return failure.message or f"exited with code {failure.exitcode}"
+
+
+def _record_failure(run_dir: Path, where: str, message: str) -> None:
+    """The launcher knows which rank failed first; put that in the manifest (rank 0 may have
+    recorded only the secondary error it saw when its peer vanished)."""
+    from unilab.manifest.models import FirstError, Manifest
+    from unilab.run.manifest_io import utc_now, write_manifest
+
+    path = run_dir / "manifest.json"
+    if not path.exists():
+        return
+    try:
+        m = Manifest.model_validate(json.loads(path.read_text()))
+    except (OSError, ValueError):
+        return
+    fixed = m.model_copy(
+        update={
+            "status": "failed",
+            "first_error": FirstError(where=where, message=message),
+            "updated_at": utc_now(),
+            "finished_at": utc_now(),
+        }
+    )
+    try:
+        write_manifest(path, fixed, None)
+    except UnilabError as exc:
+        print(f"warning: could not record the failure in {path}: {exc.summary}", file=sys.stderr)

@@ -1,0 +1,199 @@
+"""Run one rank of a plan to its end: the learner loop with its collector, rank 0's record of the
+run, evidence from every rank, and a final status. Used in-process for one rank and inside each
+torch.distributed elastic worker (or torchrun process) for several."""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from unilab.errors import UnilabError
+from unilab.manifest.models import FirstError, RankEvidence
+from unilab.plan.models import Plan
+from unilab.run.collector_client import RunFailed
+from unilab.run.events import EventLog
+from unilab.run.offpolicy import OffPolicyRank, RankHooks
+from unilab.run.progress import ProgressLine
+from unilab.run.recorder import RunRecorder
+from unilab.run.stop import StopFlag
+
+EXIT_OK, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 130
+
+
+@dataclass(frozen=True)
+class RankJob:
+    plan: Plan
+    rank: int
+    run_dir: Path | None  # rank 0 only
+    spec_dir: Path
+    resume_checkpoint: Path | None = None
+    progress: bool = True
+
+
+def _gather(obj: Any, world: int) -> list[Any]:
+    if world == 1:
+        return [obj]
+    import torch.distributed as dist
+
+    out: list[Any] = [None] * world
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def run_rank(job: RankJob, stop: StopFlag) -> int:
+    """Returns the exit code; raises RunFailed / UnilabError for failures (after recording them)."""
+    from unilab.host.probe import probe_host
+    from unilab.run.checkpoint import load_checkpoint
+
+    plan, rank, world = job.plan, job.rank, job.plan.topology.world_size
+    resume_state = None
+    if job.resume_checkpoint is not None:
+        resume_state = load_checkpoint(job.resume_checkpoint, plan_id=plan.plan_id)["state"]
+
+    rec: RunRecorder | None = None
+    events: EventLog | None = None
+    if rank == 0:
+        if job.run_dir is None:
+            raise UnilabError("internal: rank 0 needs the run directory")
+        events = EventLog(job.run_dir / "events.jsonl", run_id=job.run_dir.name, rank=0)
+        rec = RunRecorder(
+            plan,
+            probe_host(),
+            job.run_dir,
+            events,
+            str(job.resume_checkpoint) if job.resume_checkpoint else None,
+            ProgressLine(plan.run.total_env_steps, enabled=job.progress),
+        )
+        events.info(
+            "run_started",
+            plan_id=plan.plan_id,
+            world_size=world,
+            resumed_from=rec.resumed_from,
+            run_dir=str(job.run_dir),
+        )
+
+    dp = None
+    if world > 1:
+        from unilab.run.dp import DpContext
+
+        dp = DpContext(plan, rank, world)
+    started = False
+
+    def on_started(hello: Any) -> None:
+        nonlocal started
+        started = True
+        mine = RankEvidence(
+            rank=rank,
+            device=plan.ranks[rank].device,
+            gpu_uuid=plan.ranks[rank].gpu_uuid,
+            learner_pid=os.getpid(),
+            collector_pid=hello.pid,
+            collector_cpu_ids_planned=plan.ranks[rank].collector_cpu_ids,
+            collector_cpu_ids_applied=hello.cpu_ids_applied,
+            physics_workers=hello.physics_workers,
+            torch_threads=torch.get_num_threads(),
+        )
+        everyone = _gather(mine, world)
+        if rec is not None:
+            rec.on_started(everyone, hello.physics_graph_enabled, hello.physics_graph_disable_reason)
+
+    noop = lambda *a: None  # noqa: E731
+    runner = OffPolicyRank(
+        plan,
+        rank,
+        job.spec_dir,
+        RankHooks(
+            on_started=on_started,
+            on_log=rec.on_log if rec is not None else noop,
+            on_checkpoint=rec.on_checkpoint if rec is not None else noop,
+            should_stop=stop,
+        ),
+        resume_state=resume_state,
+        dp=dp,
+    )
+    status, code, first_error = "failed", EXIT_FAILED, None
+    try:
+        runner.run()
+        status, code = ("interrupted", EXIT_INTERRUPTED) if runner.interrupted else ("succeeded", EXIT_OK)
+        pr = runner.progress
+        mine = (
+            dp.digest() if dp is not None else None,
+            {
+                "episodes": pr.episodes,
+                "nonfinite_resets": pr.nonfinite_resets,
+                "transitions_nonfinite": pr.transitions_nonfinite,
+                "transitions_stored": pr.transitions_stored,
+                "transitions_produced": pr.transitions_produced,
+            },
+        )
+        finals = _gather(mine, world)
+        digests = [d for d, _ in finals]
+        if rec is not None:
+            rec.prog = runner.progress
+            rec.totals = {k: sum(c[k] for _, c in finals) for k in finals[0][1]}
+            if dp is not None:
+                rec.ranks = [r.model_copy(update={"param_digest": d}) for r, d in zip(rec.ranks, digests, strict=True)]
+                rec.data_parallel = rec.data_parallel.model_copy(
+                    update={  # type: ignore[union-attr]
+                        "grad_syncs": dp.syncs,
+                        "grad_sync_ms_per_update": 1e3 * dp.sync_s / max(runner.progress.updates, 1),
+                        "wire_bytes_per_sync": {k: v["wire_bytes_per_sync"] for k, v in dp.wire_summary().items()},
+                        "obs_gather_s": runner.progress.dp_sync_s,
+                        "params_identical": len(set(digests)) == 1,
+                    }
+                )
+            rec.on_checkpoint(runner.progress, runner.final_state or {})
+    except KeyboardInterrupt:  # a second Ctrl-C: stop now, record what we have
+        status, code = "interrupted", EXIT_INTERRUPTED
+    except RunFailed as exc:
+        first_error = FirstError(where=exc.where, message=exc.message)
+        raise
+    except UnilabError as exc:
+        first_error = FirstError(where=f"rank{rank}.learner", message=exc.summary)
+        raise
+    except Exception as exc:
+        first_error = FirstError(where=f"rank{rank}.learner", message=f"{type(exc).__name__}: {exc}")
+        raise
+    finally:
+        runner.close()
+        if rec is not None and events is not None:
+            _finish(rec, events, status, first_error, started)
+    if rec is not None and started:
+        summarize(rec, status)
+    return code
+
+
+def _finish(rec: RunRecorder, events: EventLog, status: str, first_error: FirstError | None, started: bool) -> None:
+    rec.close()
+    if started:  # before the collector starts there is nothing to record (and a resumed run keeps its manifest)
+        try:
+            rec.write(status, first_error)
+        except UnilabError as exc:
+            # The run's own first error (if any) stays the one reported; this one is said too.
+            print(f"warning: the final manifest was not written: {exc.summary}", file=sys.stderr)
+            if first_error is None:
+                raise
+        outcome = {"succeeded": "run_finished", "interrupted": "run_interrupted"}.get(status, "run_failed")
+        events.info(outcome, status=status, first_error=first_error.model_dump() if first_error else None)
+    events.close()
+
+
+def summarize(rec: RunRecorder, status: str) -> None:
+    m = rec.manifest(status)
+    print(
+        f"run {status}: {m.counters.env_steps:,} env steps, {m.counters.updates:,} updates, "
+        f"{m.counters.episodes:,} episodes in {m.timing.wall_s:.0f} s "
+        f"({m.timing.env_steps_per_s:,.0f} env steps/s, {m.timing.updates_per_s:,.1f} updates/s)"
+    )
+    if m.metrics.episode_return_mean is not None:
+        print(
+            f"last mean episode return {m.metrics.episode_return_mean:.2f}, "
+            f"length {m.metrics.episode_length_mean:.0f} steps"
+        )
+    print(f"run directory: {rec.run_dir}")
+    sys.stdout.flush()

@@ -1,0 +1,220 @@
+"""Rank 0's record of a run: manifest versions, events, tensorboard scalars, checkpoints, and the
+progress line. Other ranks send it their evidence; they write nothing themselves."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from unilab.host.facts import HostFacts
+from unilab.manifest.models import (
+    BackendDiagnostics,
+    CheckpointRecord,
+    Counters,
+    DataParallelEvidence,
+    FirstError,
+    GraphEvidence,
+    Manifest,
+    Metrics,
+    RankEvidence,
+    Timing,
+    Topology,
+)
+from unilab.plan.models import Plan
+from unilab.run.events import EventLog
+from unilab.run.manifest_io import provenance, utc_now, write_manifest
+from unilab.run.progress import ProgressLine
+
+
+class RunRecorder:
+    def __init__(
+        self,
+        plan: Plan,
+        facts: HostFacts,
+        run_dir: Path,
+        events: EventLog,
+        resumed_from: str | None,
+        progress: ProgressLine,
+    ) -> None:
+        self.plan, self.run_dir, self.events, self.line = plan, run_dir, events, progress
+        self.run_id = run_dir.name
+        self.started_at = utc_now()
+        self.t0 = time.perf_counter()
+        self.ranks: list[RankEvidence] = []
+        self.checkpoints: list[CheckpointRecord] = []
+        self.resumed_from = resumed_from
+        self.prov = provenance(facts)
+        self.physics_graph = GraphEvidence(**plan.graphs.physics.model_dump())
+        self.data_parallel: DataParallelEvidence | None = None
+        if plan.topology.world_size > 1:
+            self.data_parallel = DataParallelEvidence(
+                world_size=plan.topology.world_size,
+                process_group_backend=plan.topology.process_group_backend,
+                wire_dtype=plan.gradient_wire.dtype,
+            )
+        self.tb: Any = None
+        self.last_metrics: dict[str, float] = {}
+        self.prog: Any = None
+        # Exact sums over ranks, gathered at the end; until then rank 0's counts times the world size.
+        self.totals: dict[str, int] | None = None
+
+    @property
+    def world(self) -> int:
+        return self.plan.topology.world_size
+
+    def open_tensorboard(self) -> None:
+        if self.tb is not None:
+            return
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+        except ImportError:  # a dependency; a broken install is worth saying, not fatal
+            self.events.info("tensorboard_unavailable")
+            return
+        self.tb = SummaryWriter(str(self.run_dir / "tensorboard"))
+
+    def manifest(self, status: str, first_error: FirstError | None = None) -> Manifest:
+        p, prog, w = self.plan, self.prog, self.world
+        wall = time.perf_counter() - self.t0
+        counters, timing, metrics = Counters(), Timing(wall_s=wall), Metrics()
+        if prog is not None:
+            # Env steps and syncs are exact (ranks run in lockstep with equal env counts); the other
+            # sums are exact once gathered at the end, rank 0's times the world size before that.
+            t = self.totals or {
+                k: getattr(prog, k) * w
+                for k in (
+                    "episodes",
+                    "nonfinite_resets",
+                    "transitions_nonfinite",
+                    "transitions_stored",
+                    "transitions_produced",
+                )
+            }
+            counters = Counters(
+                env_steps=prog.env_steps * w,
+                syncs=prog.syncs,
+                updates=prog.updates,
+                episodes=t["episodes"],
+                nonfinite_resets=t["nonfinite_resets"],
+                skipped_updates=int(self.last_metrics.get("skipped_updates", 0)),
+                transitions_produced=t["transitions_produced"],
+                transitions_stored=t["transitions_stored"],
+                dropped_transitions=t["transitions_produced"] - t["transitions_nonfinite"] - t["transitions_stored"],
+            )
+            run_s = self.last_metrics.get("elapsed_s", wall)
+            steps_run = self.last_metrics.get("env_steps_run", prog.env_steps) * w
+            timing = Timing(
+                wall_s=wall,
+                env_steps_per_s=steps_run / run_s if run_s > 0 else 0.0,
+                updates_per_s=prog.updates / run_s if run_s > 0 else 0.0,
+                collector_phases_us={k: 1e6 * v / max(prog.syncs, 1) for k, v in prog.phase_s.items()},
+                learner_update_ms=1e3 * prog.update_s / max(prog.updates, 1),
+                learner_wait_s=prog.wait_s,
+                collector_wait_s=prog.collector_wait_s,
+            )
+            metrics = Metrics(episode_return_mean=prog.last_return, episode_length_mean=prog.last_length)
+            self.physics_graph = self.physics_graph.model_copy(update={"replays": prog.physics_replays})
+        return Manifest(
+            run_id=self.run_id,
+            plan_id=p.plan_id,
+            spec_digest=p.plan.spec_digest,
+            task=p.task.name,
+            algo=p.algo.name,
+            status=status,
+            started_at=self.started_at,
+            updated_at=utc_now(),  # type: ignore[arg-type]
+            finished_at=utc_now() if status != "running" else None,
+            resumed_from=self.resumed_from,
+            provenance=self.prov,
+            topology=Topology(
+                world_size=w, process_group_backend=p.topology.process_group_backend, launcher=p.topology.launcher
+            ),
+            ranks=sorted(self.ranks, key=lambda r: r.rank),
+            backend=BackendDiagnostics(
+                physics=p.sim.backend,
+                physics_graph=self.physics_graph,
+                learner_graph=GraphEvidence(**p.graphs.learner.model_dump()),
+            ),
+            data_parallel=self.data_parallel,
+            counters=counters,
+            timing=timing,
+            metrics=metrics,
+            checkpoints=self.checkpoints,
+            first_error=first_error,
+        )
+
+    def write(self, status: str, first_error: FirstError | None = None) -> None:
+        write_manifest(self.run_dir / "manifest.json", self.manifest(status, first_error), self.events)
+
+    # --------------------------------------------------------------------------------- rank hooks
+    def on_started(self, evidence: list[RankEvidence], physics_enabled: bool, physics_reason: str | None) -> None:
+        self.ranks = list(evidence)
+        if self.plan.sim.backend == "mjwarp":
+            self.physics_graph = self.physics_graph.model_copy(
+                update={"enabled": physics_enabled, "disable_reason": None if physics_enabled else physics_reason}
+            )
+        for e in evidence:
+            self.events.info(
+                "collector_started",
+                of_rank=e.rank,
+                pid=e.collector_pid,
+                cpu_ids=e.collector_cpu_ids_applied,
+                physics_workers=e.physics_workers,
+            )
+        self.open_tensorboard()
+        self.write("running")
+
+    def on_log(self, prog: Any, metrics: dict[str, float]) -> None:
+        self.prog, self.last_metrics = prog, metrics
+        run_s = metrics.get("elapsed_s", 0.0)
+        sps = metrics.get("env_steps_run", 0) * self.world / run_s if run_s > 0 else 0.0
+        ups = prog.updates / run_s if run_s > 0 else 0.0
+        record = {
+            "env_steps": prog.env_steps * self.world,
+            "env_steps_per_s": round(sps, 1),
+            "updates": prog.updates,
+            "updates_per_s": round(ups, 2),
+            "episodes": prog.episodes * self.world,
+            "episode_return": prog.last_return,
+            "episode_length": prog.last_length,
+            **{k: round(v, 6) for k, v in metrics.items()},
+        }
+        self.events.info("iteration", **record)
+        if self.tb is not None:
+            step = prog.env_steps * self.world
+            self.tb.add_scalar("perf/env_steps_per_s", sps, step)
+            self.tb.add_scalar("perf/updates_per_s", ups, step)
+            if prog.last_return is not None:
+                self.tb.add_scalar("episode/return", prog.last_return, step)
+                self.tb.add_scalar("episode/length", prog.last_length or 0.0, step)
+            for k, v in metrics.items():
+                if k not in ("elapsed_s", "env_steps_run"):
+                    self.tb.add_scalar(f"learner/{k}", v, step)
+            self.tb.flush()
+        self.line.update(prog.env_steps * self.world, sps, ups, prog.last_return, run_s)
+
+    def on_checkpoint(self, prog: Any, state: dict[str, Any]) -> Path:
+        from unilab.run.checkpoint import save_checkpoint
+
+        self.prog = prog
+        steps = prog.env_steps * self.world
+        path, sha = save_checkpoint(
+            self.run_dir / "checkpoints",
+            state,
+            plan_id=self.plan.plan_id,
+            env_steps=steps,
+            keep=self.plan.run.checkpoint_keep,
+        )
+        kept = {p.name for p in (self.run_dir / "checkpoints").glob("ckpt-*.pt")}
+        rel = str(path.relative_to(self.run_dir))
+        self.checkpoints = [c for c in self.checkpoints if Path(c.path).name in kept and c.path != rel]
+        self.checkpoints.append(CheckpointRecord(path=rel, env_steps=steps, sha256=sha))
+        self.events.info("checkpoint_saved", path=rel, env_steps=steps, sha256=sha)
+        self.write("running")
+        return path
+
+    def close(self) -> None:
+        if self.tb is not None:
+            self.tb.close()
+            self.tb = None
+        self.line.close()
