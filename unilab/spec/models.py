@@ -146,6 +146,9 @@ class FlashSacSpec(_OffPolicyBase):
         0.15, description="Entropy target derived from this fixed action std."
     )
     reward_scaling: bool = Field(True, description="Adaptive reward scaling.")
+    alpha_init: Annotated[float, Field(gt=0)] = Field(0.01, description="Initial entropy temperature (the paper's).")
+    v_min: float = Field(-5.0, description="Lowest support value of the distributional critic (the paper's).")
+    v_max: float = Field(5.0, description="Highest support value of the distributional critic (the paper's).")
     hidden_dims: tuple[Annotated[int, Field(ge=1, le=65536)], ...] = Field(
         (256,), min_length=1, max_length=1, description="Residual stream width (one entry)."
     )

@@ -1,0 +1,54 @@
+"""The interface both off-policy learners offer to the runtime (a typing.Protocol; nothing to inherit)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    import torch
+
+    from unilab.learn.optim import GradSyncFn
+    from unilab.learn.replay import Batch
+
+
+@runtime_checkable
+class OffPolicyLearner(Protocol):
+    obs_dim: int
+    act_dim: int
+    num_critic_updates: int
+
+    def act(self, obs_normalized: torch.Tensor, deterministic: bool = False) -> torch.Tensor:
+        """Actions in [-1, 1], [N, act_dim], on the learner's device; no autograd."""
+        ...
+
+    def update(self, batch: Batch, sync: GradSyncFn | None = None) -> dict[str, torch.Tensor]:
+        """One update cycle; 0-dim metric tensors, read them at log intervals (no host sync inside).
+
+        `sync(name, ok)`, when given, runs between each optimizer's backward and its step: it may
+        all-reduce that optimizer's gradients and returns the finite verdict every rank shares.
+        """
+        ...
+
+    def observe_rewards(self, reward: torch.Tensor, terminated: torch.Tensor, truncated: torch.Tensor) -> None:
+        """Every env step's raw rewards (FlashSAC's adaptive reward scale; SAC ignores them)."""
+        ...
+
+    def optim_groups(self) -> dict[str, list[torch.Tensor]]:
+        """Parameters per optimizer ("critic", "actor", "alpha"), for a gradient all-reduce."""
+        ...
+
+    def critic_grads(self, batch: Batch) -> dict[str, torch.Tensor]: ...
+
+    def critic_step(self, ok: torch.Tensor) -> dict[str, torch.Tensor]: ...
+
+    def actor_grads(self, batch: Batch) -> dict[str, torch.Tensor]: ...
+
+    def actor_step(self, ok: torch.Tensor) -> dict[str, torch.Tensor]: ...
+
+    def alpha_grads(self, entropy: torch.Tensor) -> dict[str, torch.Tensor]: ...
+
+    def alpha_step(self, ok: torch.Tensor) -> dict[str, torch.Tensor]: ...
+
+    def state_dict(self) -> dict[str, object]: ...
+
+    def load_state_dict(self, state: dict[str, object]) -> None: ...

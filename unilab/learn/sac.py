@@ -1,0 +1,319 @@
+"""Soft actor-critic (Haarnoja et al. 2018) with FastSAC's large-batch options (arXiv:2512.01996).
+
+Pieces, top to bottom:
+- actor: MLP -> (mean, log_std), tanh-squashed Gaussian, log_std squashed into [-5, 2];
+- critic: two Q networks evaluated as one batched ensemble (one bmm per layer), either scalar
+  (`critic = "mse"`) or C51 distributional (`critic = "c51"`, `num_atoms` over [v_min, v_max],
+  target distribution of the critic with the lower mean, projected onto the support);
+- optional LayerNorm after every hidden layer of both networks (`layer_norm`);
+- target critic by Polyak averaging (`tau`) after each critic step;
+- learned temperature: log_alpha, loss -log_alpha * (log_pi + target_entropy);
+- actor and temperature updated every `actor_update_every` critic updates.
+
+Inputs are normalized observations (see `unilab.learn.normalizer`); actions are in [-1, 1].
+
+Update structure. For each optimizer (critic, actor, alpha) there is a `*_grads` method, which
+computes the loss and writes the gradients into fixed `.grad` buffers and returns a finite flag
+tensor, and a `*_step(ok)` method, which measures (and optionally clips) the gradient norm and
+takes a `MaskedAdam` step that is an exact no-op where `ok` (or the gradient norm) is not finite.
+A data-parallel layer all-reduces the `optim_groups()` gradients and the flags between the two.
+`update` chains them. No `.item()`, no branches on tensor values, fixed shapes: the only Python
+control flow is the actor cadence, a host-side counter. Random noise is drawn from the learner's
+own generators outside the loss functions, so those are pure and can be torch.compile'd.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from unilab.errors import UnilabError
+from unilab.learn import categorical, squashed_gaussian
+from unilab.learn.optim import GradSyncFn, MaskedAdam, agree, grad_norm_and_clip, polyak_, set_grads
+from unilab.learn.replay import Batch
+from unilab.spec.models import SacSpec
+
+LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
+
+
+class Actor(nn.Module):
+    def __init__(self, obs_dim: int, act_dim: int, hidden: tuple[int, ...], layer_norm: bool) -> None:
+        super().__init__()
+        layers: list[nn.Module] = []
+        d = obs_dim
+        for h in hidden:
+            layers += [nn.Linear(d, h), nn.LayerNorm(h) if layer_norm else nn.Identity(), nn.ReLU()]
+            d = h
+        self.trunk = nn.Sequential(*layers)
+        self.head = nn.Linear(d, 2 * act_dim)
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        mean, raw = self.head(self.trunk(obs)).float().chunk(2, dim=-1)
+        log_std = LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (torch.tanh(raw) + 1.0)
+        return mean, log_std
+
+
+class EnsembleLinear(nn.Module):
+    """`members` independent linear layers applied to [members, B, in] with one batched matmul."""
+
+    def __init__(self, members: int, d_in: int, d_out: int) -> None:
+        super().__init__()
+        ref = [nn.Linear(d_in, d_out) for _ in range(members)]  # torch's default init, per member
+        self.weight = nn.Parameter(torch.stack([m.weight.detach().t() for m in ref]))  # [E, in, out]
+        self.bias = nn.Parameter(torch.stack([m.bias.detach()[None] for m in ref]))  # [E, 1, out]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.baddbmm(self.bias, x, self.weight)
+
+
+class EnsembleLayerNorm(nn.Module):
+    def __init__(self, members: int, dim: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(members, 1, dim))
+        self.bias = nn.Parameter(torch.zeros(members, 1, dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.layer_norm(x, x.shape[-1:]) * self.weight + self.bias
+
+
+class TwinCritic(nn.Module):
+    """Two Q networks. Output [2, B] (mse) or logits [2, B, num_atoms] (c51)."""
+
+    def __init__(self, obs_dim: int, act_dim: int, hidden: tuple[int, ...], layer_norm: bool, out_dim: int) -> None:
+        super().__init__()
+        layers: list[nn.Module] = []
+        d = obs_dim + act_dim
+        for h in hidden:
+            layers += [EnsembleLinear(2, d, h), EnsembleLayerNorm(2, h) if layer_norm else nn.Identity(), nn.ReLU()]
+            d = h
+        self.trunk = nn.Sequential(*layers)
+        self.head = EnsembleLinear(2, d, out_dim)
+        self.out_dim = out_dim
+
+    def forward(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        x = torch.cat([obs, action], dim=-1).unsqueeze(0).expand(2, -1, -1)
+        out = self.head(self.trunk(x)).float()
+        return out.squeeze(-1) if self.out_dim == 1 else out
+
+
+class SacLearner:
+    """SAC learner: `act`, `update`, `state_dict`; see the module docstring for the update structure.
+
+    `seed` fixes the initial weights (without touching the caller's global RNG) and the learner's
+    own noise generators. `autocast_dtype` (e.g. torch.bfloat16) runs the forward passes of
+    `update` under torch.autocast; parameters, optimizer state, losses and `act` stay float32.
+    `compile_mode` wraps the two loss functions in torch.compile (forward and backward); the
+    optimizer steps stay eager foreach ops.
+    """
+
+    def __init__(
+        self,
+        obs_dim: int,
+        act_dim: int,
+        cfg: SacSpec,
+        device: torch.device | str = "cpu",
+        seed: int = 0,
+        *,
+        autocast_dtype: torch.dtype | None = None,
+        compile_mode: str | None = None,
+    ) -> None:
+        if obs_dim < 1 or act_dim < 1:
+            raise UnilabError(f"SAC needs positive observation and action sizes, got {obs_dim} and {act_dim}")
+        if cfg.critic == "c51" and not cfg.v_min < cfg.v_max:
+            raise UnilabError(
+                f"C51 critic support is empty: v_min {cfg.v_min} >= v_max {cfg.v_max}",
+                fix="set algo.v_min below algo.v_max",
+            )
+        self.cfg = cfg
+        self.obs_dim, self.act_dim = obs_dim, act_dim
+        self.device = torch.device(device)
+        self.distributional = cfg.critic == "c51"
+        self.target_entropy = float(-act_dim if cfg.target_entropy == "auto" else cfg.target_entropy)
+        self.autocast_dtype = autocast_dtype
+        hidden = tuple(cfg.hidden_dims)
+        out_dim = cfg.num_atoms if self.distributional else 1
+        with torch.random.fork_rng(devices=[]):  # seeded init without touching the caller's RNG
+            torch.manual_seed(seed)
+            actor = Actor(obs_dim, act_dim, hidden, cfg.layer_norm)
+            critic = TwinCritic(obs_dim, act_dim, hidden, cfg.layer_norm, out_dim)
+        self.actor = actor.to(self.device)
+        self.critic = critic.to(self.device)
+        self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
+        self.log_alpha = torch.tensor(math.log(cfg.alpha_init), device=self.device, requires_grad=True)
+        self.atoms = categorical.support(cfg.v_min, cfg.v_max, cfg.num_atoms, self.device)
+
+        self._actor_params = list(self.actor.parameters())
+        self._critic_params = list(self.critic.parameters())
+        self.actor_opt = MaskedAdam(self._actor_params, cfg.actor_lr)
+        self.critic_opt = MaskedAdam(self._critic_params, cfg.critic_lr)
+        self.alpha_opt = MaskedAdam([self.log_alpha], cfg.alpha_lr)
+
+        # Separate streams: inference calls between updates do not change the update's noise.
+        self.update_gen = torch.Generator(device=self.device).manual_seed(seed * 2 + 1)
+        self.act_gen = torch.Generator(device=self.device).manual_seed(seed * 2 + 2)
+        self.num_critic_updates = 0
+        self.num_actor_updates = 0
+
+        self._critic_loss = self._critic_loss_eager
+        self._actor_loss = self._actor_loss_eager
+        if compile_mode is not None:
+            self._critic_loss = torch.compile(self._critic_loss_eager, mode=compile_mode, dynamic=False)
+            self._actor_loss = torch.compile(self._actor_loss_eager, mode=compile_mode, dynamic=False)
+
+    # ------------------------------------------------------------------ inference
+    @torch.no_grad()
+    def act(self, obs_normalized: torch.Tensor, deterministic: bool = False) -> torch.Tensor:
+        """Actions in [-1, 1] for normalized observations [N, obs_dim]."""
+        mean, log_std = self.actor(obs_normalized.to(self.device, torch.float32))
+        if deterministic:
+            return torch.tanh(mean)
+        noise = torch.randn(mean.shape, device=self.device, generator=self.act_gen)
+        return squashed_gaussian.sample(mean, log_std, noise)[0]
+
+    # ------------------------------------------------------------------ losses (pure)
+    def _autocast(self) -> torch.autocast:
+        dt = self.autocast_dtype
+        return torch.autocast(self.device.type, dtype=dt or torch.bfloat16, enabled=dt is not None)
+
+    def _q_values(self, out: torch.Tensor) -> torch.Tensor:
+        """[2, B] expected Q from critic output."""
+        return categorical.expectation(out, self.atoms) if self.distributional else out
+
+    def _critic_loss_eager(
+        self, batch: Batch, next_noise: torch.Tensor, alpha: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        with self._autocast():
+            with torch.no_grad():
+                mean, log_std = self.actor(batch.next_obs)
+                next_a, next_logp = squashed_gaussian.sample(mean, log_std, next_noise)
+                t_out = self.critic_target(batch.next_obs, next_a)
+                bonus = alpha * next_logp  # [B]
+                if self.distributional:
+                    t_q = categorical.expectation(t_out, self.atoms)  # [2, B]
+                    pick = (t_q[0] <= t_q[1])[:, None]
+                    t_probs = torch.softmax(t_out, dim=-1)
+                    probs = torch.where(pick, t_probs[0], t_probs[1])
+                    values = batch.reward[:, None] + batch.discount[:, None] * (self.atoms[None] - bonus[:, None])
+                    target = categorical.project(probs, values, self.cfg.v_min, self.cfg.v_max)
+                else:
+                    target = batch.reward + batch.discount * (t_out.min(0).values - bonus)
+            out = self.critic(batch.obs, batch.action)
+            if self.distributional:
+                loss = -(target[None] * torch.log_softmax(out, dim=-1)).sum(-1).mean(-1).sum()
+            else:
+                loss = (out - target[None]).square().mean(-1).sum()
+        return loss, self._q_values(out.detach()).mean()
+
+    def _actor_loss_eager(
+        self, obs: torch.Tensor, noise: torch.Tensor, alpha: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        with self._autocast():
+            mean, log_std = self.actor(obs)
+            a, logp = squashed_gaussian.sample(mean, log_std, noise)
+            q = self._q_values(self.critic(obs, a)).min(0).values
+            loss = (alpha * logp - q).mean()
+        return loss, logp.detach().mean()
+
+    # ------------------------------------------------------------------ grads / steps
+    def optim_groups(self) -> dict[str, list[torch.Tensor]]:
+        """Parameters per optimizer, in a fixed order: what a data-parallel layer all-reduces."""
+        return {"critic": self._critic_params, "actor": self._actor_params, "alpha": [self.log_alpha]}
+
+    def alpha(self) -> torch.Tensor:
+        return self.log_alpha.detach().exp()
+
+    def critic_grads(self, batch: Batch) -> dict[str, torch.Tensor]:
+        noise = torch.randn(batch.action.shape, device=self.device, generator=self.update_gen)
+        loss, q_mean = self._critic_loss(batch, noise, self.alpha())
+        set_grads(self._critic_params, torch.autograd.grad(loss, self._critic_params, allow_unused=True))
+        return {"critic_loss": loss.detach(), "critic_finite": torch.isfinite(loss), "q_mean": q_mean}
+
+    def critic_step(self, ok: torch.Tensor) -> dict[str, torch.Tensor]:
+        norm = grad_norm_and_clip(self._critic_params, self.cfg.max_grad_norm)
+        ok = ok & torch.isfinite(norm)
+        self.critic_opt.step(ok)
+        polyak_(list(self.critic_target.parameters()), self._critic_params, self.cfg.tau, ok)
+        self.num_critic_updates += 1
+        return {"critic_grad_norm": norm, "critic_finite": ok}
+
+    def actor_grads(self, batch: Batch) -> dict[str, torch.Tensor]:
+        noise = torch.randn(batch.action.shape, device=self.device, generator=self.update_gen)
+        loss, logp_mean = self._actor_loss(batch.obs, noise, self.alpha())
+        # Gradients w.r.t. the actor only: the critic's .grad buffers are left as they are.
+        set_grads(self._actor_params, torch.autograd.grad(loss, self._actor_params, allow_unused=True))
+        return {"actor_loss": loss.detach(), "actor_finite": torch.isfinite(loss), "entropy": -logp_mean}
+
+    def actor_step(self, ok: torch.Tensor) -> dict[str, torch.Tensor]:
+        norm = grad_norm_and_clip(self._actor_params, self.cfg.max_grad_norm)
+        ok = ok & torch.isfinite(norm)
+        self.actor_opt.step(ok)
+        self.num_actor_updates += 1
+        return {"actor_grad_norm": norm, "actor_finite": ok}
+
+    def alpha_grads(self, entropy: torch.Tensor) -> dict[str, torch.Tensor]:
+        """`entropy`: the detached -mean log_pi from `actor_grads` (the same minibatch)."""
+        loss = self.log_alpha * (entropy.detach() - self.target_entropy)
+        self.log_alpha.grad.copy_(entropy.detach() - self.target_entropy)  # type: ignore[union-attr]
+        return {"alpha_loss": loss.detach(), "alpha_finite": torch.isfinite(loss)}
+
+    def alpha_step(self, ok: torch.Tensor) -> dict[str, torch.Tensor]:
+        ok = ok & torch.isfinite(self.log_alpha.grad).all()  # type: ignore[arg-type]
+        self.alpha_opt.step(ok)
+        return {"alpha": self.alpha(), "alpha_finite": ok}
+
+    def update(self, batch: Batch, sync: GradSyncFn | None = None) -> dict[str, torch.Tensor]:
+        """One critic update and, every `actor_update_every` calls, one actor and temperature update.
+
+        Returns 0-dim tensors (no host sync); the actor/alpha keys only on calls that updated them.
+        """
+        m = self.critic_grads(batch)
+        m.update(self.critic_step(agree(sync, "critic", m["critic_finite"])))
+        if (self.num_critic_updates - 1) % self.cfg.actor_update_every == 0:
+            m.update(self.actor_grads(batch))
+            m.update(self.actor_step(agree(sync, "actor", m["actor_finite"])))
+            m.update(self.alpha_grads(m["entropy"]))
+            m.update(self.alpha_step(agree(sync, "alpha", m["alpha_finite"])))
+        return m
+
+    def observe_rewards(self, reward: torch.Tensor, terminated: torch.Tensor, truncated: torch.Tensor) -> None:
+        """Per-env-step reward hook shared with FlashSAC; SAC does not scale rewards, so it keeps nothing."""
+
+    # ------------------------------------------------------------------ checkpoints
+    def state_dict(self) -> dict[str, object]:
+        return {
+            "algo": "sac",
+            "actor": self.actor.state_dict(),
+            "critic": self.critic.state_dict(),
+            "critic_target": self.critic_target.state_dict(),
+            "log_alpha": self.log_alpha.detach().clone(),
+            "actor_opt": self.actor_opt.state_dict(),
+            "critic_opt": self.critic_opt.state_dict(),
+            "alpha_opt": self.alpha_opt.state_dict(),
+            "update_gen": self.update_gen.get_state(),
+            "act_gen": self.act_gen.get_state(),
+            "num_critic_updates": self.num_critic_updates,
+            "num_actor_updates": self.num_actor_updates,
+        }
+
+    def load_state_dict(self, state: dict[str, object]) -> None:
+        if state.get("algo") != "sac":
+            raise UnilabError(
+                f"checkpoint holds a {state.get('algo')!r} learner, this run uses 'sac'",
+                fix="resume with the algo.name that wrote the checkpoint",
+            )
+        self.actor.load_state_dict(state["actor"])  # type: ignore[arg-type]
+        self.critic.load_state_dict(state["critic"])  # type: ignore[arg-type]
+        self.critic_target.load_state_dict(state["critic_target"])  # type: ignore[arg-type]
+        with torch.no_grad():
+            self.log_alpha.copy_(state["log_alpha"])  # type: ignore[arg-type]
+        self.actor_opt.load_state_dict(state["actor_opt"])  # type: ignore[arg-type]
+        self.critic_opt.load_state_dict(state["critic_opt"])  # type: ignore[arg-type]
+        self.alpha_opt.load_state_dict(state["alpha_opt"])  # type: ignore[arg-type]
+        self.update_gen.set_state(state["update_gen"])  # type: ignore[arg-type]
+        self.act_gen.set_state(state["act_gen"])  # type: ignore[arg-type]
+        self.num_critic_updates = int(state["num_critic_updates"])  # type: ignore[arg-type]
+        self.num_actor_updates = int(state["num_actor_updates"])  # type: ignore[arg-type]
