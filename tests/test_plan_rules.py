@@ -307,13 +307,32 @@ CASES = [
     Case("task.robot", "cpu_laptop", {"task__robot_mjcf": "no/such/g1.xml"}, True, "not found"),
     Case("task.robot", "cpu_laptop", {}, False),
     Case(
-        "task.walk-options",
+        "task.options",
+        "cpu_laptop",
+        {
+            "task__name": "g1_motion_tracking",
+            "task__motion": "builtin:g1_squat",
+            "task__commands": {"lin_vel_x": [0.0, 0.5]},
+        },
+        True,
+        "has no effect on",
+    ),
+    Case(
+        "task.options",
+        "cpu_laptop",
+        {"task__name": "cartpole", "task__observation_noise": True},
+        True,
+        "has no effect on cartpole",
+    ),
+    Case(
+        "task.options",
         "cpu_laptop",
         {"task__name": "g1_motion_tracking", "task__motion": "builtin:g1_squat", "task__push_interval_s": 3.0},
-        True,
-        "is a g1_walk option",
+        False,
     ),
-    Case("task.walk-options", "cpu_laptop", {"task__push_interval_s": 3.0}, False),
+    Case(
+        "task.robot", "cpu_laptop", {"task__name": "cartpole", "task__robot_mjcf": "g1.xml"}, True, "has its own model"
+    ),
     Case("run.budget", "cpu_laptop", {"run__total_env_steps": 10}, True, "less than one step"),
     Case("run.budget", "cpu_laptop", {}, False),
 ]

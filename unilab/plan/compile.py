@@ -96,6 +96,8 @@ def _nccl_env(ctx: Context, graphs: GraphsPlan) -> list[EnvVarPlan]:
 
 def _robot(ctx: Context) -> RobotPlan:
     info = ctx.robot
+    if info is None:
+        return RobotPlan(source="builtin:cartpole", actuators="file")
     if ctx.spec.task.robot_mjcf is None:
         return RobotPlan(source="builtin", actuators=info.actuators)
     path = resolve_input_path(ctx.spec.task.robot_mjcf, ctx.spec_dir)

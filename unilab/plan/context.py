@@ -31,10 +31,13 @@ class Context:
 
     @cached_property
     def robot(self) -> Any:
-        """MjcfInfo of the robot (builtin or the user's), or the UnilabError explaining why not.
+        """MjcfInfo of the robot (builtin or the user's), the UnilabError explaining why not, or None
+        for the cart-pole check task.
         Cached: rules and the plan builder read it without inspecting the file twice."""
         from unilab.plan.inputs import inspect_robot
 
+        if self.spec.task.name == "cartpole":
+            return None  # the check task brings its own model
         return inspect_robot(self.spec.task.robot_mjcf, self.spec_dir)
 
     @cached_property

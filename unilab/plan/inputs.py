@@ -42,7 +42,7 @@ def inspect_task_motion(motion: str | None, spec_dir: Path, robot: Any) -> Any:
 
     try:
         path = resolve_motion(motion, spec_dir)
-        num_bodies = None if isinstance(robot, UnilabError) else len(robot.body_names)
+        num_bodies = None if robot is None or isinstance(robot, UnilabError) else len(robot.body_names)
         return inspect_motion(path, num_joints=29, num_bodies=num_bodies)
     except UnilabError as exc:
         return exc

@@ -55,7 +55,9 @@ class CommandRanges(_Section):
 class TaskSpec(_Section):
     """`[task]`: which task, how many environments, episode shape and inputs."""
 
-    name: Literal["g1_walk", "g1_motion_tracking"] = Field(description="Task to train.")
+    name: Literal["g1_walk", "g1_motion_tracking", "cartpole"] = Field(
+        description="Task to train. `cartpole` is a small check task (not a G1): it learns in about a minute."
+    )
     num_envs: Annotated[int, Field(ge=1, le=1_048_576)] = Field(description="Parallel environments per rank.")
     episode_length_s: Annotated[float, Field(gt=0, le=3600)] = Field(20.0, description="Episode time limit, seconds.")
     motion: str | None = Field(

@@ -8,7 +8,7 @@ its terms from the same names; a test checks the two agree.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 TermKind = Literal["observation", "reward", "termination", "command", "event", "curriculum", "recorder"]
 
@@ -53,3 +53,105 @@ class TermDecl:
         if self.kind == "recorder":
             out.append("is a recorder")
         return out
+
+
+# --- Inventories ------------------------------------------------------------------------------
+# The runtime tasks (unilab.tasks.g1_walk, unilab.tasks.g1_motion_tracking) build exactly these
+# terms, in this order, for a given TaskSpec; tests/test_tasks_inventory.py checks it.
+
+if TYPE_CHECKING:
+    from unilab.spec.models import TaskSpec
+
+_WALK_OBSERVATIONS = (
+    "base_ang_vel",
+    "projected_gravity",
+    "velocity_command",
+    "joint_pos_rel",
+    "joint_vel_rel",
+    "last_action",
+)
+_WALK_REWARDS = (
+    "track_lin_vel_xy_exp",
+    "track_ang_vel_z_exp",
+    "upright",
+    "base_height",
+    "joint_torques_l2",
+    "action_rate_l2",
+    "feet_air_time",
+    "alive",
+)
+_WALK_TERMINATIONS = ("fall_base_height", "fall_orientation", "time_out")
+
+_TRACK_OBSERVATIONS = (
+    "motion_command",
+    "motion_anchor_pos_b",
+    "motion_anchor_ori_b",
+    "base_lin_vel",
+    "base_ang_vel",
+    "joint_pos_rel",
+    "joint_vel_rel",
+    "last_action",
+)
+_TRACK_REWARDS = (
+    "motion_joint_pos",
+    "motion_anchor_pos",
+    "motion_anchor_ori",
+    "motion_body_pos",
+    "motion_body_ori",
+    "action_rate_l2",
+    "joint_torques_l2",
+)
+_TRACK_TERMINATIONS = ("anchor_height_deviation", "anchor_orientation_deviation", "key_body_height_deviation",
+                       "motion_end", "time_out")
+
+CARTPOLE_OBSERVATIONS = ("cart_pos", "pole_cos", "pole_sin", "cart_vel", "pole_ang_vel")
+CARTPOLE_REWARDS = ("upright", "centered", "action_l2")
+CARTPOLE_TERMINATIONS = ("pole_fell", "off_rail", "time_out")
+
+
+def _shared_tail(task: TaskSpec) -> tuple[list[TermDecl], list[TermDecl]]:
+    """Observation noise and events that both tasks honour the same way."""
+    obs: list[TermDecl] = []
+    if task.observation_noise:
+        obs.append(TermDecl("observation_noise", "observation", noise=True))
+    events: list[TermDecl] = []
+    if task.domain_randomization:
+        # Drawn at reset, on the device generator, for the worlds being reset: reset-owned.
+        events.append(TermDecl("randomize_friction", "event"))
+        events.append(TermDecl("randomize_base_mass", "event"))
+    if task.push_interval_s is not None:
+        events.append(TermDecl("push_robot", "event", interval_event=True))
+    return obs, events
+
+
+def declared_terms(task: TaskSpec) -> list[TermDecl]:
+    """The exact term inventory (names, kinds, graph-safety flags, order) the runtime task builds."""
+    if task.name == "cartpole":
+        return [
+            *(TermDecl(n, "observation") for n in CARTPOLE_OBSERVATIONS),
+            *(TermDecl(n, "reward") for n in CARTPOLE_REWARDS),
+            *(TermDecl(n, "termination") for n in CARTPOLE_TERMINATIONS),
+            TermDecl("reset_near_upright", "event"),
+        ]
+    noise, events = _shared_tail(task)
+    if task.name == "g1_walk":
+        return [
+            TermDecl("velocity_command", "command"),
+            *(TermDecl(n, "observation") for n in _WALK_OBSERVATIONS),
+            *noise,
+            *(TermDecl(n, "reward") for n in _WALK_REWARDS),
+            *(TermDecl(n, "termination") for n in _WALK_TERMINATIONS),
+            TermDecl("reset_joints_around_default", "event"),
+            *events,
+        ]
+    if task.name == "g1_motion_tracking":
+        return [
+            TermDecl("motion_phase", "command"),
+            *(TermDecl(n, "observation") for n in _TRACK_OBSERVATIONS),
+            *noise,
+            *(TermDecl(n, "reward") for n in _TRACK_REWARDS),
+            *(TermDecl(n, "termination") for n in _TRACK_TERMINATIONS),
+            TermDecl("reset_to_reference", "event"),
+            *events,
+        ]
+    raise ValueError(f"unknown task {task.name!r}")  # unreachable: TaskSpec.name is a Literal

@@ -27,10 +27,11 @@ def task_motion(r: Rule, ctx: Context) -> list[Diagnostic]:
                 'set task.motion = "builtin:g1_squat" or the path of a .npz clip (see docs/tasks.md)',
             )
         ]
-    if t.name == "g1_walk" and t.motion is not None:
+    if t.name != "g1_motion_tracking" and t.motion is not None:
         return [
             r.diag(
-                "g1_walk does not use a reference motion", 'remove task.motion, or set task.name = "g1_motion_tracking"'
+                f"{t.name} does not use a reference motion",
+                'remove task.motion, or set task.name = "g1_motion_tracking"',
             )
         ]
     if isinstance(ctx.motion, UnilabError):
@@ -45,34 +46,40 @@ def task_motion(r: Rule, ctx: Context) -> list[Diagnostic]:
     "and its actuators are all or none.",
 )
 def task_robot(r: Rule, ctx: Context) -> list[Diagnostic]:
+    if ctx.spec.task.name == "cartpole" and ctx.spec.task.robot_mjcf is not None:
+        return [
+            r.diag(
+                "the cartpole check task has its own model; task.robot_mjcf is for the G1 tasks",
+                "remove task.robot_mjcf",
+            )
+        ]
     if isinstance(ctx.robot, UnilabError):
         return [_from_error(r, ctx.robot, "task.robot_mjcf")]
     return []
 
 
 @rule(
-    "task.walk-options", "task", "Walk-only options (noise, randomization, pushes) are not set for g1_motion_tracking."
+    "task.options",
+    "task",
+    "Options a task does not use are not set: velocity commands are g1_walk's; the "
+    "cartpole check task takes no noise, randomization or pushes.",
 )
-def task_walk_options(r: Rule, ctx: Context) -> list[Diagnostic]:
+def task_options(r: Rule, ctx: Context) -> list[Diagnostic]:
     t = ctx.spec.task
-    if t.name != "g1_motion_tracking":
-        return []
-    out = []
-    for key, on in (
-        ("observation_noise", t.observation_noise),
-        ("domain_randomization", t.domain_randomization),
-        ("push_interval_s", t.push_interval_s is not None),
-        ("commands", "commands" in t.model_fields_set),
-    ):
-        if on:
-            out.append(
-                r.diag(
-                    f"task.{key} is a g1_walk option; g1_motion_tracking ignores it",
-                    f"remove task.{key}",
-                    f"task.{key}",
-                )
+    unused: list[str] = []
+    if t.name != "g1_walk" and "commands" in t.model_fields_set:
+        unused.append("commands")
+    if t.name == "cartpole":
+        unused += [
+            k
+            for k, on in (
+                ("observation_noise", t.observation_noise),
+                ("domain_randomization", t.domain_randomization),
+                ("push_interval_s", t.push_interval_s is not None),
             )
-    return out
+            if on
+        ]
+    return [r.diag(f"task.{k} has no effect on {t.name}", f"remove task.{k}", f"task.{k}") for k in unused]
 
 
 @rule("run.budget", "run.total_env_steps", "The run collects at least one env step per env and rank.")

@@ -1,0 +1,98 @@
+"""Assemble a collector from a spec: composed G1 model -> physics backend -> task -> Collector."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from unilab.collect.collector import Collector
+from unilab.robot.model import RobotLayout, build_model_xml, model_from_xml
+from unilab.sim.factory import make_backend
+from unilab.tasks.registry import build_task
+
+if TYPE_CHECKING:
+    from unilab.sim.contract import PhysicsBackend
+    from unilab.spec.models import SimSpec, TaskSpec
+
+
+@dataclass(frozen=True)
+class RobotModel:
+    xml: str
+    layout: RobotLayout | None  # None for the cart-pole check task (not a G1)
+    nbody: int
+
+
+def compose_robot(task: TaskSpec, sim: SimSpec, spec_dir: Path = Path(".")) -> RobotModel:
+    if task.name == "cartpole":
+        from unilab.tasks.cartpole import cartpole_xml
+
+        return RobotModel(xml=cartpole_xml(sim.timestep), layout=None, nbody=3)
+    mjcf = None
+    if task.robot_mjcf is not None:
+        mjcf = Path(task.robot_mjcf).expanduser()
+        if not mjcf.is_absolute():
+            mjcf = Path(spec_dir) / mjcf
+    xml = build_model_xml(mjcf, sim.timestep)
+    model = model_from_xml(xml, mjcf)
+    return RobotModel(xml=xml, layout=RobotLayout.from_model(model), nbody=model.nbody)
+
+
+def make_physics(
+    sim: SimSpec,
+    model_xml: str,
+    num_envs: int,
+    *,
+    workers: int | None = None,
+    cpu_ids: list[int] | None = None,
+    device: str = "cpu",
+    physics_graph: bool = False,
+) -> PhysicsBackend:
+    """The backend ``sim.backend`` names. CPU workers: ``workers``, else ``sim.workers`` (``auto``:
+    one per CPU in ``cpu_ids``, or in this process's affinity set), never more than ``num_envs``."""
+    if sim.backend == "mujoco":
+        if workers is None:
+            if sim.workers != "auto":
+                workers = sim.workers
+            else:
+                workers = len(cpu_ids) if cpu_ids is not None else len(os.sched_getaffinity(0))
+        workers = max(1, min(workers, num_envs))
+        if cpu_ids is not None:
+            cpu_ids = cpu_ids[:workers]
+    else:
+        workers = 1
+    return make_backend(
+        sim.backend, model_xml, num_envs, sim.decimation, device=device, cpu_ids=cpu_ids, workers=workers,
+        physics_graph=physics_graph,
+    )
+
+
+def build_collector(
+    task: TaskSpec,
+    sim: SimSpec,
+    *,
+    spec_dir: Path = Path("."),
+    num_envs: int | None = None,
+    workers: int | None = None,
+    cpu_ids: list[int] | None = None,
+    device: str = "cpu",
+    physics_graph: bool = False,
+    seed: int = 0,
+    finite_check_interval: int = 100,
+    timing: bool = True,
+) -> Collector:
+    """A ready collector (call ``reset_all`` before the first ``step``); ``close()`` it when done."""
+    robot = compose_robot(task, sim, spec_dir)
+    n = num_envs if num_envs is not None else task.num_envs
+    backend = make_physics(
+        sim, robot.xml, n, workers=workers, cpu_ids=cpu_ids, device=device, physics_graph=physics_graph
+    )
+    try:
+        runtime_task = build_task(
+            task, backend, robot.layout, step_dt=sim.timestep * sim.decimation, seed=seed, spec_dir=spec_dir
+        )
+        return Collector(backend, runtime_task, finite_check_interval=finite_check_interval, timing=timing)
+    except BaseException:
+        backend.close()
+        raise
