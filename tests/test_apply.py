@@ -114,6 +114,22 @@ def test_apply_leaves_a_complete_run_directory_and_resumes(tmp_path: Path) -> No
     )
     assert marked_pids(mark) == []
 
+    # The exported policy (actor + normalizer) gives the torch actor's actions under onnxruntime.
+    import numpy as np
+    import onnxruntime as ort
+
+    from unilab.run.export import load_policy
+
+    e = subprocess.run(
+        [sys.executable, "-m", "unilab", "export", str(run_dir), "--format", "onnx"], capture_output=True, text=True
+    )
+    assert e.returncode == 0, e.stderr
+    policy, obs_dim = load_policy(run_dir)
+    obs = np.random.default_rng(0).normal(size=(8, obs_dim)).astype(np.float32) * 3
+    got = ort.InferenceSession(str(run_dir / "policy.onnx")).run(None, {"obs": obs})[0]
+    want = policy(torch.from_numpy(obs)).detach().numpy()
+    assert got.shape == (8, 29) and np.abs(got - want).max() < 1e-5
+
     # Resume: more steps of the same plan are a different plan, so resume with the saved plan's budget.
     r = apply(tmp_path, str(spec), *SMALL, "--resume", str(run_dir))
     assert r.returncode == 1 and "already finished" in r.stderr

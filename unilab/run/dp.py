@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 import torch
@@ -25,6 +26,9 @@ class DpContext:
         self.syncs = 0
         self.sync_s = 0.0
         self._flag = torch.zeros(1, dtype=torch.int32)
+        # Control messages (stop flags, evidence, the end-of-run barrier) travel on a gloo group,
+        # whatever backend carries the gradients: gloo can time out a barrier and name the rank.
+        self.control = dist.new_group(backend="gloo") if plan.topology.process_group_backend != "gloo" else None
 
     def modules(self, learner: Any) -> list[Any]:
         return [learner.actor, learner.critic, learner.critic_target, learner.log_alpha]
@@ -64,8 +68,13 @@ class DpContext:
     def any_rank(self, local: bool) -> bool:
         """True on every rank if any rank says true (a collective: all ranks must call it)."""
         self._flag.fill_(int(local))
-        dist.all_reduce(self._flag, op=dist.ReduceOp.MAX)
+        dist.all_reduce(self._flag, op=dist.ReduceOp.MAX, group=self.control)
         return bool(self._flag.item())
+
+    def finish_within(self, grace_s: float) -> None:
+        """Wait for every rank to reach the end of its work, at most `grace_s` seconds; a rank that
+        overruns the grace window (or died) fails the run, named by gloo's monitored barrier."""
+        dist.monitored_barrier(group=self.control, timeout=timedelta(seconds=grace_s), wait_all_ranks=True)
 
     def digest(self) -> str:
         return param_digest(self.modules(self.learner))

@@ -8,7 +8,7 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -22,7 +22,11 @@ from unilab.run.progress import ProgressLine
 from unilab.run.recorder import RunRecorder
 from unilab.run.stop import StopFlag
 
+if TYPE_CHECKING:
+    from unilab.run.onpolicy import OnPolicyRank
+
 EXIT_OK, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 130
+GRACE_S = 120.0  # how long the ranks wait for each other at the end of the run
 
 
 @dataclass(frozen=True)
@@ -103,26 +107,29 @@ def run_rank(job: RankJob, stop: StopFlag) -> int:
             rec.on_started(everyone, hello.physics_graph_enabled, hello.physics_graph_disable_reason)
 
     noop = lambda *a: None  # noqa: E731
-    runner = OffPolicyRank(
-        plan,
-        rank,
-        job.spec_dir,
-        RankHooks(
-            on_started=on_started,
-            on_log=rec.on_log if rec is not None else noop,
-            on_checkpoint=rec.on_checkpoint if rec is not None else noop,
-            should_stop=stop,
-        ),
-        resume_state=resume_state,
-        dp=dp,
+    hooks = RankHooks(
+        on_started=on_started,
+        on_log=rec.on_log if rec is not None else noop,
+        on_checkpoint=rec.on_checkpoint if rec is not None else noop,
+        should_stop=stop,
     )
+    runner: OffPolicyRank | OnPolicyRank
+    if plan.algo.name == "ppo":  # imported here: rsl-rl takes seconds to import, off-policy runs skip it
+        from unilab.run.onpolicy import OnPolicyRank
+
+        runner = OnPolicyRank(plan, rank, job.spec_dir, hooks, resume_state=resume_state, dp=dp)
+    else:
+        runner = OffPolicyRank(plan, rank, job.spec_dir, hooks, resume_state=resume_state, dp=dp)
     status, code, first_error = "failed", EXIT_FAILED, None
     try:
         runner.run()
         status, code = ("interrupted", EXIT_INTERRUPTED) if runner.interrupted else ("succeeded", EXIT_OK)
         pr = runner.progress
+        digest = None
+        if dp is not None:
+            digest = dp.digest() if isinstance(runner, OffPolicyRank) else runner.param_digest()
         mine = (
-            dp.digest() if dp is not None else None,
+            digest,
             {
                 "episodes": pr.episodes,
                 "nonfinite_resets": pr.nonfinite_resets,
@@ -138,11 +145,16 @@ def run_rank(job: RankJob, stop: StopFlag) -> int:
             rec.totals = {k: sum(c[k] for _, c in finals) for k in finals[0][1]}
             if dp is not None:
                 rec.ranks = [r.model_copy(update={"param_digest": d}) for r, d in zip(rec.ranks, digests, strict=True)]
+                if isinstance(runner, OffPolicyRank):
+                    syncs, sync_s = dp.syncs, dp.sync_s
+                    wire = {k: v["wire_bytes_per_sync"] for k, v in dp.wire_summary().items()}
+                else:  # PPO: rsl-rl's own all-reduce, counted by the PPO runner
+                    syncs, sync_s, wire = runner.grad_syncs, runner.grad_sync_s, runner.wire_bytes_per_sync()
                 rec.data_parallel = rec.data_parallel.model_copy(
                     update={  # type: ignore[union-attr]
-                        "grad_syncs": dp.syncs,
-                        "grad_sync_ms_per_update": 1e3 * dp.sync_s / max(runner.progress.updates, 1),
-                        "wire_bytes_per_sync": {k: v["wire_bytes_per_sync"] for k, v in dp.wire_summary().items()},
+                        "grad_syncs": syncs,
+                        "grad_sync_ms_per_update": 1e3 * sync_s / max(runner.progress.updates, 1),
+                        "wire_bytes_per_sync": wire,
                         "obs_gather_s": runner.progress.dp_sync_s,
                         "params_identical": len(set(digests)) == 1,
                     }
