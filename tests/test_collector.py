@@ -1,0 +1,119 @@
+"""Collector lifecycle: automatic masked resets, terminal observations, statistics, finite verdict, timings."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import torch
+
+from unilab.collect.build import build_collector
+from unilab.collect.collector import Collector
+from unilab.collect.timing import PHASES
+from unilab.spec.models import SimSpec, TaskSpec
+
+N = 4
+
+
+def _walk(**fields: object) -> Collector:
+    fields.setdefault("num_envs", N)
+    return build_collector(TaskSpec(name="g1_walk", **fields), SimSpec(workers=1), finite_check_interval=4, seed=3)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def walk() -> Iterator[Collector]:
+    with _walk() as c:
+        yield c
+
+
+def test_time_limit_publishes_terminal_obs_then_resets() -> None:
+    # 0.1 s episodes at a 0.02 s env step: every world is truncated at its 5th step.
+    with _walk(episode_length_s=0.1) as c:
+        c.reset_all()
+        layout = c.task.observation_layout()
+        cmd, act = layout["velocity_command"], layout["last_action"]
+        actions = torch.full((N, 29), 0.05)
+        for i in range(5):
+            cmd_before = c.task.velocity_command.clone()
+            obs, _reward, terminated, truncated = c.step(actions)
+            if i < 4:
+                assert not (terminated | truncated).any()
+                assert torch.equal(c.next_obs, obs)
+        survivors = ~terminated
+        assert truncated[survivors].all()
+        ended = terminated | truncated
+        # next_obs: the last observation of the finished episode (old command, the action just taken) ...
+        assert torch.allclose(c.next_obs[ended, cmd], cmd_before[ended])
+        assert torch.allclose(c.next_obs[ended, act], actions[ended])
+        # ... obs: the first observation of the new one (new command, no previous action).
+        assert torch.allclose(obs[ended, cmd], c.task.velocity_command[ended])
+        assert not torch.allclose(obs[ended, cmd], cmd_before[ended])
+        assert (obs[ended, act] == 0).all()
+        assert (c.task.episode_step[ended] == 0).all()
+        stats = c.episode_stats()
+        assert stats["episodes"] == int(ended.sum())
+        if survivors.all():
+            assert stats["episode_length"] == 5.0
+        assert c.episode_stats() == {"episodes": 0.0}  # cleared by the read
+
+
+def test_nan_world_is_caught_within_the_interval_and_only_it_is_reset(walk: Collector) -> None:
+    walk.reset_all()
+    actions = torch.zeros(N, 29)
+    walk.step(actions)  # step 1
+    steps_before = walk.task.episode_step.clone()
+    bad_actions = actions.clone()
+    bad_actions[2, 5] = float("nan")
+    obs, reward, terminated, truncated = walk.step(bad_actions)  # step 2: world 2 goes non-finite
+    assert walk.nonfinite.tolist() == [False, False, True, False]
+    assert truncated[2] and not terminated[2] and reward[2] == 0.0
+    assert torch.isfinite(obs).all() and torch.isfinite(walk.next_obs).all()
+    assert torch.isfinite(walk.backend.state.qpos).all()
+    # Only world 2 restarted its episode; the host has not read anything yet (interval = 4 steps).
+    assert walk.task.episode_step[2] == 0
+    others = torch.tensor([0, 1, 3])
+    assert torch.equal(walk.task.episode_step[others], steps_before[others] + 1)
+    assert walk.finite_verdict is None
+    walk.step(actions)  # step 3
+    walk.step(actions)  # step 4: interval boundary, the verdict is read
+    verdict = walk.finite_verdict
+    assert verdict is not None and verdict.step == 4
+    assert verdict.worlds == (2,) and verdict.events == 1 and not verdict.ok
+    assert walk.nonfinite_worlds_total == 1
+    for _ in range(4):
+        walk.step(actions)
+    assert walk.finite_verdict.ok and walk.finite_verdict.step == 8
+
+
+def test_timings_cover_every_phase(walk: Collector) -> None:
+    walk.reset_all()
+    walk.reset_timings()
+    for _ in range(3):
+        walk.step(torch.zeros(N, 29))
+    t = walk.timings()
+    assert tuple(t) == PHASES
+    for phase in ("action_apply", "physics_step", "state_read", "observation", "reward", "termination",
+                  "metrics", "events_commands", "reset_mask", "publication", "post_reset_observation"):
+        assert t[phase].calls == 3, phase
+        assert t[phase].total_s > 0
+    assert t["physics_step"].mean_us > 0
+
+
+def test_worker_processes_and_motion_tracking() -> None:
+    task = TaskSpec(name="g1_motion_tracking", num_envs=6, motion="builtin:g1_squat", observation_noise=True)
+    with build_collector(task, SimSpec(workers=2), finite_check_interval=10) as c:
+        assert len(c.backend.worker_pids()) == 2
+        c.reset_all()
+        gen = torch.Generator().manual_seed(0)
+        for _ in range(20):
+            obs, reward, _terminated, _truncated = c.step(torch.rand(6, 29, generator=gen) - 0.5)
+            assert torch.isfinite(obs).all() and torch.isfinite(reward).all()
+        assert c.check_finite_now().ok
+
+
+def test_wrong_action_shape_is_refused(walk: Collector) -> None:
+    from unilab.errors import UnilabError
+
+    walk.reset_all()
+    with pytest.raises(UnilabError, match="actions have shape"):
+        walk.step(torch.zeros(N, 12))

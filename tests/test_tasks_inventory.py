@@ -1,0 +1,95 @@
+"""The runtime term inventory of each task equals what the planner's preflight reads (declared_terms)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+from unilab.errors import UnilabError
+from unilab.robot.model import RobotLayout, build_model_xml, model_from_xml
+from unilab.sim.mujoco_cpu import MujocoCpuBackend
+from unilab.spec.models import TaskSpec
+from unilab.tasks.declarations import declared_terms
+from unilab.tasks.events import BASE_MASS_RANGE, FRICTION_RANGE
+from unilab.tasks.registry import build_task
+
+N = 4
+
+
+@pytest.fixture(scope="module")
+def robot() -> tuple[str, RobotLayout]:
+    xml = build_model_xml(None, 0.005)
+    return xml, RobotLayout.from_model(model_from_xml(xml))
+
+
+class ParamsBackend(MujocoCpuBackend):
+    """The CPU backend plus a recording ``set_world_params`` hook (the optional randomization API)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.calls: list[tuple[torch.Tensor, dict[str, torch.Tensor]]] = []
+
+    def set_world_params(self, mask: torch.Tensor, **params: torch.Tensor) -> None:
+        self.calls.append((mask.clone(), {k: v.clone() for k, v in params.items()}))
+
+
+SPECS = [
+    {"name": "g1_walk"},
+    {"name": "g1_walk", "observation_noise": True, "push_interval_s": 2.0},
+    {"name": "g1_walk", "domain_randomization": True, "observation_noise": True, "push_interval_s": 1.0},
+    {"name": "g1_motion_tracking", "motion": "builtin:g1_squat"},
+    {"name": "g1_motion_tracking", "motion": "builtin:g1_squat", "observation_noise": True, "push_interval_s": 3.0},
+    {"name": "g1_motion_tracking", "motion": "builtin:g1_squat", "domain_randomization": True},
+]
+
+
+@pytest.mark.parametrize("fields", SPECS, ids=lambda f: "-".join(f"{k}" for k in f if k not in ("motion",)))
+def test_runtime_inventory_equals_declared(robot: tuple[str, RobotLayout], fields: dict[str, Any]) -> None:
+    xml, layout = robot
+    spec = TaskSpec(num_envs=N, **fields)
+    with ParamsBackend(xml, N, 4) as backend:
+        task = build_task(spec, backend, layout, step_dt=0.02)
+        runtime = task.term_decls()
+    declared = declared_terms(spec)
+    assert [(d.name, d.kind) for d in runtime] == [(d.name, d.kind) for d in declared]
+    assert runtime == declared  # every graph-safety flag too
+    assert len({d.name for d in declared if d.kind == "reward"}) == sum(d.kind == "reward" for d in declared)
+
+
+def test_flags_follow_the_spec() -> None:
+    plain = declared_terms(TaskSpec(name="g1_walk", num_envs=1))
+    assert all(d.graph_safe for d in plain)
+    noisy = declared_terms(TaskSpec(name="g1_walk", num_envs=1, observation_noise=True, push_interval_s=5.0))
+    blockers = {d.name: d.graph_blockers() for d in noisy if not d.graph_safe}
+    assert blockers == {
+        "observation_noise": ["adds observation noise or corruption"],
+        "push_robot": ["is an interval event"],
+    }
+    dr = declared_terms(TaskSpec(name="g1_motion_tracking", num_envs=1, domain_randomization=True))
+    names = [d.name for d in dr]
+    assert "randomize_friction" in names and "randomize_base_mass" in names
+    assert all(d.graph_safe for d in dr)  # reset-owned: drawn inside the reset path
+
+
+def test_domain_randomization_refused_without_backend_hook(robot: tuple[str, RobotLayout]) -> None:
+    xml, layout = robot
+    spec = TaskSpec(name="g1_walk", num_envs=N, domain_randomization=True)
+    with MujocoCpuBackend(xml, N, 4) as backend, pytest.raises(UnilabError, match="domain_randomization") as exc:
+        build_task(spec, backend, layout, step_dt=0.02)
+    assert "set_world_params" in exc.value.detail
+
+
+def test_domain_randomization_draws_for_reset_worlds(robot: tuple[str, RobotLayout]) -> None:
+    xml, layout = robot
+    spec = TaskSpec(name="g1_walk", num_envs=N, domain_randomization=True)
+    with ParamsBackend(xml, N, 4) as backend:
+        task = build_task(spec, backend, layout, step_dt=0.02)
+        mask = torch.tensor([True, False, True, False])
+        task.reset_targets(mask)
+    (m1, p1), (m2, p2) = backend.calls
+    assert torch.equal(m1, mask) and torch.equal(m2, mask)
+    friction, mass = p1["floor_friction"], p2["base_mass_offset"]
+    assert friction.shape == (N,) and ((friction >= FRICTION_RANGE[0]) & (friction <= FRICTION_RANGE[1])).all()
+    assert ((mass >= BASE_MASS_RANGE[0]) & (mass <= BASE_MASS_RANGE[1])).all()

@@ -1,0 +1,200 @@
+"""The G1 tasks as fixed-shape tensor programs on real CPU MuJoCo physics."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+
+import pytest
+import torch
+
+from unilab.collect.collector import Collector
+from unilab.robot.model import RobotLayout, build_model_xml, model_from_xml
+from unilab.sim.mujoco_cpu import MujocoCpuBackend
+from unilab.spec.models import TaskSpec
+from unilab.tasks.base import Task
+from unilab.tasks.registry import build_task
+
+N = 4
+STEP_DT = 0.02
+
+
+@pytest.fixture(scope="module")
+def robot() -> tuple[str, RobotLayout]:
+    xml = build_model_xml(None, 0.005)
+    return xml, RobotLayout.from_model(model_from_xml(xml))
+
+
+def _collector(robot: tuple[str, RobotLayout], **fields: object) -> Iterator[Collector]:
+    xml, layout = robot
+    fields.setdefault("num_envs", N)
+    spec = TaskSpec(**fields)  # type: ignore[arg-type]
+    backend = MujocoCpuBackend(xml, spec.num_envs, 4)
+    try:
+        task = build_task(spec, backend, layout, step_dt=STEP_DT, seed=1)
+    except BaseException:
+        backend.close()
+        raise
+    collector = Collector(backend, task, finite_check_interval=5)
+    try:
+        yield collector
+    finally:
+        collector.close()
+
+
+@pytest.fixture
+def walk(robot: tuple[str, RobotLayout]) -> Iterator[Collector]:
+    yield from _collector(robot, name="g1_walk")
+
+
+@pytest.fixture
+def tracking(robot: tuple[str, RobotLayout]) -> Iterator[Collector]:
+    yield from _collector(robot, name="g1_motion_tracking", motion="builtin:g1_squat")
+
+
+@pytest.mark.parametrize("which", ["walk", "tracking"])
+def test_random_actions_keep_shapes_and_finite(request: pytest.FixtureRequest, which: str) -> None:
+    c: Collector = request.getfixturevalue(which)
+    obs = c.reset_all()
+    buffers = (c.obs, c.reward, c.terminated, c.truncated, c.task.obs, c.task.reward)
+    ptrs = [b.data_ptr() for b in buffers]
+    gen = torch.Generator().manual_seed(0)
+    ended = 0
+    for _ in range(40):
+        actions = torch.rand(N, c.action_dim, generator=gen) * 2 - 1
+        obs, reward, terminated, truncated = c.step(actions)
+        assert obs.shape == (N, c.obs_dim) and reward.shape == (N,)
+        assert terminated.dtype == torch.bool and truncated.shape == (N,)
+        assert torch.isfinite(obs).all() and torch.isfinite(reward).all()
+        assert not (terminated & truncated).any()
+        ended += int((terminated | truncated).sum())
+    # Fixed-shape program: the same storage is reused every step.
+    assert [b.data_ptr() for b in buffers] == ptrs
+    assert c.finite_verdict is not None and c.finite_verdict.ok
+    stats = c.episode_stats()
+    assert stats["episodes"] == ended
+    expected_dim = 96 if which == "walk" else 160
+    assert c.obs_dim == expected_dim
+
+
+def _set_state(c: Collector, qpos: torch.Tensor, qvel: torch.Tensor) -> Task:
+    task = c.task
+    mask = torch.ones(N, dtype=torch.bool)
+    state = c.backend.reset(mask, qpos, qvel)
+    task.read_state(state)
+    return task
+
+
+def test_walk_standing_beats_falling(walk: Collector) -> None:
+    """Zero command: standing still in the default pose earns more than lying on the floor."""
+    walk.reset_all()
+    task = walk.task
+    task.velocity_command.zero_()
+    qpos = task.default_qpos.repeat(N, 1)
+    qvel = torch.zeros(N, walk.backend.dims.nv)
+    # Worlds 2 and 3: fallen on the side, pelvis near the floor, still sliding.
+    half = math.pi / 4
+    qpos[2:, 2] = 0.15
+    qpos[2:, 3:7] = torch.tensor([math.cos(half), math.sin(half), 0.0, 0.0])
+    qvel[2:, 0] = 0.8
+    qvel[2:, 5] = 1.0
+    _set_state(walk, qpos, qvel)
+    terminated, _ = task.compute_terminations()
+    reward = task.compute_rewards()
+    assert terminated.tolist() == [False, False, True, True]
+    assert (reward[:2].min() > reward[2:].max()).item()
+    terms = dict(zip(task.reward_names, task.reward_terms.T, strict=True))
+    for name in ("track_lin_vel_xy_exp", "track_ang_vel_z_exp", "upright", "alive"):
+        assert (terms[name][:2].min() > terms[name][2:].max()).item(), name
+    assert terms["track_lin_vel_xy_exp"][0] == pytest.approx(STEP_DT * 1.0, rel=1e-4)  # perfect tracking
+
+
+def test_tracking_reference_pose_beats_deviation(tracking: Collector) -> None:
+    tracking.reset_all()
+    task = tracking.task
+    # Reference state initialization puts the robot on the clip (up to the small joint noise).
+    assert (task.ref_anchor_pos - task.anchor_pos).norm(dim=1).max() < 1e-3
+    assert (task.ref_key_pos_aligned - task.key_pos).norm(dim=2).max() < 0.08
+    task.motion_frame.fill_(10)
+    task._gather_reference()
+    qpos = task.default_qpos.repeat(N, 1)
+    qvel = torch.zeros(N, tracking.backend.dims.nv)
+    f, base = 10, task._base - 1
+    qpos[:, 0:3] = task.m_body_pos[f, base]
+    qpos[:, 3:7] = task.m_body_quat[f, base]
+    qpos[:, 7:] = task.m_joint_pos[f]
+    qpos[2:, 2] -= 0.4  # worlds 2, 3: sunk 40 cm below the reference
+    qpos[2:, 7:] += 0.3
+    _set_state(tracking, qpos, qvel)
+    terminated, _ = task.compute_terminations()
+    reward = task.compute_rewards()
+    assert terminated.tolist() == [False, False, True, True]
+    assert (reward[:2].min() > reward[2:].max()).item()
+
+
+@pytest.mark.parametrize("which", ["walk", "tracking"])
+def test_masked_reset_leaves_other_worlds_untouched(request: pytest.FixtureRequest, which: str) -> None:
+    c: Collector = request.getfixturevalue(which)
+    c.reset_all()
+    for _ in range(5):
+        c.step(torch.full((N, c.action_dim), 0.1))
+    task = c.task
+    names = ["actions", "last_actions", "episode_step", "joint_pos", "base_pos", "base_quat"]
+    names += ["velocity_command", "feet_air_time"] if which == "walk" else ["motion_frame", "ref_joint_pos"]
+    before = {k: getattr(task, k).clone() for k in names}
+    qpos_before = c.backend.state.qpos.clone()
+    mask = torch.tensor([False, True, False, True])
+    qpos, qvel = task.reset_targets(mask)
+    state = c.backend.reset(mask, qpos, qvel)
+    task.after_reset(mask, state)
+    keep = ~mask
+    for k in names:
+        assert torch.equal(getattr(task, k)[keep], before[k][keep]), k
+    assert torch.equal(state.qpos[keep], qpos_before[keep])
+    assert torch.equal(state.qpos[mask], qpos[mask])
+    assert (task.episode_step[mask] == 0).all() and (task.actions[mask] == 0).all()
+    assert (task.episode_step[keep] == 5).all()
+
+
+def test_push_changes_only_scheduled_worlds(robot: tuple[str, RobotLayout]) -> None:
+    for c in _collector(robot, name="g1_walk", push_interval_s=STEP_DT * 2):  # period: 2 steps
+        c.reset_all()
+        task = c.task
+        (_event, offsets, fires_at) = task._interval_sched[0]
+        assert fires_at == [True, True]  # 4 worlds spread over both phases of the period
+        pushed = (offsets + 1) % 2 == 0  # due at the next step
+        qvel_before = c.backend.state.qvel.clone()
+        task._step_count += 1
+        task.step_events()
+        dv = (c.backend.state.qvel - qvel_before)[:, 0:2].abs().sum(dim=1)
+        assert (dv[pushed] > 0).all() and (dv[~pushed] == 0).all()
+        assert torch.equal(task.base_lin_vel_w, c.backend.state.qvel[:, 0:3])
+
+
+def test_clip_rate_unlike_control_rate_uses_nearest_frame(robot: tuple[str, RobotLayout], tmp_path) -> None:
+    import numpy as np
+
+    from tools.make_motion import make_motion
+
+    path = tmp_path / "squat30.npz"
+    np.savez(path, **make_motion(duration=2.0, fps=30.0, period=2.0, depth=0.5))
+    for c in _collector(robot, name="g1_motion_tracking", motion=str(path)):
+        c.reset_all()
+        task = c.task
+        assert task._frames_per_step is None  # 30 fps clip, 50 Hz control
+        t0 = task._phase_time.clone()
+        assert torch.equal(task.motion_frame, torch.round(t0 * 30.0).long())
+        task.motion_frame.zero_()
+        task._phase_time.zero_()
+        for k in range(1, 8):
+            task.advance_phase()
+            assert (task.motion_frame == round(k * STEP_DT * 30.0)).all()
+        assert torch.equal(task.ref_joint_pos, task.m_joint_pos[task.motion_frame])
+
+
+def test_tracking_without_motion_is_refused(robot: tuple[str, RobotLayout]) -> None:
+    from unilab.errors import MotionFileError
+
+    with pytest.raises(MotionFileError, match=r"task\.motion is not set") as exc:
+        next(_collector(robot, name="g1_motion_tracking"))
+    assert "builtin:g1_squat" in exc.value.fix

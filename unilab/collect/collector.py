@@ -1,0 +1,240 @@
+"""The collector: one physics backend, one task, fixed-shape buffers, automatic masked resets.
+
+``step(actions)`` runs one env step for every world and returns persistent buffers
+``(obs, reward, terminated, truncated)``; they are overwritten by the next step, copy what you
+keep. For a world that ended this step, ``obs`` is already its first observation of the next
+episode and ``next_obs`` holds the terminal observation (what an off-policy learner stores as
+the transition's next observation). For the other worlds ``next_obs`` equals ``obs``.
+
+Worlds whose action, physics state, observation or reward is non-finite are flagged on the
+device (``nonfinite`` [N]), their reward and ``next_obs`` are zeroed, they are reported as
+truncated and reset in the same step; the host counts them every ``finite_check_interval``
+steps (``unilab.collect.finite``). Learners should drop transitions flagged in ``nonfinite``.
+
+Host reads per step: none on CUDA. On CPU one ``any()`` of the done mask (a CPU tensor, no
+device sync) skips the reset path and the episode bookkeeping when no world ended.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+
+from unilab.collect.finite import FiniteMonitor, FiniteVerdict
+from unilab.collect.timing import PhaseTimer, PhaseTiming
+from unilab.errors import UnilabError
+
+if TYPE_CHECKING:
+    from unilab.sim.contract import PhysicsBackend
+    from unilab.tasks.base import Task
+
+
+class Collector:
+    def __init__(
+        self,
+        backend: PhysicsBackend,
+        task: Task,
+        *,
+        finite_check_interval: int = 100,
+        timing: bool = True,
+        cuda_sync_timing: bool = False,
+    ) -> None:
+        if task.backend is not backend:
+            raise ValueError("the task was built for a different backend")
+        self.backend = backend
+        self.task = task
+        self.num_envs = n = task.num_envs
+        self.obs_dim = task.obs_dim
+        self.action_dim = task.num_actions
+        self.device = dev = task.device
+        self._host_done_check = dev.type == "cpu"
+
+        self.obs = torch.zeros(n, self.obs_dim, device=dev)
+        self.next_obs = torch.zeros(n, self.obs_dim, device=dev)
+        self.reward = torch.zeros(n, device=dev)
+        self.terminated = torch.zeros(n, dtype=torch.bool, device=dev)
+        self.truncated = torch.zeros(n, dtype=torch.bool, device=dev)
+        self.done = torch.zeros(n, dtype=torch.bool, device=dev)
+        self._actions = torch.zeros(n, self.action_dim, device=dev)
+        self._safe_actions = torch.zeros_like(self._actions)
+        self._finite = FiniteMonitor(n, dev, finite_check_interval)
+        self.nonfinite = self._finite.bad
+
+        # Episode statistics, on the device; ``episode_stats`` reads them (one transfer).
+        r = len(task.rewards)
+        self.episode_return = torch.zeros(n, device=dev)
+        self.episode_length = torch.zeros(n, device=dev)
+        self.episode_term_return = torch.zeros(n, r, device=dev)
+        # [count, return sum, length sum, terminated count, *per-term sums]
+        self._completed = torch.zeros(4 + r, device=dev)
+        self._row = torch.zeros(4 + r, device=dev)
+
+        self.timer = PhaseTimer(enabled=timing, cuda_sync=cuda_sync_timing)
+        self.steps = 0
+        self.env_steps = 0
+
+    # ------------------------------------------------------------------ lifecycle
+    def reset_all(self) -> torch.Tensor:
+        """Reset every world; returns ``obs``."""
+        mask = torch.ones(self.num_envs, dtype=torch.bool, device=self.device)
+        qpos, qvel = self.task.reset_targets(mask)
+        state = self.backend.reset(mask, qpos, qvel)
+        self.task.after_reset(mask, state)
+        self.obs.copy_(self.task.compute_observations())
+        self.next_obs.copy_(self.obs)
+        self.episode_return.zero_()
+        self.episode_length.zero_()
+        self.episode_term_return.zero_()
+        self.reward.zero_()
+        self.terminated.zero_()
+        self.truncated.zero_()
+        self.timer.skip()
+        return self.obs
+
+    def step(self, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        task, timer, ph = self.task, self.timer, self.timer.index
+        if actions.shape != self._actions.shape:
+            raise UnilabError(
+                f"actions have shape {tuple(actions.shape)}, the collector expects {tuple(self._actions.shape)}",
+                fix=f"pass one {self.action_dim}-dim action per world ([num_envs, {self.action_dim}])",
+            )
+        timer.start()
+
+        # Non-finite actions never reach the physics: those worlds get zeros and are flagged below.
+        self._actions.copy_(actions)
+        torch.nan_to_num(self._actions, nan=0.0, posinf=0.0, neginf=0.0, out=self._safe_actions)
+        ctrl = task.apply_actions(self._safe_actions)
+        timer.lap(ph["action_apply"])
+
+        state = self.backend.step(ctrl)
+        timer.lap(ph["physics_step"])
+
+        task.read_state(state)
+        task.advance()
+        timer.lap(ph["state_read"])
+
+        terminated, truncated = task.compute_terminations()
+        timer.lap(ph["termination"])
+
+        reward = task.compute_rewards()
+        timer.lap(ph["reward"])
+
+        task.step_events()
+        timer.lap(ph["events_commands"])
+
+        obs = task.compute_observations()
+        timer.lap(ph["observation"])
+
+        bad = self._finite.record(self._actions, state.qpos, state.qvel, obs, reward)
+        bad_col = bad.unsqueeze(1)
+        timer.lap(ph["finite_check"])
+
+        done = self.done
+        torch.logical_or(terminated, truncated, out=done)
+        done |= bad
+        timer.lap(ph["reset_mask"])
+
+        # Publication of this step's transition (before any reset overwrites the task's buffers).
+        self.reward.copy_(reward).masked_fill_(bad, 0.0)
+        self.next_obs.copy_(obs).masked_fill_(bad_col, 0.0)
+        torch.logical_and(terminated, ~bad, out=self.terminated)
+        torch.logical_or(truncated, bad, out=self.truncated)
+        self.truncated &= ~self.terminated
+        timer.lap(ph["publication"])
+
+        any_done = not self._host_done_check or bool(done.any())
+        self._episode_metrics(done, any_done)
+        timer.lap(ph["metrics"])
+
+        if any_done:
+            qpos, qvel = task.reset_targets(done)
+            state = self.backend.reset(done, qpos, qvel)
+            timer.lap(ph["packed_reset"])
+            task.after_reset(done, state)
+            post = task.compute_observations()
+            torch.where(done.unsqueeze(1), post, self.next_obs, out=self.obs)
+            timer.lap(ph["post_reset_observation"])
+        else:
+            self.obs.copy_(self.next_obs)
+            timer.lap(ph["post_reset_observation"])
+
+        self.steps += 1
+        self.env_steps += self.num_envs
+        if self._finite.due(self.steps):
+            self._finite.read(self.steps)
+            timer.skip()
+        return self.obs, self.reward, self.terminated, self.truncated
+
+    def _episode_metrics(self, done: torch.Tensor, any_done: bool) -> None:
+        self.episode_return += self.reward
+        self.episode_length += 1.0
+        self.episode_term_return += self.task.reward_terms
+        if not any_done:
+            return
+        # Non-finite worlds: their per-term rewards are unusable, drop the episode's term sums.
+        self.episode_term_return.masked_fill_(self.nonfinite.unsqueeze(1), 0.0)
+        d = done.to(torch.float32)
+        row = self._row
+        row[0] = d.sum()
+        row[1] = (self.episode_return * d).sum()
+        row[2] = (self.episode_length * d).sum()
+        row[3] = self.terminated.to(torch.float32).sum()
+        row[4:] = (self.episode_term_return * d.unsqueeze(1)).sum(dim=0)
+        self._completed += row
+        self.episode_return.masked_fill_(done, 0.0)
+        self.episode_length.masked_fill_(done, 0.0)
+        self.episode_term_return.masked_fill_(done.unsqueeze(1), 0.0)
+
+    def close(self) -> None:
+        """Close the backend (workers, shared memory). Idempotent."""
+        self.backend.close()
+
+    def __enter__(self) -> Collector:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ reporting
+    def episode_stats(self) -> dict[str, float]:
+        """Means over the episodes completed since the previous call (one host read); clears them."""
+        c = self._completed.cpu().tolist()
+        self._completed.zero_()
+        count = c[0]
+        out = {"episodes": count}
+        if count > 0:
+            out["episode_return"] = c[1] / count
+            out["episode_length"] = c[2] / count
+            out["terminated_fraction"] = c[3] / count
+            for name, s in zip(self.task.reward_names, c[4:], strict=True):
+                out[f"reward/{name}"] = s / count
+        return out
+
+    @property
+    def completed_totals(self) -> torch.Tensor:
+        """Device tensor of totals over episodes completed since the last clear:
+        ``[count, return sum, length sum, terminated count, *per-reward-term sums]``. Read it at
+        your own interval and ``zero_()`` it, or use ``episode_stats`` (which does both)."""
+        return self._completed
+
+    def timings(self) -> dict[str, PhaseTiming]:
+        """Accumulated wall time per lifecycle phase since construction (or ``reset_timings``)."""
+        return self.timer.snapshot()
+
+    def reset_timings(self) -> None:
+        self.timer.reset()
+
+    @property
+    def finite_verdict(self) -> FiniteVerdict | None:
+        """The verdict of the last interval boundary (None before the first)."""
+        return self._finite.last
+
+    def check_finite_now(self) -> FiniteVerdict:
+        """Read the finite flags now instead of waiting for the interval (a host read)."""
+        return self._finite.read(self.steps)
+
+    @property
+    def nonfinite_worlds_total(self) -> int:
+        """World-steps flagged non-finite, counted at interval boundaries."""
+        return self._finite.total_events

@@ -1,0 +1,366 @@
+"""The runtime task: a fixed-shape tensor program over the backend's PhysicsState.
+
+A task owns persistent buffers (actions, derived state, observation, reward, done flags) that
+are allocated once; each lifecycle method updates them in place. The collector
+(``unilab.collect.collector``) calls the methods in this order every env step:
+
+    apply_actions -> [backend.step] -> read_state, advance -> compute_rewards ->
+    compute_terminations -> step_events (commands, interval events) -> compute_observations ->
+    [reset of done worlds: reset_targets -> backend.reset -> read_state -> compute_observations]
+
+Nothing here reads a device value back to the host.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from unilab.errors import UnilabError
+from unilab.robot import g1
+from unilab.tasks import quat as Q
+from unilab.tasks.declarations import TermDecl
+from unilab.tasks.terms import (
+    CommandTerm,
+    CurriculumTerm,
+    EventTerm,
+    ObservationNoiseTerm,
+    ObservationTerm,
+    RewardTerm,
+    TerminationTerm,
+)
+
+if TYPE_CHECKING:
+    from unilab.robot.model import RobotLayout
+    from unilab.sim.contract import PhysicsBackend, PhysicsState
+    from unilab.spec.models import TaskSpec
+
+
+def _contiguous(adr: tuple[int, ...]) -> slice | None:
+    if all(b == a + 1 for a, b in itertools.pairwise(adr)):
+        return slice(adr[0], adr[-1] + 1)
+    return None
+
+
+class Task:
+    """Common machinery of the G1 tasks; subclasses build the terms."""
+
+    name: str = "task"
+    # Joint-space action offsets: ctrl = default_pose + action_scale * action (mjlab's G1 rule:
+    # 0.25 * effort_limit / kp per joint).
+    ACTION_SCALE_FACTOR = 0.25
+
+    def __init__(
+        self,
+        spec: TaskSpec,
+        backend: PhysicsBackend,
+        layout: RobotLayout,
+        *,
+        step_dt: float,
+        seed: int = 0,
+    ) -> None:
+        self.spec = spec
+        self.backend = backend
+        self.layout = layout
+        self.device = backend.device
+        self.num_envs = n = backend.num_envs
+        self.step_dt = float(step_dt)
+        self.max_episode_steps = max(1, math.ceil(spec.episode_length_s / self.step_dt))
+        self.generator = torch.Generator(device=self.device)
+        self.seed = int(seed)
+        self.generator.manual_seed(self.seed)
+        dev = self.device
+        f32 = torch.float32
+
+        dims = backend.dims
+        qpos_adr = tuple(int(a) for a in layout.qpos_adr)
+        qvel_adr = tuple(int(a) for a in layout.qvel_adr)
+        act_ids = tuple(int(a) for a in layout.actuator_ids)
+        self.num_actions = len(qpos_adr)
+        if dims.nu < self.num_actions or layout.default_qpos.shape[0] != dims.nq:
+            raise UnilabError(
+                f"the physics model (nq={dims.nq}, nu={dims.nu}) does not match the robot layout "
+                f"(nq={layout.default_qpos.shape[0]}, {self.num_actions} actuated joints)",
+                fix="build the backend and the task from the same model (unilab.robot.model.build_model_xml)",
+            )
+        self._qpos_idx = torch.tensor(qpos_adr, device=dev, dtype=torch.long)
+        self._qvel_idx = torch.tensor(qvel_adr, device=dev, dtype=torch.long)
+        self._qpos_slice = _contiguous(qpos_adr)
+        self._qvel_slice = _contiguous(qvel_adr)
+        self._act_idx = torch.tensor(act_ids, device=dev, dtype=torch.long)
+        self._act_identity = act_ids == tuple(range(dims.nu))
+        b = int(layout.base_qpos_adr)
+        self._base_pos = slice(b, b + 3)
+        self._base_quat = slice(b + 3, b + 7)
+        v = int(layout.base_qvel_adr)
+        self._base_lin = slice(v, v + 3)
+        self._base_ang = slice(v + 3, v + 6)
+        self.default_qpos = torch.tensor(layout.default_qpos, device=dev, dtype=f32)
+        self.default_joint_pos = self.default_qpos[self._qpos_idx].clone()
+        self.joint_lower = torch.tensor(layout.joint_range[:, 0], device=dev, dtype=f32)
+        self.joint_upper = torch.tensor(layout.joint_range[:, 1], device=dev, dtype=f32)
+        # mjlab's G1 rule: an action of 1 asks for a quarter of the joint's effort limit.
+        effort = [
+            e if math.isfinite(e) else g1.EFFORT_LIMIT[j]
+            for e, j in zip(layout.effort_limit.tolist(), layout.joint_names, strict=True)
+        ]
+        kp = torch.tensor(layout.kp, dtype=f32).clamp(min=1e-6)
+        self.action_scale = (self.ACTION_SCALE_FACTOR * torch.tensor(effort, dtype=f32) / kp).to(dev)
+
+        # Persistent buffers.
+        self.actions = torch.zeros(n, self.num_actions, device=dev, dtype=f32)
+        self.last_actions = torch.zeros_like(self.actions)
+        self.ctrl = torch.zeros(n, dims.nu, device=dev, dtype=f32)
+        self.episode_step = torch.zeros(n, device=dev, dtype=torch.int32)
+        self.reset_qpos = self.default_qpos.repeat(n, 1)
+        self.reset_qvel = torch.zeros(n, dims.nv, device=dev, dtype=f32)
+        # Derived state. Base pose, base velocities and (where contiguous) joint positions and
+        # velocities are views of the backend's persistent state tensors: no copy per step.
+        self._gravity_w = torch.tensor([0.0, 0.0, -1.0], device=dev, dtype=f32).expand(n, 3)
+        # [N, 2, 3]: base linear velocity and gravity, rotated into the base frame together.
+        self._base_frame = torch.zeros(n, 2, 3, device=dev, dtype=f32)
+        self._world_vecs = torch.zeros(n, 2, 3, device=dev, dtype=f32)
+        self._world_vecs[:, 1] = self._gravity_w
+        self.base_lin_vel_b = self._base_frame[:, 0]
+        self.projected_gravity = self._base_frame[:, 1]
+        self.joint_pos_rel = torch.zeros(n, self.num_actions, device=dev, dtype=f32)
+        self._bind(backend.state)
+
+        # Terms, filled by subclasses in build_terms().
+        self.commands: list[CommandTerm] = []
+        self.observations: list[ObservationTerm] = []
+        self.noise: ObservationNoiseTerm | None = None
+        self.rewards: list[RewardTerm] = []
+        self.terminations: list[TerminationTerm] = []
+        self.events: list[EventTerm] = []
+        self.curricula: list[CurriculumTerm] = []
+        self.build_terms()
+        self._finalize()
+
+    # ------------------------------------------------------------------ construction
+    def build_terms(self) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _finalize(self) -> None:
+        n, dev = self.num_envs, self.device
+        self.obs_dim = sum(t.dim for t in self.observations)
+        self._obs_slices: list[slice] = []
+        start = 0
+        for t in self.observations:
+            self._obs_slices.append(slice(start, start + t.dim))
+            start += t.dim
+        self.obs = torch.zeros(n, self.obs_dim, device=dev)
+        scales = torch.cat([torch.full((t.dim,), float(t.scale)) for t in self.observations])
+        self._obs_scale = scales.to(dev) if bool((scales != 1.0).any()) else None
+        if self.spec.observation_noise:
+            self.noise = ObservationNoiseTerm("observation_noise", self._noise_amplitude())
+        self._noise_scratch = torch.zeros(n if self.noise is not None else 0, self.obs_dim, device=dev)
+        self.reward_terms = torch.zeros(n, len(self.rewards), device=dev)
+        self._reward_scale = torch.tensor([t.weight * self.step_dt for t in self.rewards], device=dev)
+        self.reward = torch.zeros(n, device=dev)
+        self.terminated = torch.zeros(n, device=dev, dtype=torch.bool)
+        self.truncated = torch.zeros(n, device=dev, dtype=torch.bool)
+        self._reset_events = [e for e in self.events if e.mode == "reset"]
+        self._interval_events = [e for e in self.events if e.mode == "interval"]
+        # Interval events fire per world on a staggered schedule known on the host: world i fires
+        # when (step + offset_i) % period == 0. Offsets are spread evenly (then shuffled) so each
+        # step touches about N / period worlds and no step needs a device read to know whether
+        # any world fires.
+        self._interval_sched: list[tuple[EventTerm, torch.Tensor, list[bool]]] = []
+        for k, e in enumerate(self._interval_events):
+            p = max(1, e.period_steps)
+            perm = torch.randperm(n, generator=torch.Generator().manual_seed(self.seed * 1000 + k))
+            offsets = (torch.arange(n) % p)[perm]
+            fires_at = [False] * p
+            for o in offsets.tolist():
+                fires_at[(-o) % p] = True
+            self._interval_sched.append((e, offsets.to(dev), fires_at))
+        self._step_count = 0
+
+    @property
+    def terms(self) -> list[Any]:
+        """The runtime inventory, in the order ``declared_terms`` lists it."""
+        out: list[Any] = [*self.commands, *self.observations]
+        if self.noise is not None:
+            out.append(self.noise)
+        out += [*self.rewards, *self.terminations, *self.events, *self.curricula]
+        return out
+
+    def term_decls(self) -> list[TermDecl]:
+        return [t.decl for t in self.terms]
+
+    def observation_layout(self) -> dict[str, slice]:
+        """Columns of each observation term in the observation vector."""
+        return {t.name: sl for t, sl in zip(self.observations, self._obs_slices, strict=True)}
+
+    @property
+    def reward_names(self) -> list[str]:
+        return [t.name for t in self.rewards]
+
+    def _noise_amplitude(self) -> torch.Tensor:
+        amp = torch.zeros(self.obs_dim, device=self.device)
+        start = 0
+        for t in self.observations:
+            amp[start : start + t.dim] = t.noise * t.scale
+            start += t.dim
+        return amp
+
+    # ------------------------------------------------------------------ helpers for terms
+    def rand(self, *shape: int) -> torch.Tensor:
+        return torch.rand(*shape, device=self.device, generator=self.generator)
+
+    def uniform(self, lo: float, hi: float, *shape: int) -> torch.Tensor:
+        return self.rand(*shape) * (hi - lo) + lo
+
+    # ------------------------------------------------------------------ lifecycle
+    def apply_actions(self, actions: torch.Tensor) -> torch.Tensor:
+        """Actions [N, 29] -> PD position targets in the persistent ctrl buffer."""
+        self.last_actions.copy_(self.actions)
+        self.actions.copy_(actions)
+        target = torch.addcmul(self.default_joint_pos, self.actions, self.action_scale)
+        if self._act_identity:
+            self.ctrl.copy_(target)
+        else:
+            self.ctrl.index_copy_(1, self._act_idx, target)
+        return self.ctrl
+
+    def _bind(self, state: PhysicsState) -> None:
+        self.state = state
+        qpos, qvel = state.qpos, state.qvel
+        self._bound = (qpos, qvel)
+        self.base_pos = qpos[:, self._base_pos]
+        self.base_quat = qpos[:, self._base_quat]
+        self.base_lin_vel_w = qvel[:, self._base_lin]  # free joint: linear velocity in the world frame
+        self.base_ang_vel_b = qvel[:, self._base_ang]  # free joint: angular velocity in the body frame
+        n = qpos.shape[0]
+        if self._qpos_slice is not None:
+            self.joint_pos = qpos[:, self._qpos_slice]
+        else:
+            self.joint_pos = torch.zeros(n, self.num_actions, device=self.device)
+        if self._qvel_slice is not None:
+            self.joint_vel = qvel[:, self._qvel_slice]
+        else:
+            self.joint_vel = torch.zeros(n, self.num_actions, device=self.device)
+
+    def read_state(self, state: PhysicsState) -> None:
+        """Refresh derived quantities from the physics state (pure: may run twice per step)."""
+        if state.qpos is not self._bound[0] or state.qvel is not self._bound[1]:
+            self._bind(state)  # a backend that replaced its tensors (the contract says it does not)
+        self.state = state
+        if self._qpos_slice is None:
+            torch.index_select(state.qpos, 1, self._qpos_idx, out=self.joint_pos)
+        if self._qvel_slice is None:
+            torch.index_select(state.qvel, 1, self._qvel_idx, out=self.joint_vel)
+        torch.sub(self.joint_pos, self.default_joint_pos, out=self.joint_pos_rel)
+        self._world_vecs[:, 0] = self.base_lin_vel_w
+        self._base_frame.copy_(Q.quat_apply_inverse(self.base_quat.unsqueeze(1), self._world_vecs))
+        self.read_task_state()
+
+    def read_task_state(self) -> None:
+        """Task-specific derived quantities (pure)."""
+
+    def advance(self) -> None:
+        """Once per env step, after the physics step: counters and per-step task state."""
+        self.episode_step.add_(1)
+        self._step_count += 1
+
+    def compute_rewards(self) -> torch.Tensor:
+        torch.stack([t.fn(self) for t in self.rewards], dim=1, out=self.reward_terms)
+        self.reward_terms.mul_(self._reward_scale)
+        torch.sum(self.reward_terms, dim=1, out=self.reward)
+        return self.reward
+
+    def compute_terminations(self) -> tuple[torch.Tensor, torch.Tensor]:
+        self.terminated.zero_()
+        self.truncated.zero_()
+        for t in self.terminations:
+            out = self.truncated if t.time_out else self.terminated
+            out.logical_or_(t.fn(self))
+        # A true termination wins over a time-out at the same step.
+        self.truncated.logical_and_(~self.terminated)
+        return self.terminated, self.truncated
+
+    def step_events(self) -> None:
+        """Commands' per-step update, then interval events due at this step."""
+        for c in self.commands:
+            if c.update is not None:
+                c.update(self)
+        for e, offsets, fires_at in self._interval_sched:
+            p = len(fires_at)
+            if fires_at[self._step_count % p]:
+                mask = (offsets + self._step_count) % p == 0
+                e.apply(self, mask)
+        for c in self.curricula:
+            if not c.reset_owned:
+                c.update(self, torch.ones(self.num_envs, dtype=torch.bool, device=self.device))
+
+    def compute_observations(self) -> torch.Tensor:
+        torch.cat([t.fn(self) for t in self.observations], dim=1, out=self.obs)
+        if self._obs_scale is not None:
+            self.obs.mul_(self._obs_scale)
+        if self.noise is not None:
+            self.noise.apply(self.obs, self._noise_scratch, self.generator)
+        return self.obs
+
+    def reset_targets(self, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Prepare the reset of the worlds in ``mask`` [N] bool: resample commands, run reset
+        events (which write ``reset_qpos``/``reset_qvel`` and model randomization), clear
+        per-episode buffers. Returns the full-shape targets; rows outside ``mask`` are ignored."""
+        for c in self.curricula:
+            if c.reset_owned:
+                c.update(self, mask)
+        for c in self.commands:
+            c.resample(self, mask)
+        for e in self._reset_events:
+            e.apply(self, mask)
+        col = mask.unsqueeze(1)
+        self.actions.masked_fill_(col, 0.0)
+        self.last_actions.masked_fill_(col, 0.0)
+        self.episode_step.masked_fill_(mask, 0)
+        self.reset_task_buffers(mask)
+        return self.reset_qpos, self.reset_qvel
+
+    def reset_task_buffers(self, mask: torch.Tensor) -> None:
+        """Task-specific per-episode buffers of the masked worlds."""
+
+    def after_reset(self, mask: torch.Tensor, state: PhysicsState) -> None:
+        """Called once the backend has reset the masked worlds."""
+        self.read_state(state)
+
+    # ------------------------------------------------------------------ shared terms
+    def obs_base_ang_vel(self) -> torch.Tensor:
+        return self.base_ang_vel_b
+
+    def obs_base_lin_vel(self) -> torch.Tensor:
+        return self.base_lin_vel_b
+
+    def obs_projected_gravity(self) -> torch.Tensor:
+        return self.projected_gravity
+
+    def obs_joint_pos_rel(self) -> torch.Tensor:
+        return self.joint_pos_rel
+
+    def obs_joint_vel_rel(self) -> torch.Tensor:
+        return self.joint_vel
+
+    def obs_last_action(self) -> torch.Tensor:
+        return self.actions
+
+    def rew_action_rate_l2(self) -> torch.Tensor:
+        return torch.sum(torch.square(self.actions - self.last_actions), dim=1)
+
+    def rew_joint_torques_l2(self) -> torch.Tensor:
+        return torch.sum(torch.square(self.state.actuator_force), dim=1)
+
+    def term_time_out(self) -> torch.Tensor:
+        return self.episode_step >= self.max_episode_steps
+
+    def shared_observations(self) -> list[ObservationTerm]:
+        return [
+            ObservationTerm("joint_pos_rel", self.num_actions, Task.obs_joint_pos_rel, noise=0.01),
+            ObservationTerm("joint_vel_rel", self.num_actions, Task.obs_joint_vel_rel, noise=1.5),
+            ObservationTerm("last_action", self.num_actions, Task.obs_last_action),
+        ]

@@ -1,0 +1,268 @@
+"""Reference motion files (.npz, the BeyondMimic / mjlab tracking layout): resolve, inspect, load.
+
+Planner-safe: importing this module costs nothing; numpy is imported inside the functions.
+
+Layout (T frames, J joints, B bodies = the robot's bodies in model order, world body excluded):
+
+    fps            scalar           frames per second, > 0
+    joint_pos      [T, J]           joint positions, rad (model joint order)
+    joint_vel      [T, J]           joint velocities, rad/s
+    body_pos_w     [T, B, 3]        body positions in the world frame, m
+    body_quat_w    [T, B, 4]        body orientations in the world frame (w, x, y, z)
+    body_lin_vel_w [T, B, 3]        body linear velocities in the world frame, m/s
+    body_ang_vel_w [T, B, 3]        body angular velocities in the world frame, rad/s
+"""
+
+from __future__ import annotations
+
+import hashlib
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from unilab.errors import MotionFileError
+
+if TYPE_CHECKING:
+    import numpy as np
+
+BUILTIN_PREFIX = "builtin:"
+BUILTIN_DIR = Path(__file__).resolve().parent.parent / "assets" / "motions"
+
+# key -> (trailing shape after T, with "J"/"B" placeholders)
+_LAYOUT: dict[str, tuple[str | int, ...]] = {
+    "joint_pos": ("J",),
+    "joint_vel": ("J",),
+    "body_pos_w": ("B", 3),
+    "body_quat_w": ("B", 4),
+    "body_lin_vel_w": ("B", 3),
+    "body_ang_vel_w": ("B", 3),
+}
+REQUIRED_KEYS: tuple[str, ...] = ("fps", *_LAYOUT)
+_REGENERATE = "regenerate the clip with `python tools/make_motion.py` or re-export it in the documented layout"
+
+
+@dataclass(frozen=True)
+class MotionInfo:
+    """What the planner records about a motion file."""
+
+    num_frames: int
+    fps: float
+    num_bodies: int
+    sha256: str
+
+    @property
+    def duration_s(self) -> float:
+        return (self.num_frames - 1) / self.fps
+
+
+@dataclass(frozen=True)
+class Motion:
+    """A validated reference motion as float32 numpy arrays (see the module docstring for shapes)."""
+
+    info: MotionInfo
+    joint_pos: np.ndarray
+    joint_vel: np.ndarray
+    body_pos_w: np.ndarray
+    body_quat_w: np.ndarray
+    body_lin_vel_w: np.ndarray
+    body_ang_vel_w: np.ndarray
+
+    @property
+    def fps(self) -> float:
+        return self.info.fps
+
+    @property
+    def num_frames(self) -> int:
+        return self.info.num_frames
+
+
+def builtin_motions() -> list[str]:
+    """Names usable as `builtin:NAME`."""
+    return sorted(p.stem for p in BUILTIN_DIR.glob("*.npz"))
+
+
+def resolve_motion(ref: str, spec_dir: Path) -> Path:
+    """Turn a spec's `task.motion` value into a file path.
+
+    `builtin:NAME` names a clip shipped in `unilab/assets/motions/NAME.npz`; anything else is a
+    path, relative paths taken against the directory of the spec file. Existence of a path is
+    checked by `inspect_motion`; an unknown builtin name is refused here.
+    """
+    if ref.startswith(BUILTIN_PREFIX):
+        name = ref[len(BUILTIN_PREFIX) :]
+        path = BUILTIN_DIR / f"{name}.npz"
+        if not name or "/" in name or "\\" in name or not path.is_file():
+            available = ", ".join(f"builtin:{n}" for n in builtin_motions()) or "none"
+            raise MotionFileError(
+                f"unknown built-in motion {ref!r}",
+                detail=f"task.motion: no file {path}; built-in motions: {available}",
+                fix="set task.motion to one of the built-in motions or to a .npz path",
+            )
+        return path
+    if not ref.strip():
+        raise MotionFileError(
+            "task.motion is empty", fix='set task.motion to "builtin:NAME" or a path to a .npz reference motion'
+        )
+    path = Path(ref).expanduser()
+    if not path.is_absolute():
+        path = Path(spec_dir) / path
+    return path
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _read_npz(path: Path) -> dict[str, Any]:
+    import numpy as np
+
+    if not path.exists():
+        raise MotionFileError(
+            f"motion file not found: {path}",
+            detail="task.motion points at a file that does not exist (relative paths resolve against the "
+            "spec file's directory)",
+            fix="correct task.motion, or generate a clip with `python tools/make_motion.py --out PATH`",
+        )
+    if not path.is_file():
+        raise MotionFileError(f"motion path is not a file: {path}", fix="point task.motion at a .npz file")
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            if not isinstance(data, np.lib.npyio.NpzFile):  # pragma: no cover - np.load returns NpzFile here
+                raise TypeError
+            return {k: data[k] for k in data.files}
+    except (zipfile.BadZipFile, ValueError, OSError, TypeError, EOFError, AttributeError) as e:
+        raise MotionFileError(
+            f"motion file is not an .npz archive: {path}",
+            detail=f"numpy could not read it as an npz of arrays ({type(e).__name__}: {e})",
+            fix=f"save the motion with numpy.savez with keys {', '.join(REQUIRED_KEYS)}; {_REGENERATE}",
+        ) from e
+
+
+def _validate(
+    path: Path, raw: dict[str, Any], num_joints: int, num_bodies: int | None
+) -> tuple[int, float, int, dict[str, np.ndarray]]:
+    import numpy as np
+
+    missing = [k for k in REQUIRED_KEYS if k not in raw]
+    if missing:
+        raise MotionFileError(
+            f"motion file {path} lacks key{'s' if len(missing) > 1 else ''} {', '.join(missing)}",
+            detail=f"present keys: {', '.join(sorted(raw)) or 'none'}; required: {', '.join(REQUIRED_KEYS)}",
+            fix=f"add the missing arrays; {_REGENERATE}",
+        )
+
+    fps_arr = np.asarray(raw["fps"])
+    if fps_arr.size != 1 or not np.issubdtype(fps_arr.dtype, np.number):
+        raise MotionFileError(
+            f"motion file {path}: key 'fps' must be one number, got shape {fps_arr.shape} dtype {fps_arr.dtype}",
+            fix="store fps as a scalar, e.g. numpy.savez(..., fps=50.0)",
+        )
+    fps = float(fps_arr.reshape(()))
+    if not np.isfinite(fps) or fps <= 0:
+        raise MotionFileError(
+            f"motion file {path}: key 'fps' is {fps}, it must be a finite number > 0",
+            fix="store the clip's frame rate (frames per second) under 'fps'",
+        )
+
+    arrays: dict[str, np.ndarray] = {}
+    for key, tail in _LAYOUT.items():
+        a = np.asarray(raw[key])
+        if not (np.issubdtype(a.dtype, np.floating) or np.issubdtype(a.dtype, np.integer)):
+            raise MotionFileError(
+                f"motion file {path}: key {key!r} has dtype {a.dtype}, expected floating point",
+                fix=f"store {key!r} as float32 or float64",
+            )
+        if a.ndim != 1 + len(tail):
+            want = ", ".join(["T", *[str(t) for t in tail]])
+            raise MotionFileError(
+                f"motion file {path}: key {key!r} has shape {a.shape}, expected [{want}]",
+                fix=f"store {key!r} with shape [{want}] (J = {num_joints} joints, B = robot bodies without world)",
+            )
+        arrays[key] = a
+
+    t = arrays["joint_pos"].shape[0]
+    lengths = {k: a.shape[0] for k, a in arrays.items()}
+    if len(set(lengths.values())) != 1:
+        odd = [k for k, n in lengths.items() if n != t]
+        raise MotionFileError(
+            f"motion file {path}: arrays disagree on the number of frames T",
+            detail="frames per key: " + ", ".join(f"{k}={n}" for k, n in lengths.items())
+            + f"; first disagreeing key: {odd[0]!r}",
+            fix=f"every array must have the same first dimension T; {_REGENERATE}",
+        )
+    if t < 2:
+        raise MotionFileError(
+            f"motion file {path}: the clip has {t} frame(s); at least 2 are needed",
+            fix="export a clip of at least two frames",
+        )
+
+    for key in ("joint_pos", "joint_vel"):
+        if arrays[key].shape[1] != num_joints:
+            raise MotionFileError(
+                f"motion file {path}: key {key!r} has {arrays[key].shape[1]} joints, the robot has {num_joints}",
+                detail="joint columns must follow the robot model's joint order (29 G1 joints, free joint excluded)",
+                fix=f"re-export the motion for the {num_joints}-joint robot in model joint order",
+            )
+
+    b = arrays["body_pos_w"].shape[1]
+    for key in ("body_quat_w", "body_lin_vel_w", "body_ang_vel_w"):
+        if arrays[key].shape[1] != b:
+            raise MotionFileError(
+                f"motion file {path}: key {key!r} has {arrays[key].shape[1]} bodies, 'body_pos_w' has {b}",
+                fix=f"all body arrays must list the same bodies; {_REGENERATE}",
+            )
+    for key, tail in _LAYOUT.items():
+        if tail[-1] != "J" and tail[-1] != "B" and arrays[key].shape[-1] != tail[-1]:
+            raise MotionFileError(
+                f"motion file {path}: key {key!r} has last dimension {arrays[key].shape[-1]}, expected {tail[-1]}",
+                fix=f"store {key!r} with shape [T, B, {tail[-1]}]"
+                + (" (quaternions as w, x, y, z)" if key == "body_quat_w" else ""),
+            )
+    if num_bodies is not None and b != num_bodies:
+        raise MotionFileError(
+            f"motion file {path}: the clip has {b} bodies, the robot model has {num_bodies} (world excluded)",
+            detail="body arrays must list every body of the robot model in model order, without the world body",
+            fix="re-export the motion with the robot model used for training (see docs/tasks.md)",
+        )
+
+    for key, a in arrays.items():
+        finite = np.isfinite(a)
+        if not finite.all():
+            first = tuple(int(i) for i in np.argwhere(~finite)[0])
+            raise MotionFileError(
+                f"motion file {path}: key {key!r} holds non-finite values (first at index {first})",
+                fix=f"remove NaN/inf values from {key!r}; {_REGENERATE}",
+            )
+    return t, fps, b, arrays
+
+
+def inspect_motion(path: Path, num_joints: int = 29, num_bodies: int | None = None) -> MotionInfo:
+    """Validate a motion file and summarise it; raises MotionFileError naming the key and the fix."""
+    path = Path(path)
+    raw = _read_npz(path)
+    t, fps, b, _ = _validate(path, raw, num_joints, num_bodies)
+    return MotionInfo(num_frames=t, fps=fps, num_bodies=b, sha256=_sha256(path))
+
+
+def load_motion(path: Path, num_joints: int = 29, num_bodies: int | None = None) -> Motion:
+    """Validate and load a motion file as float32 arrays (quaternions normalised)."""
+    import numpy as np
+
+    path = Path(path)
+    raw = _read_npz(path)
+    t, fps, b, arrays = _validate(path, raw, num_joints, num_bodies)
+    out = {k: np.ascontiguousarray(a, dtype=np.float32) for k, a in arrays.items()}
+    norms = np.linalg.norm(out["body_quat_w"], axis=-1, keepdims=True)
+    if (norms < 1e-6).any():
+        raise MotionFileError(
+            f"motion file {path}: key 'body_quat_w' holds zero-length quaternions",
+            fix="store unit quaternions (w, x, y, z)",
+        )
+    out["body_quat_w"] = out["body_quat_w"] / norms
+    info = MotionInfo(num_frames=t, fps=fps, num_bodies=b, sha256=_sha256(path))
+    return Motion(info=info, **out)
