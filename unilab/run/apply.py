@@ -74,11 +74,6 @@ def run_apply(req: ApplyRequest) -> int:
     from unilab.plan.render import render
 
     plan = req.plan
-    if plan.algo.name == "ppo":
-        raise UnilabError(
-            'algo.name = "ppo" cannot be applied yet (PPO through rsl-rl-lib is not wired in)',
-            fix='set algo.name = "sac" or "flashsac"',
-        )
     checkpoint = None
     if req.resume_dir is not None:
         checkpoint = resolve_resume(plan, req.resume_dir)

@@ -1,0 +1,230 @@
+"""One rank of an on-policy run (PPO through rsl-rl-lib): rsl-rl's `OnPolicyRunner` drives each
+iteration (rollout of `num_steps_per_env` syncs, GAE returns, PPO epochs) over the rank's
+collector process through `unilab.run.vecenv.CollectorVecEnv`; this loop runs one iteration at a
+time so it can stop, log through the run's hooks and checkpoint between iterations.
+
+Counters (`Progress`, shared with the off-policy loop): `syncs` and `env_steps` are collector
+syncs and env steps; `updates` are PPO gradient steps (iterations x epochs x mini-batches, one
+optimizer step each). Every transition the collector produces goes into rsl-rl's rollout storage
+(`transitions_stored`), except non-finite worlds' steps (`transitions_nonfinite`, see vecenv).
+The budget is whole iterations: the run ends at the first iteration boundary at or past
+`run.total_env_steps`.
+
+With data parallel, every rank runs the same iterations in lockstep: rank 0's models are
+broadcast once at start, rsl-rl averages the gradients of every mini-batch step (fp32 all-reduce)
+and the adaptive learning rate, the observation normalizers learn from every rank's rollout, and
+a stop request on any rank stops all ranks at the same iteration boundary.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from unilab.dist import param_digest
+from unilab.errors import UnilabError
+from unilab.plan.models import Plan
+from unilab.run.collector_client import CollectorClient
+from unilab.run.offpolicy import Progress, RankHooks
+from unilab.run.ppo_runner import RankSyncedMLPModel, UnilabOnPolicyRunner, train_cfg
+from unilab.run.vecenv import CollectorVecEnv, RolloutStopped
+from unilab.spec.models import PpoSpec
+
+
+class OnPolicyRank:
+    def __init__(
+        self,
+        plan: Plan,
+        rank: int,
+        spec_dir: Path,
+        hooks: RankHooks,
+        resume_state: dict[str, Any] | None = None,
+        dp: Any = None,  # unilab.run.dp.DpContext, for world size > 1 (collective stop decisions)
+    ) -> None:
+        if not isinstance(plan.algo, PpoSpec):
+            raise UnilabError(f"internal: OnPolicyRank runs PPO, the plan's algo is {plan.algo.name}")
+        self.plan, self.rank, self.spec_dir, self.hooks, self.dp = plan, rank, spec_dir, hooks, dp
+        self.algo: PpoSpec = plan.algo
+        self.rp = plan.ranks[rank]
+        self.resume_state = resume_state
+        self.device = torch.device("cuda" if self.rp.device == "cuda" else "cpu")
+        resumed_syncs = (resume_state or {}).get("counters", {}).get("syncs", 0)
+        # A resumed run's environments continue on a fresh random stream, not a replay of the first.
+        self.collector = CollectorClient(plan, rank, spec_dir, seed=self.rp.seed + 7919 * resumed_syncs)
+        self.progress = Progress()
+        self._seen = (0, 0.0, 0.0)
+        self._episodes_base = 0
+        self.final_state: dict[str, Any] | None = None
+        self.learner: UnilabOnPolicyRunner | None = None  # the rsl-rl runner, once built
+        self.env: CollectorVecEnv | None = None
+        self.iterations = 0
+        self.skipped_updates = 0  # PPO steps every mini-batch (rsl-rl has no loss-validity sentinel)
+        self.interrupted = False
+
+    def close(self) -> None:
+        self.collector.close()
+
+    # ----------------------------------------------------------------------- data-parallel evidence
+    def param_digest(self) -> str:
+        """Digest of the actor and critic (parameters and normalizer buffers): equal on every rank."""
+        if self.learner is None:
+            raise UnilabError("internal: the PPO runner was not built")
+        alg = self.learner.alg
+        return param_digest([alg.get_policy(), alg._raw_critic])
+
+    @property
+    def grad_syncs(self) -> int:
+        return self.learner.alg.grad_syncs if self.learner is not None else 0
+
+    @property
+    def grad_sync_s(self) -> float:
+        return self.learner.alg.grad_sync_s if self.learner is not None else 0.0
+
+    def wire_bytes_per_sync(self) -> dict[str, int]:
+        return {"ppo": 4 * self.learner.alg.grad_numel()} if self.learner is not None else {}
+
+    # ------------------------------------------------------------------------------------ the loop
+    def _stop_requested(self) -> bool:
+        local = self.hooks.should_stop()
+        return self.dp.any_rank(local) if self.dp is not None else local
+
+    def _refuse_unsupported(self) -> None:
+        p = self.plan
+        if p.sync.env_steps_per_sync != 1:
+            raise UnilabError(
+                f"PPO runs with env_steps_per_sync = 1 only; the plan has {p.sync.env_steps_per_sync}",
+                fix="set training.env_steps_per_sync = 1",
+            )
+        if p.topology.world_size > 1 and p.gradient_wire.dtype != "float32":
+            raise UnilabError(
+                "PPO's gradient all-reduce (rsl-rl's) runs in float32; the plan asks for a bfloat16 wire",
+                fix='set training.dp_gradient_wire_dtype = "float32" for PPO',
+            )
+
+    def run(self) -> Progress:
+        p, algo, prog = self.plan, self.algo, self.progress
+        torch.set_num_threads(self.rp.torch_threads)
+        self._refuse_unsupported()
+        hello = self.collector.start()
+        self.hooks.on_started(hello)
+        n = hello.num_envs
+        if not self.collector.wait_obs(self.hooks.should_stop):
+            self.interrupted = True
+            return prog
+        # Single rank: a stop request abandons the rollout in progress at once. With data parallel a
+        # rank must not leave a collective: the stop is decided by all ranks between iterations.
+        in_rollout_stop = (lambda: False) if self.dp is not None else self.hooks.should_stop
+        env = CollectorVecEnv(
+            self.collector,
+            hello,
+            p.task.max_episode_steps,
+            in_rollout_stop,
+            cfg={"task": p.task.name, "num_envs": n},
+        )
+        self.env = env
+        # Same initial weights on every rank (rank 0's are broadcast anyway).
+        torch.manual_seed(p.run.seed)
+        dev = f"cuda:{torch.cuda.current_device()}" if self.device.type == "cuda" else "cpu"
+        runner = UnilabOnPolicyRunner(env, train_cfg(algo), device=dev)
+        self.learner = runner
+        if self.resume_state is not None:
+            runner.alg.load(self.resume_state["ppo"], None, strict=True)
+            c = self.resume_state["counters"]
+            prog.env_steps, prog.syncs, prog.updates, prog.episodes = (
+                c["env_steps"],
+                c["syncs"],
+                c["updates"],
+                c["episodes"],
+            )
+            self._episodes_base = c["episodes"]
+            self.iterations = int(self.resume_state["iterations"])
+        runner.sync_replicas()
+        # Exploration noise differs per rank (each rank's own seed), and a resumed run draws anew.
+        torch.manual_seed(self.rp.seed + 104729 * (1 + self.iterations))
+
+        total = p.run.total_env_steps // p.topology.world_size
+        per_iteration = algo.num_steps_per_env * n
+        ckpt_every = p.run.checkpoint_every_env_steps
+        next_ckpt = (prog.env_steps * p.topology.world_size // ckpt_every + 1) * ckpt_every if ckpt_every else None
+        base_syncs, base_env_steps, base_updates = prog.syncs, prog.env_steps, prog.updates
+        t_start = time.perf_counter()
+        last_log = t_start
+        losses: dict[str, float] = {}
+        while prog.env_steps < total:
+            try:
+                losses = runner.iterate()
+            except RolloutStopped:
+                self._account(env, base_syncs, base_env_steps, n)
+                self.interrupted = True
+                break
+            self.iterations += 1
+            prog.updates = base_updates + runner.alg.gradient_steps
+            self._account(env, base_syncs, base_env_steps, n)
+            now = time.perf_counter()
+            if now - last_log >= p.run.log_every_seconds or prog.env_steps >= total:
+                last_log = now
+                self._read_collector_stats()
+                metrics = {f"ppo_{k}": float(v) for k, v in losses.items()}
+                metrics["learning_rate"] = float(runner.alg.learning_rate)
+                metrics["action_std"] = float(runner.alg.get_policy().output_std.detach().mean())
+                metrics["iterations"] = float(self.iterations)
+                metrics["steps_per_iteration"] = float(per_iteration)
+                metrics["elapsed_s"] = now - t_start
+                metrics["env_steps_run"] = prog.env_steps - base_env_steps
+                self.hooks.on_log(prog, metrics)
+            if next_ckpt is not None and prog.env_steps * p.topology.world_size >= next_ckpt and prog.env_steps < total:
+                while next_ckpt <= prog.env_steps * p.topology.world_size:
+                    next_ckpt += ckpt_every
+                self._read_collector_stats()
+                self.hooks.on_checkpoint(prog, self._state(runner, prog))
+            if self._stop_requested():
+                self.interrupted = True
+                break
+        self._read_collector_stats()
+        self.final_state = self._state(runner, prog)
+        return prog
+
+    def _account(self, env: CollectorVecEnv, base_syncs: int, base_env_steps: int, n: int) -> None:
+        prog = self.progress
+        prog.syncs = base_syncs + env.t
+        prog.env_steps = base_env_steps + env.t * n
+        prog.transitions_produced = env.t * n
+        prog.transitions_nonfinite = env.transitions_nonfinite
+        prog.transitions_stored = prog.transitions_produced - env.transitions_nonfinite
+        prog.wait_s = env.wait_s
+        if self.learner is not None:
+            prog.update_s = self.learner.alg.update_s
+        prog.dp_sync_s = RankSyncedMLPModel.gather_s
+
+    def _read_collector_stats(self) -> None:
+        """Fold the collector's cumulative counters into the progress; the mean return and length
+        are over the episodes completed since the previous read."""
+        s = self.collector.read_stats()
+        prog = self.progress
+        new = s.episodes - self._seen[0]
+        if new > 0:
+            prog.last_return = (s.return_sum - self._seen[1]) / new
+            prog.last_length = (s.length_sum - self._seen[2]) / new
+        self._seen = (s.episodes, s.return_sum, s.length_sum)
+        prog.episodes = self._episodes_base + s.episodes
+        prog.nonfinite_resets = s.nonfinite
+        prog.collector_wait_s = s.wait_s
+        prog.phase_s = s.phase_s
+        prog.physics_replays = s.physics_replays
+
+    def _state(self, runner: UnilabOnPolicyRunner, prog: Progress) -> dict[str, Any]:
+        """Checkpoint state: rsl-rl's actor/critic (normalizers included) and optimizer state dicts,
+        the adaptive learning rate (in the optimizer's param groups) and the counters; all plain
+        tensors, numbers and dicts, loadable with torch.load(weights_only=True)."""
+        env = self.env
+        return {
+            "ppo": runner.alg.save(),
+            "iterations": self.iterations,
+            "counters": prog.counters_state(),
+            "torch_rng": torch.get_rng_state(),
+            "obs_dim": int(env.num_obs) if env is not None else 0,
+            "act_dim": int(env.num_actions) if env is not None else 0,
+        }
