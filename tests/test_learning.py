@@ -22,8 +22,13 @@ THRESHOLD = 8.0
 
 def test_sac_learns_cartpole_within_three_minutes(tmp_path: Path) -> None:
     t0 = time.monotonic()
-    r = subprocess.run([sys.executable, "-m", "unilab", "apply", str(ROOT / "specs/cartpole.toml"), "--quiet"],
-                       cwd=tmp_path, capture_output=True, text=True, timeout=180)
+    r = subprocess.run(
+        [sys.executable, "-m", "unilab", "apply", str(ROOT / "specs/cartpole.toml"), "--quiet"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     elapsed = time.monotonic() - t0
     assert r.returncode == 0, r.stderr
     (run_dir,) = list((tmp_path / "runs").iterdir())
@@ -33,3 +38,35 @@ def test_sac_learns_cartpole_within_three_minutes(tmp_path: Path) -> None:
     print(f"cartpole SAC: first logged return {first:.2f}, final {last:.2f}, {elapsed:.0f} s")
     assert last >= THRESHOLD, f"final mean return {last:.2f} < {THRESHOLD} (first logged {first:.2f})"
     assert elapsed < 180
+
+
+def test_ppo_learns_cartpole_within_three_minutes(tmp_path: Path) -> None:
+    algo = (
+        'algo={name="ppo", num_steps_per_env=32, hidden_dims=[64,64], init_noise_std=0.5, learning_rate=3e-4, '
+        'schedule="fixed"}'
+    )
+    t0 = time.monotonic()
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "unilab",
+            "apply",
+            str(ROOT / "specs/cartpole.toml"),
+            "--quiet",
+            "--set",
+            algo,
+            "--set",
+            "run.total_env_steps=80000",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    elapsed = time.monotonic() - t0
+    assert r.returncode == 0, r.stderr
+    (run_dir,) = list((tmp_path / "runs").iterdir())
+    last = json.loads((run_dir / "manifest.json").read_text())["metrics"]["episode_return_mean"]
+    print(f"cartpole PPO: final mean return {last:.2f}, {elapsed:.0f} s")
+    assert last >= THRESHOLD and elapsed < 180
