@@ -8,7 +8,7 @@ pickling, no copies back and forth between processes.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 
@@ -62,4 +62,10 @@ class PhysicsBackend(Protocol):
 
     def close(self) -> None:
         """Release workers, shared memory and device resources. Idempotent."""
+        ...
+
+    def diagnostics(self) -> dict[str, Any]:
+        """What the manifest records about the backend: e.g. workers and MuJoCo warning counts
+        (mujoco), graph_requested/graph_enabled/graph_disable_reason/graph_replays (mjwarp).
+        May synchronise with the device or the workers: call it at interval boundaries."""
         ...

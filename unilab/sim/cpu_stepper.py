@@ -1,0 +1,82 @@
+"""Steps a contiguous slice of worlds with C MuJoCo, one ``MjData`` per world.
+
+Used in the parent process (``workers=1`` without ``cpu_ids``) and inside each worker process. It only reads and
+writes numpy views of the state block (rows of its own worlds), so it never imports torch.
+The stepping order is documented in ``unilab.sim.mjmodel``.
+"""
+
+from __future__ import annotations
+
+import mujoco
+import numpy as np
+
+from unilab.sim.mjmodel import has_acc_stage_sensors
+from unilab.sim.state_layout import NUM_WARNINGS
+
+
+class WorldStepper:
+    def __init__(self, model: mujoco.MjModel, views: dict[str, np.ndarray], decimation: int) -> None:
+        """``views``: the state block's numpy arrays restricted to this slice's rows."""
+        self._m = model
+        self._v = views
+        self._decimation = decimation
+        self._acc_tail = has_acc_stage_sensors(model)
+        self._datas = [mujoco.MjData(model) for _ in range(views["qpos"].shape[0])]
+        if self._datas and len(self._datas[0].warning) != NUM_WARNINGS:
+            raise RuntimeError(f"MuJoCo has {len(self._datas[0].warning)} warning kinds, the layout {NUM_WARNINGS}")
+        # Warning counts of earlier episodes (mj_resetData clears MjData's counters).
+        self._warn_base = np.zeros((len(self._datas), NUM_WARNINGS), dtype=np.int64)
+        for i, d in enumerate(self._datas):
+            mujoco.mj_forward(model, d)
+            self._publish(i, d)
+
+    def _publish(self, i: int, d: mujoco.MjData) -> None:
+        v = self._v
+        v["qpos"][i] = d.qpos
+        v["qvel"][i] = d.qvel
+        v["xpos"][i] = d.xpos
+        v["xquat"][i] = d.xquat
+        v["cvel"][i] = d.cvel
+        v["actuator_force"][i] = d.actuator_force
+        v["sensordata"][i] = d.sensordata
+
+    def step(self) -> None:
+        m, ctrl, dec = self._m, self._v["ctrl"], self._decimation
+        step1, step2 = mujoco.mj_step1, mujoco.mj_step2
+        # All substeps of one world back to back: its MjData stays in cache.
+        for i, d in enumerate(self._datas):
+            d.ctrl[:] = ctrl[i]
+            for _ in range(dec):
+                step2(m, d)
+                step1(m, d)
+            self._tail(d)
+            self._publish(i, d)
+
+    def _tail(self, d: mujoco.MjData) -> None:
+        m = self._m
+        mujoco.mj_fwdActuation(m, d)
+        if self._acc_tail:
+            mujoco.mj_fwdAcceleration(m, d)
+            mujoco.mj_fwdConstraint(m, d)
+            # mj_sensorAcc would reuse step2's cacc of the previous state (d.flg_rnepost): redo it.
+            mujoco.mj_rnePostConstraint(m, d)
+            mujoco.mj_sensorAcc(m, d)
+
+    def reset(self) -> None:
+        """Reset the worlds whose ``reset_mask`` is set to the qpos/qvel rows already in the views."""
+        m, v = self._m, self._v
+        for i in np.flatnonzero(v["reset_mask"]):
+            d = self._datas[i]
+            self._warn_base[i] += [w.number for w in d.warning]
+            mujoco.mj_resetData(m, d)
+            d.qpos[:] = v["qpos"][i]
+            d.qvel[:] = v["qvel"][i]
+            d.ctrl[:] = 0.0
+            mujoco.mj_forward(m, d)
+            self._publish(int(i), d)
+
+    def write_warnings(self) -> None:
+        """Copy MuJoCo's per-world warning counters (e.g. auto-resets on bad qacc) into the views."""
+        out = self._v["warnings"]
+        for i, d in enumerate(self._datas):
+            out[i] = self._warn_base[i] + [w.number for w in d.warning]
