@@ -17,24 +17,22 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def algo_table(algo: str) -> str:
+    """`sac` -> `{name="sac"}`; an inline TOML table passes through (a CPU-sized FlashSAC, say)."""
+    return algo if algo.startswith("{") else f'{{name="{algo}"}}'
+
+
 def run(spec: Path, algo: str, env_steps: int, extra: list[str]) -> list[tuple[int, float]]:
-    out = Path(tempfile.mkdtemp(prefix=f"bench_learning_{algo}_"))
-    cmd = [
-        sys.executable,
-        "-m",
-        "unilab",
-        "apply",
-        str(spec),
-        "--quiet",
-        "--set",
-        f'algo={{name="{algo}"}}',
-        "--set",
+    out = Path(tempfile.mkdtemp(prefix="bench_learning_"))
+    sets = [
+        f"algo={algo_table(algo)}",
         f"run.total_env_steps={env_steps}",
-        "--set",
         f'run.output_dir="{out}"',
-        "--set",
         "run.log_every_seconds=5.0",
     ]
+    cmd = [sys.executable, "-m", "unilab", "apply", str(spec), "--quiet"]
+    for s in sets:
+        cmd += ["--set", s]
     for s in extra:
         cmd += ["--set", s]
     subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True, text=True)
@@ -57,16 +55,27 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--spec", type=Path, default=ROOT / "specs" / "g1.toml")
     ap.add_argument("--env-steps", type=int, default=200_000)
-    ap.add_argument("--algos", default="sac,flashsac")
+    ap.add_argument(
+        "--algo",
+        action="append",
+        dest="algos",
+        metavar="NAME|TABLE",
+        help="an algorithm name or an inline TOML [algo] table (repeatable); default: the spec's "
+        "SAC and a CPU-sized FlashSAC",
+    )
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="extra overrides for both runs")
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "learning.png")
     args = ap.parse_args()
-    curves = {a: run(args.spec, a, args.env_steps, args.set) for a in args.algos.split(",")}
+    algos = args.algos or [
+        '{name="sac", alpha_init=0.001}',
+        '{name="flashsac", batch_size=512, hidden_dims=[128], expansion=2}',
+    ]
+    curves = {a: run(args.spec, a, args.env_steps, args.set) for a in algos}
     marks = [args.env_steps * k // 4 for k in range(1, 5)]
     print("mean episode return at env steps: " + "  ".join(f"{m:>9,}" for m in marks))
     for algo, curve in curves.items():
         vals = ["       --" if at(curve, m) is None else f"{at(curve, m):9.2f}" for m in marks]
-        print(f"{algo:<33}" + "  ".join(vals))
+        print(f"{algo}\n{'':<33}" + "  ".join(vals))
     import matplotlib
 
     matplotlib.use("Agg")
@@ -74,7 +83,7 @@ def main() -> int:
 
     fig, ax = plt.subplots(figsize=(7, 4))
     for algo, curve in curves.items():
-        ax.plot([s for s, _ in curve], [r for _, r in curve], label=algo)
+        ax.plot([s for s, _ in curve], [r for _, r in curve], label=algo.replace("name=", ""))
     ax.set_xlabel("env steps")
     ax.set_ylabel("mean episode return")
     ax.set_title(f"g1_walk ({args.spec.name}), same budget per algorithm")
