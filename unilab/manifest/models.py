@@ -48,6 +48,11 @@ class RankEvidence(_M):
     param_digest: str | None = Field(
         None, description="sha256 of the learner's parameters at the end of the run (identical across ranks)."
     )
+    mps_service: str | None = Field(None, description="The MPS service this rank's processes are clients of.")
+    mps_control_pipe: str | None = Field(None, description="CUDA_MPS_PIPE_DIRECTORY given to the rank's processes.")
+    mps_daemon_pid: int | None = None
+    mps_server_pids: list[int] = Field(default_factory=list, description="MPS servers seen after CUDA initialised.")
+    mps_validated: bool | None = Field(None, description="Re-checked before start and attached after CUDA init.")
 
 
 class GraphEvidence(_M):
@@ -55,6 +60,11 @@ class GraphEvidence(_M):
     enabled: bool
     disable_reason: str | None = None
     replays: int = 0
+
+
+class SharingEvidence(_M):
+    configured: Literal["none", "mps"]
+    effective: Literal["none", "mps"]
 
 
 class BackendDiagnostics(_M):
@@ -132,6 +142,7 @@ class Manifest(_M):
     topology: Topology
     ranks: list[RankEvidence] = Field(default_factory=list)
     backend: BackendDiagnostics
+    cuda_process_sharing: SharingEvidence
     data_parallel: DataParallelEvidence | None = None
     counters: Counters = Field(default_factory=Counters)
     timing: Timing = Field(default_factory=Timing)

@@ -55,6 +55,14 @@ def run_rank(job: RankJob, stop: StopFlag) -> int:
     from unilab.run.checkpoint import load_checkpoint
 
     plan, rank, world = job.plan, job.rank, job.plan.topology.world_size
+    from unilab.run import mps_attach
+
+    # MPS: re-check the planned service before anything is built, and make this process (and the
+    # collector it starts) its client before CUDA initialises.
+    att = mps_attach.revalidate(plan, rank)
+    if att is not None:
+        entry = mps_attach.registry_entry(att.service)
+        mps_attach.apply_env(att, entry.log_directory if entry else None)
     resume_state = None
     if job.resume_checkpoint is not None:
         resume_state = load_checkpoint(job.resume_checkpoint, plan_id=plan.plan_id)["state"]
@@ -89,8 +97,11 @@ def run_rank(job: RankJob, stop: StopFlag) -> int:
     started = False
 
     def on_started(hello: Any) -> None:
-        nonlocal started
+        nonlocal started, att
         started = True
+        if att is not None:
+            torch.cuda.init()  # the learner's context; the collector's exists already
+            att = mps_attach.confirm_attached(att)
         mine = RankEvidence(
             rank=rank,
             device=plan.ranks[rank].device,
@@ -101,6 +112,11 @@ def run_rank(job: RankJob, stop: StopFlag) -> int:
             collector_cpu_ids_applied=hello.cpu_ids_applied,
             physics_workers=hello.physics_workers,
             torch_threads=torch.get_num_threads(),
+            mps_service=att.service if att else None,
+            mps_control_pipe=att.pipe_directory if att else None,
+            mps_daemon_pid=att.daemon_pid if att else None,
+            mps_server_pids=list(att.server_pids) if att else [],
+            mps_validated=att.validated if att else None,
         )
         everyone = _gather(mine, world)
         if rec is not None:

@@ -18,6 +18,7 @@ from unilab.manifest.models import (
     Manifest,
     Metrics,
     RankEvidence,
+    SharingEvidence,
     Timing,
     Topology,
 )
@@ -134,6 +135,12 @@ class RunRecorder:
                 physics=p.sim.backend,
                 physics_graph=self.physics_graph,
                 learner_graph=GraphEvidence(**p.graphs.learner.model_dump()),
+            ),
+            cuda_process_sharing=SharingEvidence(
+                configured=p.cuda_process_sharing.configured,
+                effective=p.cuda_process_sharing.effective
+                if all(r.mps_validated is not False for r in self.ranks)
+                else "none",
             ),
             data_parallel=self.data_parallel,
             counters=counters,
