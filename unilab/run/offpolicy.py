@@ -25,7 +25,7 @@ from unilab.learn.normalizer import ObsNormalizer
 from unilab.learn.replay import ReplayBuffer
 from unilab.plan.models import Plan
 from unilab.run import channel as ch
-from unilab.run.collector_client import CollectorClient, RunFailed  # noqa: F401  (RunFailed re-exported)
+from unilab.run.collector_client import CollectorClient, CollectorStats, RunFailed  # noqa: F401  (re-export)
 from unilab.run.learners import make_offpolicy_learner, replay_n_step
 
 
@@ -49,9 +49,26 @@ class Progress:
     last_length: float | None = None
     phase_s: dict[str, float] = field(default_factory=dict)
     physics_replays: int = 0
+    episodes_base: int = 0  # episodes before this session (a resumed run's)
+    # The collector's cumulative (episodes, return sum, length sum) at the previous fold.
+    _seen: tuple[int, float, float] = (0, 0.0, 0.0)
 
     def counters_state(self) -> dict[str, int]:
         return {"env_steps": self.env_steps, "syncs": self.syncs, "updates": self.updates, "episodes": self.episodes}
+
+    def fold(self, s: CollectorStats) -> None:
+        """Take in the collector's cumulative counters; the mean return and length are over the
+        episodes completed since the previous fold."""
+        new = s.episodes - self._seen[0]
+        if new > 0:
+            self.last_return = (s.return_sum - self._seen[1]) / new
+            self.last_length = (s.length_sum - self._seen[2]) / new
+        self._seen = (s.episodes, s.return_sum, s.length_sum)
+        self.episodes = self.episodes_base + s.episodes
+        self.nonfinite_resets = s.nonfinite
+        self.collector_wait_s = s.wait_s
+        self.phase_s = s.phase_s
+        self.physics_replays = s.physics_replays
 
 
 @dataclass
@@ -83,8 +100,6 @@ class OffPolicyRank:
         # A resumed run's environments continue on a fresh random stream, not a replay of the first.
         self.collector = CollectorClient(plan, rank, spec_dir, seed=self.rp.seed + 7919 * resumed_syncs)
         self.progress = Progress()
-        self._seen = (0, 0.0, 0.0)  # collector's cumulative (episodes, return sum, length sum) at the last read
-        self._episodes_base = 0
         self.final_state: dict[str, Any] | None = None
         self.learner: Any = None
         self.skipped_updates = 0
@@ -127,7 +142,7 @@ class OffPolicyRank:
                 c["updates"],
                 c["episodes"],
             )
-            self._episodes_base = c["episodes"]
+            prog.episodes_base = c["episodes"]
         self.learner = learner
         update = learner.update
         if self.dp is not None:
@@ -227,20 +242,7 @@ class OffPolicyRank:
         self.progress.transitions_stored = replay.total_added + replay.pending * replay.num_envs
 
     def _read_collector_stats(self) -> None:
-        """Fold the collector's cumulative counters into the progress; the mean return and length
-        are over the episodes completed since the previous read."""
-        s = self.collector.read_stats()
-        prog = self.progress
-        new = s.episodes - self._seen[0]
-        if new > 0:
-            prog.last_return = (s.return_sum - self._seen[1]) / new
-            prog.last_length = (s.length_sum - self._seen[2]) / new
-        self._seen = (s.episodes, s.return_sum, s.length_sum)
-        prog.episodes = self._episodes_base + s.episodes
-        prog.nonfinite_resets = s.nonfinite
-        prog.collector_wait_s = s.wait_s
-        prog.phase_s = s.phase_s
-        prog.physics_replays = s.physics_replays
+        self.progress.fold(self.collector.read_stats())
 
     def _state(self, learner: Any, normalizer: ObsNormalizer, prog: Progress) -> dict[str, Any]:
         return {

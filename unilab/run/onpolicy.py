@@ -55,8 +55,6 @@ class OnPolicyRank:
         # A resumed run's environments continue on a fresh random stream, not a replay of the first.
         self.collector = CollectorClient(plan, rank, spec_dir, seed=self.rp.seed + 7919 * resumed_syncs)
         self.progress = Progress()
-        self._seen = (0, 0.0, 0.0)
-        self._episodes_base = 0
         self.final_state: dict[str, Any] | None = None
         self.learner: UnilabOnPolicyRunner | None = None  # the rsl-rl runner, once built
         self.env: CollectorVecEnv | None = None
@@ -139,7 +137,7 @@ class OnPolicyRank:
                 c["updates"],
                 c["episodes"],
             )
-            self._episodes_base = c["episodes"]
+            prog.episodes_base = c["episodes"]
             self.iterations = int(self.resume_state["iterations"])
         runner.sync_replicas()
         # Exploration noise differs per rank (each rank's own seed), and a resumed run draws anew.
@@ -200,20 +198,7 @@ class OnPolicyRank:
         prog.dp_sync_s = RankSyncedMLPModel.gather_s
 
     def _read_collector_stats(self) -> None:
-        """Fold the collector's cumulative counters into the progress; the mean return and length
-        are over the episodes completed since the previous read."""
-        s = self.collector.read_stats()
-        prog = self.progress
-        new = s.episodes - self._seen[0]
-        if new > 0:
-            prog.last_return = (s.return_sum - self._seen[1]) / new
-            prog.last_length = (s.length_sum - self._seen[2]) / new
-        self._seen = (s.episodes, s.return_sum, s.length_sum)
-        prog.episodes = self._episodes_base + s.episodes
-        prog.nonfinite_resets = s.nonfinite
-        prog.collector_wait_s = s.wait_s
-        prog.phase_s = s.phase_s
-        prog.physics_replays = s.physics_replays
+        self.progress.fold(self.collector.read_stats())
 
     def _state(self, runner: UnilabOnPolicyRunner, prog: Progress) -> dict[str, Any]:
         """Checkpoint state: rsl-rl's actor/critic (normalizers included) and optimizer state dicts,
