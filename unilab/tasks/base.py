@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -45,7 +46,7 @@ def _contiguous(adr: tuple[int, ...]) -> slice | None:
     return None
 
 
-class Task:
+class Task(ABC):
     """Common machinery of the G1 tasks; subclasses build the terms."""
 
     name: str = "task"
@@ -141,8 +142,9 @@ class Task:
         self._finalize()
 
     # ------------------------------------------------------------------ construction
-    def build_terms(self) -> None:  # pragma: no cover - abstract
-        raise NotImplementedError
+    @abstractmethod
+    def build_terms(self) -> None:
+        """Create the task's term lists (commands, observations, rewards, terminations, events)."""
 
     def _finalize(self) -> None:
         n, dev = self.num_envs, self.device
@@ -259,7 +261,7 @@ class Task:
         self._base_frame.copy_(Q.quat_apply_inverse(self.base_quat.unsqueeze(1), self._world_vecs))
         self.read_task_state()
 
-    def read_task_state(self) -> None:
+    def read_task_state(self) -> None:  # noqa: B027  (an optional hook: most tasks derive nothing more)
         """Task-specific derived quantities (pure)."""
 
     def advance(self) -> None:
@@ -323,7 +325,7 @@ class Task:
         self.reset_task_buffers(mask)
         return self.reset_qpos, self.reset_qvel
 
-    def reset_task_buffers(self, mask: torch.Tensor) -> None:
+    def reset_task_buffers(self, mask: torch.Tensor) -> None:  # noqa: B027  (an optional hook)
         """Task-specific per-episode buffers of the masked worlds."""
 
     def after_reset(self, mask: torch.Tensor, state: PhysicsState) -> None:
