@@ -16,6 +16,7 @@ def _documents() -> dict[str, tuple[type[BaseModel], int]]:
     from unilab.host.facts import HOST_FACTS_SCHEMA_VERSION, HostFacts
     from unilab.manifest.models import MANIFEST_SCHEMA_VERSION, Manifest
     from unilab.plan.models import PLAN_SCHEMA_VERSION, Plan
+    from unilab.profile.models import PROFILE_SCHEMA_VERSION, Profile
     from unilab.spec.models import SPEC_SCHEMA_VERSION, Spec
 
     return {
@@ -23,6 +24,7 @@ def _documents() -> dict[str, tuple[type[BaseModel], int]]:
         "plan": (Plan, PLAN_SCHEMA_VERSION),
         "host_facts": (HostFacts, HOST_FACTS_SCHEMA_VERSION),
         "manifest": (Manifest, MANIFEST_SCHEMA_VERSION),
+        "profile": (Profile, PROFILE_SCHEMA_VERSION),
     }
 
 

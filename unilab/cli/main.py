@@ -187,10 +187,11 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--markdown", action="store_true", help="render docs/rules.md")
     sp.set_defaults(func=_cmd_rules)
 
-    from unilab.cli import mps_cmd, run_cmd
+    from unilab.cli import mps_cmd, profile_cmd, run_cmd
 
     run_cmd.add_parsers(sub, spec_opts)
     mps_cmd.add_parser(sub)
+    profile_cmd.add_parser(sub)
     return p
 
 

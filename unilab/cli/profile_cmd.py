@@ -1,0 +1,104 @@
+"""`unilab profile`: interleaved arms of real runs, per-phase attribution, host-sync inventory."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def _command(args: argparse.Namespace) -> list[str]:
+    """The effective command line (what the parser understood), for the provenance record."""
+    cmd = ["unilab", "profile", str(args.spec)]
+    for a in args.arm:
+        cmd += ["--arm", a]
+    for s in args.set:
+        cmd += ["--set", s]
+    cmd += ["--repeats", str(args.repeats), "--warmup", str(args.warmup), "--window", str(args.window)]
+    cmd += ["--host-sync-steps", str(args.host_sync_steps), "--threshold", str(args.threshold)]
+    if args.out is not None:
+        cmd += ["--out", str(args.out)]
+    return cmd
+
+
+def cmd_profile(args: argparse.Namespace) -> int:
+    from unilab.profile.arms import default_arms, parse_arms
+    from unilab.profile.report import render_markdown
+    from unilab.profile.session import ProfileRequest, run_profile
+    from unilab.spec.load import load_spec
+
+    if args.arm:
+        arms = parse_arms(args.arm)
+    else:
+        import torch
+
+        spec = load_spec(args.spec, args.set).spec
+        arms = default_arms(spec.sim.backend, torch.cuda.is_available() and spec.training.devices != "cpu")
+    req = ProfileRequest(
+        spec=args.spec,
+        arms=arms,
+        base_sets=list(args.set),
+        repeats=args.repeats,
+        warmup_env_steps=args.warmup,
+        window_env_steps=args.window,
+        host_sync_steps=args.host_sync_steps,
+        threshold=args.threshold,
+        out_dir=args.out,
+        run_timeout_s=args.run_timeout,
+        command=_command(args),
+    )
+    result = run_profile(req)
+    print()
+    print(render_markdown(result.profile))
+    print(f"profile directory: {result.directory}")
+    print(result.profile.verdict.line)
+    return 0
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    sp = sub.add_parser(
+        "profile",
+        help="attribute collector/learner time per phase over interleaved arms; go/no-go for a collector graph",
+        description="Run SPEC through `unilab apply` once per arm and repeat (arms interleaved: A B A B ...), "
+        "measure each run over a window after its warm-up, and report per lifecycle phase the median and "
+        "range over repeats, whether the phases add up to the iteration time, a host-sync inventory of the "
+        "collector, and a go/no-go line for an update-state graph. Writes runs/profile-<utc time>/ with "
+        "profile.json, profile.md and profile.png. Default arms: physics graph off vs on (CUDA MuJoCo Warp), "
+        "else one vs two CPU physics workers.",
+    )
+    sp.add_argument("spec", type=Path, metavar="SPEC", help="run spec (.toml)")
+    sp.add_argument(
+        "--arm",
+        action="append",
+        default=[],
+        metavar="NAME:KEY=VALUE[,KEY=VALUE]",
+        help="an arm: a name and its spec overrides (TOML values; repeatable)",
+    )
+    sp.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a spec key for every arm")
+    sp.add_argument("--repeats", type=int, default=2, metavar="N", help="runs per arm (default 2)")
+    sp.add_argument(
+        "--warmup",
+        type=int,
+        default=4096,
+        metavar="ENV_STEPS",
+        help="env steps before the measured window, rounded up to 64 syncs (default 4096)",
+    )
+    sp.add_argument(
+        "--window",
+        type=int,
+        default=4096,
+        metavar="ENV_STEPS",
+        help="env steps measured, rounded up to 64 syncs (default 4096)",
+    )
+    sp.add_argument(
+        "--host-sync-steps",
+        type=int,
+        default=128,
+        metavar="N",
+        help="collector steps for the host-sync inventory; 0 skips it (default 128)",
+    )
+    sp.add_argument(
+        "--threshold", type=float, default=0.15, metavar="SHARE", help="go/no-go non-physics share (default 0.15)"
+    )
+    sp.add_argument("--out", type=Path, metavar="DIR", help="profile directory (default: runs/profile-<utc time>)")
+    sp.add_argument("--run-timeout", type=float, default=600.0, metavar="S", help="limit per run (default 600)")
+    sp.set_defaults(func=cmd_profile)

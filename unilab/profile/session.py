@@ -1,0 +1,173 @@
+"""One `unilab profile`: run the arms interleaved, attribute their windows, take the host-sync
+inventory, and write profile.json, profile.md and profile.png into the profile directory."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+from unilab.errors import UnilabError
+from unilab.profile.arms import Arm, schedule
+from unilab.profile.attribution import COVERAGE_TOLERANCE, GRAPH_THRESHOLD, arm_result, verdict
+from unilab.profile.models import ArmRun, HostSyncInventory, Profile, ProfileProvenance
+from unilab.profile.runner import Windows, apply_command, place_windows, run_apply_subprocess, window_sample
+
+
+@dataclass(frozen=True)
+class ProfileRequest:
+    spec: Path
+    arms: list[Arm]
+    base_sets: list[str] = field(default_factory=list)
+    repeats: int = 2
+    warmup_env_steps: int = 4096
+    window_env_steps: int = 4096
+    host_sync_steps: int = 128
+    threshold: float = GRAPH_THRESHOLD
+    out_dir: Path | None = None
+    run_timeout_s: float = 600.0
+    command: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class ProfileOutput:
+    directory: Path
+    profile: Profile
+
+
+def new_profile_dir(output_dir: Path) -> Path:
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    base = output_dir / f"profile-{stamp}"
+    path, i = base, 1
+    while path.exists():
+        i += 1
+        path = base.with_name(f"{base.name}.{i}")
+    return path
+
+
+def _load(spec: Path, sets: list[str]):
+    from unilab.spec.load import load_spec
+
+    return load_spec(spec, sets)
+
+
+def _steps_per_sync(spec) -> int:
+    return spec.task.num_envs * spec.training.env_steps_per_sync
+
+
+def run_profile(req: ProfileRequest, say=print) -> ProfileOutput:
+    if req.repeats < 1:
+        raise UnilabError("--repeats must be at least 1", fix="e.g. --repeats 2")
+    if len(req.arms) < 1:
+        raise UnilabError(
+            "a profile needs at least one arm", fix="pass --arm NAME:KEY=VALUE, or no --arm for the defaults"
+        )
+    spec_path = req.spec.resolve()
+    base = _load(spec_path, req.base_sets)
+    spec = base.spec
+    # PPO checkpoints (and so the warm-up boundary) fall between rollouts of num_steps_per_env syncs.
+    iteration_syncs = spec.algo.num_steps_per_env if spec.algo.name == "ppo" else 1
+    windows = place_windows(_steps_per_sync(spec), req.warmup_env_steps, req.window_env_steps, iteration_syncs)
+    # Off-policy learners start updating after algo.warmup_env_steps: make that the profile's
+    # warm-up, so the measured window has updates throughout (unless the caller set it).
+    algo_warmup = spec.algo.name != "ppo" and not any(
+        s.split("=", 1)[0].strip() == "algo.warmup_env_steps" for s in req.base_sets
+    )
+    from unilab.host.probe import probe_host
+    from unilab.plan.compile import compile_plan
+
+    facts = probe_host()
+    arm_windows: dict[str, Windows] = {}
+    for arm in req.arms:  # every arm is planned for this host before anything runs: refusals come first
+        loaded = _load(spec_path, [*req.base_sets, *arm.set_args()])
+        compile_plan(loaded.spec, facts, loaded.spec_dir)
+        arm_spec = loaded.spec
+        arm_windows[arm.name] = Windows(_steps_per_sync(arm_spec), windows.warmup_syncs, windows.window_syncs)
+
+    out = req.out_dir or new_profile_dir(Path(spec.run.output_dir))
+    out.mkdir(parents=True, exist_ok=False)
+    order = schedule(req.arms, req.repeats)
+    say(
+        f"profile {out}: {len(req.arms)} arms x {req.repeats} repeats, warm-up {windows.warmup_syncs} syncs, "
+        f"window {windows.window_syncs} syncs"
+    )
+    runs: dict[str, list[ArmRun]] = {a.name: [] for a in req.arms}
+    workers: dict[str, int | None] = {}
+    for i, (arm, r) in enumerate(order):
+        run_out = out / "arms" / f"{arm.name}-r{r}"
+        cmd = apply_command(spec_path, arm, req.base_sets, arm_windows[arm.name], run_out, algo_warmup)
+        say(f"  [{i + 1}/{len(order)}] arm {arm.name} repeat {r} ...", end="", flush=True)
+        outcome = run_apply_subprocess(cmd, run_out, req.run_timeout_s, run_out.with_suffix(".log"))
+        sample = window_sample(outcome.warmup, outcome.final, outcome.window_s)
+        workers[arm.name] = outcome.final.ranks[0].physics_workers if outcome.final.ranks else None
+        runs[arm.name].append(
+            ArmRun(
+                repeat=r,
+                order=i,
+                command=cmd,
+                run_dir=str(outcome.run_dir),
+                manifest=str(outcome.run_dir / "manifest.json"),
+                exit_code=outcome.exit_code,
+                window=sample,
+            )
+        )
+        say(f" {sample.iteration_us / 1e3:.1f} ms/sync, coverage {100 * sample.coverage:.1f}%")
+    arms = [arm_result(a, runs[a.name], workers[a.name], COVERAGE_TOLERANCE) for a in req.arms]
+
+    device = "cpu" if spec.training.devices == "cpu" or spec.training.devices == ["cpu"] else "cuda:0"
+    host_sync = None
+    if req.host_sync_steps > 0:
+        say(f"  host-sync inventory over {req.host_sync_steps} collector steps ...", flush=True)
+        host_sync = take_inventory(spec, base.spec_dir, req.host_sync_steps, device)
+
+    from unilab.run.manifest_io import provenance
+
+    prov = ProfileProvenance(
+        host=provenance(facts),
+        spec=str(req.spec),
+        task=spec.task.name,
+        algo=spec.algo.name,
+        physics=spec.sim.backend,
+        num_envs=spec.task.num_envs,
+        decimation=spec.sim.decimation,
+        env_steps_per_sync=spec.training.env_steps_per_sync,
+        command=req.command,
+        base_overrides=list(req.base_sets),
+        warmup_env_steps=windows.warmup_env_steps,
+        window_env_steps=windows.window_env_steps,
+        warmup_syncs=windows.warmup_syncs,
+        window_syncs=windows.window_syncs,
+        repeats=req.repeats,
+        schedule=[a.name for a, _ in order],
+        manifests={a.name: [r.manifest for r in runs[a.name]] for a in req.arms},
+    )
+    profile = Profile(
+        profile_id=out.name,
+        created_at=datetime.now(UTC).isoformat().replace("+00:00", "Z"),
+        coverage_tolerance=COVERAGE_TOLERANCE,
+        provenance=prov,
+        arms=arms,
+        host_sync=host_sync,
+        verdict=verdict(arms, device, req.threshold),
+    )
+    write_outputs(profile, out)
+    return ProfileOutput(out, profile)
+
+
+def take_inventory(spec, spec_dir: Path, steps: int, device: str) -> HostSyncInventory:
+    from unilab.collect.build import build_collector
+    from unilab.profile.host_sync import inventory
+
+    collector = build_collector(spec.task, spec.sim, spec_dir=spec_dir, device=device, seed=spec.run.seed)
+    with collector:
+        return inventory(collector, steps, seed=spec.run.seed)
+
+
+def write_outputs(profile: Profile, out: Path) -> None:
+    from unilab.profile.report import render_markdown, render_png
+    from unilab.run.atomic import write_text_atomic
+
+    write_text_atomic(out / "profile.json", json.dumps(profile.model_dump(mode="json"), indent=2) + "\n", "profile")
+    write_text_atomic(out / "profile.md", render_markdown(profile), "profile report")
+    render_png(profile, out / "profile.png")
