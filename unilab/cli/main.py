@@ -116,7 +116,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="unilab",
         description="Declarative training runtime for humanoid RL (Unitree G1). "
         "Write a TOML spec, review its plan, apply it.",
-        epilog="Start with: unilab plan specs/g1.toml. Spec keys: docs/spec.md. Plan rules: docs/rules.md.",
+        epilog="Start with: unilab apply specs/g1.toml (or unilab plan specs/g1.toml to review the plan first). "
+        "Spec keys: docs/spec.md. Plan rules: docs/rules.md.",
     )
     p.add_argument("--version", action="version", version=f"unilab {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
@@ -135,6 +136,10 @@ def build_parser() -> argparse.ArgumentParser:
             metavar="FILE",
             help="compile against facts recorded with `unilab host --json` instead of probing this host",
         )
+
+    from unilab.cli import mps_cmd, profile_cmd, run_cmd
+
+    run_cmd.add_parsers(sub, spec_opts)  # apply (the main job), manifest, export
 
     sp = sub.add_parser(
         "plan",
@@ -171,7 +176,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     sp = sub.add_parser(
         "schema",
-        help="export the JSON schemas (spec, plan, host facts, manifest)",
+        help="export the JSON schemas (spec, plan, host facts, manifest, profile)",
         description="Write the JSON Schemas (draft 2020-12) of unilab's documents, or check that the "
         "committed ones match the code.",
     )
@@ -187,9 +192,6 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--markdown", action="store_true", help="render docs/rules.md")
     sp.set_defaults(func=_cmd_rules)
 
-    from unilab.cli import mps_cmd, profile_cmd, run_cmd
-
-    run_cmd.add_parsers(sub, spec_opts)
     mps_cmd.add_parser(sub)
     profile_cmd.add_parser(sub)
     return p
