@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from tests.conftest import ROOT
-from tests.test_apply import _env, marked_pids
+from tests.test_apply import _env, _wait_for_checkpoint, marked_pids
 
 pytestmark = pytest.mark.slow
 
@@ -137,14 +137,7 @@ def test_sigkill_of_rank1_fails_the_run_naming_it(tmp_path: Path) -> None:
         stderr=subprocess.PIPE,
         text=True,
     )
-    deadline = time.monotonic() + 180
-    ckpt = None
-    while time.monotonic() < deadline and ckpt is None:
-        found = list(tmp_path.glob("runs/*/checkpoints/ckpt-*.pt"))
-        ckpt = found[0] if found else None
-        time.sleep(0.2)
-    assert ckpt is not None, "no checkpoint appeared"
-    run_dir = ckpt.parent.parent
+    run_dir = _wait_for_checkpoint(tmp_path, timeout=180)
     rank1 = json.loads((run_dir / "manifest.json").read_text())["ranks"][1]["learner_pid"]
     os.kill(rank1, signal.SIGKILL)
     t0 = time.monotonic()

@@ -51,6 +51,13 @@ class CollectorStats:
     physics_replays: int = 0
 
 
+def collector_for(plan: Plan, rank: int, spec_dir: Path, resume_state: dict[str, Any] | None) -> CollectorClient:
+    """The rank's collector client. A resumed run's environments continue on a fresh random
+    stream (offset by the syncs already done), not a replay of the first session's."""
+    resumed_syncs = (resume_state or {}).get("counters", {}).get("syncs", 0)
+    return CollectorClient(plan, rank, spec_dir, seed=plan.ranks[rank].seed + 7919 * resumed_syncs)
+
+
 class CollectorClient:
     def __init__(self, plan: Plan, rank: int, spec_dir: Path, seed: int) -> None:
         self.plan, self.rank, self.spec_dir, self.seed = plan, rank, spec_dir, seed

@@ -41,9 +41,9 @@ def collector_main(
     where = f"rank{cfg.rank}.collector"
     collector = None
     try:
-        from unilab.sim.cpu_worker import _die_with_parent
+        from unilab.lifetime import die_with_parent
 
-        _die_with_parent(cfg.parent_pid)
+        die_with_parent(cfg.parent_pid)
         import torch
 
         from unilab.collect.build import build_collector
@@ -108,13 +108,17 @@ def collector_main(
             bufs.terminated.copy_(terminated)
             bufs.truncated.copy_(truncated)
             bufs.nonfinite.copy_(collector.nonfinite)
-            ep = collector.episode_stats()  # episodes completed this step (a CPU read; cleared)
+            # Episodes completed this step: read and clear the collector's sums, so the float64
+            # totals here stay exact however long the run.
+            done = collector.completed_totals
+            count, ret_sum, len_sum = done[:3].tolist()
             stats[STAT_SYNCS] += 1
             stats[STAT_ENV_STEPS] += collector.num_envs
-            if ep["episodes"]:
-                stats[STAT_EPISODES] += ep["episodes"]
-                stats[STAT_RETURN_SUM] += ep["episode_return"] * ep["episodes"]
-                stats[STAT_LENGTH_SUM] += ep["episode_length"] * ep["episodes"]
+            if count:
+                done.zero_()
+                stats[STAT_EPISODES] += count
+                stats[STAT_RETURN_SUM] += ret_sum
+                stats[STAT_LENGTH_SUM] += len_sum
             stats[STAT_NONFINITE] = collector.nonfinite_worlds_total
             # Phase totals every sync (about 20 us), so a reader at any sync sees exact figures.
             phase_s.copy_(torch.tensor([p.total_s for p in collector.timings().values()], dtype=torch.float64))

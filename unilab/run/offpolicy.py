@@ -25,7 +25,7 @@ from unilab.learn.normalizer import ObsNormalizer
 from unilab.learn.replay import ReplayBuffer
 from unilab.plan.models import Plan
 from unilab.run import channel as ch
-from unilab.run.collector_client import CollectorClient, CollectorStats, RunFailed  # noqa: F401  (re-export)
+from unilab.run.collector_client import CollectorStats, RunFailed, collector_for  # noqa: F401  (re-export)
 from unilab.run.learners import make_offpolicy_learner, replay_n_step
 
 
@@ -96,9 +96,7 @@ class OffPolicyRank:
         self.rp = plan.ranks[rank]
         self.resume_state = resume_state
         self.device = torch.device("cuda" if self.rp.device == "cuda" else "cpu")
-        resumed_syncs = (resume_state or {}).get("counters", {}).get("syncs", 0)
-        # A resumed run's environments continue on a fresh random stream, not a replay of the first.
-        self.collector = CollectorClient(plan, rank, spec_dir, seed=self.rp.seed + 7919 * resumed_syncs)
+        self.collector = collector_for(plan, rank, spec_dir, resume_state)
         self.progress = Progress()
         self.final_state: dict[str, Any] | None = None
         self.learner: Any = None

@@ -27,7 +27,7 @@ import torch
 from unilab.dist import param_digest
 from unilab.errors import UnilabError
 from unilab.plan.models import Plan
-from unilab.run.collector_client import CollectorClient
+from unilab.run.collector_client import collector_for
 from unilab.run.offpolicy import Progress, RankHooks
 from unilab.run.ppo_runner import RankSyncedMLPModel, UnilabOnPolicyRunner, train_cfg
 from unilab.run.vecenv import CollectorVecEnv, RolloutStopped
@@ -51,9 +51,7 @@ class OnPolicyRank:
         self.rp = plan.ranks[rank]
         self.resume_state = resume_state
         self.device = torch.device("cuda" if self.rp.device == "cuda" else "cpu")
-        resumed_syncs = (resume_state or {}).get("counters", {}).get("syncs", 0)
-        # A resumed run's environments continue on a fresh random stream, not a replay of the first.
-        self.collector = CollectorClient(plan, rank, spec_dir, seed=self.rp.seed + 7919 * resumed_syncs)
+        self.collector = collector_for(plan, rank, spec_dir, resume_state)
         self.progress = Progress()
         self.final_state: dict[str, Any] | None = None
         self.learner: UnilabOnPolicyRunner | None = None  # the rsl-rl runner, once built

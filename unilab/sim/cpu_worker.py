@@ -14,7 +14,6 @@ on Ctrl-C the parent shuts the workers down.
 
 from __future__ import annotations
 
-import ctypes
 import os
 import signal
 import struct
@@ -25,6 +24,7 @@ from multiprocessing.connection import Connection
 from multiprocessing.shared_memory import SharedMemory
 from typing import Any
 
+from unilab.lifetime import die_with_parent
 from unilab.sim.state_layout import StateLayout
 
 CMD_STEP = b"s"
@@ -34,7 +34,6 @@ CMD_QUIT = b"q"
 REPLY_OK = b"k"
 REPLY_ERROR = b"E"
 MAX_ERROR_BYTES = 16_000  # well under the 64 KiB pipe buffer, so reporting never blocks
-_PR_SET_PDEATHSIG = 1
 
 
 @dataclass(frozen=True)
@@ -50,14 +49,6 @@ class WorkerConfig:
     parent_pid: int
 
 
-def _die_with_parent(parent_pid: int) -> None:
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
-        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
-    if os.getppid() != parent_pid:  # the parent died before prctl took effect
-        os._exit(1)
-
-
 def send_error(fd: int, text: str) -> None:
     payload = text.encode("utf-8", "replace")[-MAX_ERROR_BYTES:]
     os.write(fd, REPLY_ERROR + struct.pack(">I", len(payload)) + payload)
@@ -67,7 +58,7 @@ def worker_main(cfg: WorkerConfig, cmd_conn: Connection, done_conn: Connection) 
     cmd_fd, done_fd = cmd_conn.fileno(), done_conn.fileno()
     try:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
-        _die_with_parent(cfg.parent_pid)
+        die_with_parent(cfg.parent_pid)
         if cfg.cpu is not None:
             os.sched_setaffinity(0, {cfg.cpu})
         if "torch" in sys.modules:  # imported by the parent's __main__ under spawn; keep it to one thread
