@@ -250,7 +250,15 @@ class MujocoCpuBackend:
                         continue
                     self._fail(w, what, self._read_error(fd) if reply == REPLY_ERROR else None)
                 else:
-                    self._fail(w, what, None)
+                    self._fail(w, what, self._pending_error(w))
+
+    def _pending_error(self, w: _Worker) -> str | None:
+        """A worker that exited may have left its error report in the reply pipe even when this
+        poll saw only its exit: read it rather than reporting the exit without a cause."""
+        if not select.select([w.done_fd], [], [], 0)[0]:
+            return None
+        reply = os.read(w.done_fd, 1)
+        return self._read_error(w.done_fd) if reply == REPLY_ERROR else None
 
     @staticmethod
     def _read_error(fd: int) -> str:
