@@ -59,10 +59,11 @@ LEARNERS = {
 @pytest.mark.parametrize("name", sorted(LEARNERS))
 def test_act_and_update_shapes_and_finite(name: str) -> None:
     learner = LEARNERS[name]()
-    obs = torch.randn(5, OBS)
+    obs = torch.randn(5, OBS, generator=torch.Generator().manual_seed(0))
     a = learner.act(obs)
     assert a.shape == (5, ACT) and a.dtype == torch.float32
-    assert (a.abs() < 1).all()
+    # tanh rounds to exactly +-1 in float32 once |u| > ~9 (FlashSAC's std reaches e^2 at init): closed interval.
+    assert (a.abs() <= 1).all() and torch.isfinite(a).all()
     d1, d2 = learner.act(obs, deterministic=True), learner.act(obs, deterministic=True)
     assert torch.equal(d1, d2)
     for i in range(3):

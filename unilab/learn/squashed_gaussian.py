@@ -16,7 +16,7 @@ _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
 
 
 def sample(mean: torch.Tensor, log_std: torch.Tensor, noise: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Action tanh(mean + std * noise) in (-1, 1) and its log-probability summed over action dims."""
+    """Action tanh(mean + std * noise) in [-1, 1] (float32 tanh saturates) and its log-probability summed over action dims."""
     mean = mean.float()
     log_std = log_std.float()
     u = mean + log_std.exp() * noise
