@@ -24,6 +24,16 @@ step "MuJoCo Warp G1 env steps/s at 1024 and 4096 worlds, physics graph off vs o
 run timeout 120 "$PY" tools/bench_physics.py --sizes 1024 4096 --workers 1 --mjwarp-device cuda:0 --seconds 3
 run timeout 120 "$PY" tools/bench_physics.py --sizes 1024 4096 --workers 1 --mjwarp-device cuda:0 --physics-graph --seconds 3
 
+step "Learner updates/s: eager vs whole-cycle CUDA graph (SAC, FlashSAC shipped configs)"
+run timeout 150 "$PY" tools/bench_learner_graph.py --updates 300 --repeats 3
+
+step "apply on the GPU with the learner graph (short budget); the manifest's learner_graph evidence"
+GDIR=$(mktemp -d)
+run timeout 150 "$PY" -m unilab apply specs/g1.toml --set 'training.devices=[0]' --set run.total_env_steps=12000 \
+    --set algo.warmup_env_steps=2000 --set run.output_dir="\"$GDIR\""
+run "$PY" -c "import json,glob,sys; m=json.load(open(glob.glob(sys.argv[1]+'/*/manifest.json')[0])); \
+print(json.dumps(m['backend']['learner_graph'], indent=1)); sys.exit(m['backend']['learner_graph']['state']!='captured')" "$GDIR"
+
 if command -v nvidia-cuda-mps-control >/dev/null; then
   step "MPS: start a service for GPU 0, plan against it, stop it"
   export UNILAB_STATE_DIR=$(mktemp -d)

@@ -365,6 +365,11 @@ class FlashSacLearner:
         self.num_critic_updates += 1
         return {"critic_grad_norm": norm, "critic_finite": ok}
 
+    def cycle_kind(self) -> str:
+        """What the next `update` runs: the actor and temperature too, or the critic alone (a host
+        counter, no sync); a CUDA graph of the learner keeps one graph per kind."""
+        return "critic+actor" if self.num_critic_updates % self.cfg.actor_update_every == 0 else "critic"
+
     def update(self, batch: Batch, sync: GradSyncFn | None = None) -> dict[str, torch.Tensor]:
         """Actor + temperature every `actor_update_every` calls (first), then critic and target."""
         m: dict[str, torch.Tensor] = {}

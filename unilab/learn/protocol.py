@@ -29,6 +29,10 @@ class OffPolicyLearner(Protocol):
         """
         ...
 
+    def cycle_kind(self) -> str:
+        """Which update cycle comes next ("critic+actor" or "critic"), read on the host."""
+        ...
+
     def observe_rewards(self, reward: torch.Tensor, terminated: torch.Tensor, truncated: torch.Tensor) -> None:
         """Every env step's raw rewards (FlashSAC's adaptive reward scale; SAC ignores them)."""
         ...

@@ -265,6 +265,11 @@ class SacLearner:
         self.alpha_opt.step(ok)
         return {"alpha": self.alpha(), "alpha_finite": ok}
 
+    def cycle_kind(self) -> str:
+        """What the next `update` runs: the actor and temperature too, or the critic alone (a host
+        counter, no sync); a CUDA graph of the learner keeps one graph per kind."""
+        return "critic+actor" if self.num_critic_updates % self.cfg.actor_update_every == 0 else "critic"
+
     def update(self, batch: Batch, sync: GradSyncFn | None = None) -> dict[str, torch.Tensor]:
         """One critic update and, every `actor_update_every` calls, one actor and temperature update.
 

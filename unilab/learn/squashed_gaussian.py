@@ -16,7 +16,10 @@ _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
 
 
 def sample(mean: torch.Tensor, log_std: torch.Tensor, noise: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Action tanh(mean + std * noise) in [-1, 1] (float32 tanh saturates) and its log-probability summed over action dims."""
+    """Action tanh(mean + std * noise) and its log-probability summed over action dims.
+
+    The action lies in [-1, 1]: float32 tanh rounds to exactly +-1 once |u| > ~9.
+    """
     mean = mean.float()
     log_std = log_std.float()
     u = mean + log_std.exp() * noise

@@ -60,6 +60,17 @@ class GraphEvidence(_M):
     enabled: bool
     disable_reason: str | None = None
     replays: int = 0
+    mode: Literal["cuda_graph", "eager_twin"] | None = Field(None, description="Learner graph: how it ran.")
+    state: Literal["warming", "captured", "invalidated", "failed"] | None = Field(
+        None, description="Learner graph: its state when this manifest was written."
+    )
+    captures: int = Field(0, description="Learner graph: captures (one per cycle kind, again after invalidation).")
+    eager_updates: int = Field(0, description="Learner graph: warm-up updates run eagerly before capture.")
+    invalidations: int = 0
+    last_invalidation: str | None = None
+    capture_ids: list[str] = Field(
+        default_factory=list, description="Learner graph: `kind:identity` of each capture (tensor addresses hashed)."
+    )
 
 
 class SharingEvidence(_M):

@@ -49,6 +49,7 @@ class Progress:
     last_length: float | None = None
     phase_s: dict[str, float] = field(default_factory=dict)
     physics_replays: int = 0
+    learner_graph: Any = None  # unilab.learn.graph.GraphStats when the plan enabled the learner graph
     episodes_base: int = 0  # episodes before this session (a resumed run's)
     # The collector's cumulative (episodes, return sum, length sum) at the previous fold.
     _seen: tuple[int, float, float] = (0, 0.0, 0.0)
@@ -145,6 +146,8 @@ class OffPolicyRank:
         update = learner.update
         if self.dp is not None:
             update = self.dp.attach(learner)
+        if p.graphs.learner.enabled:
+            update = self._graph(learner, update)
         gen = torch.Generator(device=self.device).manual_seed(self.rp.seed + 104729)
         action_gen = torch.Generator().manual_seed(self.rp.seed + 15485863)
 
@@ -223,6 +226,29 @@ class OffPolicyRank:
         self.skipped_updates = int(skipped)
         self.final_state = self._state(learner, normalizer, prog)
         return prog
+
+    def _graph(self, learner: Any, update: Callable[..., dict[str, torch.Tensor]]) -> Any:
+        """The plan enabled the learner graph: capture the whole update cycle (with data parallel,
+        the all-reduce and sentinel too). Its evidence reaches the manifest through `Progress`."""
+        from unilab.learn.graph import DP_WARMUP, LearnerGraph
+
+        counters: list[tuple[Any, str]] = []
+        agree = None
+        if self.dp is not None:
+            counters.append((self.dp, "syncs"))
+            counters += [(c, "syncs") for c in self.dp.grad_sync.counters.values()]
+            agree = self.dp.any_rank
+        runner = LearnerGraph(
+            learner,
+            update,
+            batch_size=self.plan.algo.batch_size,
+            mode="cuda_graph",
+            warmup=DP_WARMUP if self.dp is not None else 3,
+            host_counters=counters,
+            agree=agree,
+        )
+        self.progress.learner_graph = runner.stats
+        return runner
 
     def _store(
         self, replay: ReplayBuffer, learner: Any, bufs: ch.SharedBuffers, obs: torch.Tensor, action: torch.Tensor

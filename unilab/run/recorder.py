@@ -134,7 +134,7 @@ class RunRecorder:
             backend=BackendDiagnostics(
                 physics=p.sim.backend,
                 physics_graph=self.physics_graph,
-                learner_graph=GraphEvidence(**p.graphs.learner.model_dump()),
+                learner_graph=self._learner_graph(),
             ),
             cuda_process_sharing=SharingEvidence(
                 configured=p.cuda_process_sharing.configured,
@@ -170,6 +170,11 @@ class RunRecorder:
             )
         self.open_tensorboard()
         self.write("running")
+
+    def _learner_graph(self) -> GraphEvidence:
+        planned = self.plan.graphs.learner.model_dump()
+        stats = getattr(self.prog, "learner_graph", None)
+        return GraphEvidence(**planned, **(stats.evidence() if stats is not None else {}))
 
     def on_log(self, prog: Any, metrics: dict[str, float]) -> None:
         self.prog, self.last_metrics = prog, metrics

@@ -1,0 +1,243 @@
+"""The learner's whole update cycle as a CUDA graph, and its eager twin on the CPU.
+
+One update cycle (critic, actor, temperature, target update and, with data parallel, the packed
+all-reduce with its validity sentinel) is captured once per cycle kind: with the actor cadence a
+cycle either includes the actor and temperature or it does not, so there are at most two graphs.
+Every update fills static input buffers from the replay sample, then replays the kind's graph.
+
+Why the update is capturable: the learners never read a tensor on the host inside `update` (a test
+traps every host read), their optimizers take the skip verdict as a device tensor (`MaskedAdam`,
+which is capturable by construction), and gradients live in fixed `.grad` buffers. What a replay
+does not run is the update body's Python: host-side counters (update counts, sync counts) are
+advanced by the delta that the capture observed.
+
+Lifecycle, after PyTorch's CUDA graph notes: each kind first runs `warmup` eager iterations on a
+side stream (with data parallel at least 11, as the notes ask for captured collectives), then is
+captured on that stream with the update generator registered, then replayed. Loading a checkpoint
+or replacing the sync callback invalidates every graph, and so does parameter storage that moved
+(addresses are checked before each replay). A capture failure is agreed across ranks and raises on
+every rank: no rank falls back to eager on its own.
+
+On a CPU (`mode="eager_twin"`) the same bookkeeping runs with the capture replaced by a dry run
+whose state changes are rolled back, and each replay by the eager body: the logic is tested where
+no GPU is, and a twin run is bitwise the plain eager run.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import torch
+
+from unilab.errors import UnilabError
+from unilab.learn.replay import Batch
+
+GraphMode = Literal["cuda_graph", "eager_twin"]
+Body = Callable[[Batch], dict[str, torch.Tensor]]
+HostCounter = tuple[Any, str]  # (object, attribute): a number the update body advances on the host
+DP_WARMUP = 11  # PyTorch's CUDA graph notes: eager iterations before capturing collectives
+
+
+@dataclass
+class GraphStats:
+    """Manifest evidence: what was captured, how often it ran, and why it was dropped."""
+
+    mode: GraphMode
+    state: Literal["warming", "captured", "invalidated", "failed"] = "warming"
+    captures: int = 0
+    replays: int = 0
+    eager_updates: int = 0
+    invalidations: int = 0
+    last_invalidation: str | None = None
+    capture_ids: list[str] = field(default_factory=list)
+
+    def evidence(self) -> dict[str, Any]:
+        return {
+            "mode": self.mode,
+            "state": self.state,
+            "captures": self.captures,
+            "replays": self.replays,
+            "eager_updates": self.eager_updates,
+            "invalidations": self.invalidations,
+            "last_invalidation": self.last_invalidation,
+            "capture_ids": list(self.capture_ids),
+        }
+
+
+@dataclass
+class _Captured:
+    kind: str
+    identity: str
+    delta: dict[int, float]  # host counter index -> advance per replay
+    graph: Any = None  # torch.cuda.CUDAGraph (cuda_graph mode)
+    outputs: dict[str, torch.Tensor] | None = None  # the graph's static outputs
+
+
+class LearnerGraph:
+    """Callable like `learner.update(batch)`; see the module docstring."""
+
+    def __init__(
+        self,
+        learner: Any,
+        body: Body,
+        *,
+        batch_size: int,
+        mode: GraphMode,
+        warmup: int = 3,
+        host_counters: Sequence[HostCounter] = (),
+        agree: Callable[[bool], bool] | None = None,
+    ) -> None:
+        if warmup < 1:
+            raise UnilabError(f"learner graph warm-up must be at least one eager update, got {warmup}")
+        if mode == "cuda_graph" and learner.device.type != "cuda":
+            raise UnilabError(f"a CUDA graph of the learner needs a CUDA learner, this one is on {learner.device}")
+        self.learner, self.body, self.mode, self.warmup = learner, body, mode, warmup
+        self.agree = agree
+        self.counters: list[HostCounter] = [(learner, "num_critic_updates"), (learner, "num_actor_updates")]
+        self.counters += list(host_counters)
+        dev = learner.device
+        z = lambda *shape: torch.zeros(*shape, device=dev)  # noqa: E731
+        self.static = Batch(
+            obs=z(batch_size, learner.obs_dim),
+            action=z(batch_size, learner.act_dim),
+            reward=z(batch_size),
+            next_obs=z(batch_size, learner.obs_dim),
+            discount=z(batch_size),
+        )
+        self.stats = GraphStats(mode=mode)
+        self._graphs: dict[str, _Captured] = {}
+        self._eager: dict[str, int] = {}
+        self._stream = torch.cuda.Stream(device=dev) if mode == "cuda_graph" else None
+
+    # ------------------------------------------------------------------ public
+    def __call__(self, batch: Batch) -> dict[str, torch.Tensor]:
+        s = self.static
+        torch._foreach_copy_(
+            [s.obs, s.action, s.reward, s.next_obs, s.discount],
+            [batch.obs, batch.action, batch.reward, batch.next_obs, batch.discount],
+        )
+        kind = self.learner.cycle_kind()
+        g = self._graphs.get(kind)
+        if g is not None and g.identity != self._identity(kind):
+            self.invalidate("parameter or buffer storage moved")
+            g = None
+        if g is None:
+            if self._eager.get(kind, 0) < self.warmup:
+                self._eager[kind] = self._eager.get(kind, 0) + 1
+                self.stats.eager_updates += 1
+                return self._run_eager()
+            g = self._capture(kind)
+        return self._replay(g)
+
+    def invalidate(self, reason: str) -> None:
+        """Drop every graph; the next update of each kind warms up and captures again."""
+        if self._graphs:
+            self.stats.invalidations += 1
+            self.stats.last_invalidation = reason
+            self.stats.state = "invalidated"
+        self._graphs.clear()
+        self._eager.clear()
+
+    def set_body(self, body: Body) -> None:
+        """Replace the update body (a new sync callback or hook): the captured graphs no longer hold."""
+        self.body = body
+        self.invalidate("update body replaced")
+
+    def load_state_dict(self, state: dict[str, object]) -> None:
+        self.learner.load_state_dict(state)
+        self.invalidate("checkpoint loaded")
+
+    # ------------------------------------------------------------------ internals
+    def _run_eager(self) -> dict[str, torch.Tensor]:
+        if self._stream is None:
+            return self.body(self.static)
+        # Warm-up on a side stream, as capture will run there (lazy handles, allocator pools).
+        self._stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(self._stream):
+            out = self.body(self.static)
+        torch.cuda.current_stream().wait_stream(self._stream)
+        return out
+
+    def _tensors(self) -> list[torch.Tensor]:
+        """Everything a graph reads or writes by address."""
+        s = self.static
+        out = [s.obs, s.action, s.reward, s.next_obs, s.discount]
+        for params in self.learner.optim_groups().values():
+            for p in params:
+                out.append(p)
+                if p.grad is not None:
+                    out.append(p.grad)
+        return out
+
+    def _identity(self, kind: str) -> str:
+        h = hashlib.sha256(kind.encode())
+        for t in self._tensors():
+            h.update(f"{t.data_ptr()}:{tuple(t.shape)}:{t.dtype};".encode())
+        return h.hexdigest()[:16]
+
+    def _read_counters(self) -> list[float]:
+        return [getattr(o, a) for o, a in self.counters]
+
+    def _write_counters(self, values: list[float]) -> None:
+        for (o, a), v in zip(self.counters, values, strict=True):
+            setattr(o, a, v)
+
+    def _capture(self, kind: str) -> _Captured:
+        before = self._read_counters()
+        graph, outputs, error, after = None, None, None, before
+        try:
+            if self.mode == "cuda_graph":
+                graph = torch.cuda.CUDAGraph()
+                graph.register_generator_state(self.learner.update_gen)
+                self._stream.wait_stream(torch.cuda.current_stream())  # type: ignore[union-attr]
+                # thread_local: the rank's other threads (NCCL watchdog, progress) may call CUDA.
+                with torch.cuda.graph(graph, stream=self._stream, capture_error_mode="thread_local"):
+                    outputs = self.body(self.static)
+                torch.cuda.current_stream().wait_stream(self._stream)  # type: ignore[arg-type]
+                after = self._read_counters()
+            else:
+                # The twin's capture is a dry run whose effects are rolled back, as a capture's are.
+                saved = copy.deepcopy(self.learner.state_dict())
+                try:
+                    self.body(self.static)
+                    after = self._read_counters()
+                finally:
+                    self.learner.load_state_dict(saved)
+        except Exception as e:  # every capture failure is reported the same way below
+            error = e
+        self._write_counters(before)
+        failed = error is not None
+        if self.agree is not None:
+            failed = self.agree(failed)  # a collective: every rank learns whether any rank failed
+        if failed:
+            self.stats.state = "failed"
+            where = f"{type(error).__name__}: {error}" if error is not None else "capture failed on another rank"
+            raise UnilabError(
+                f"learner CUDA graph capture of the {kind!r} update cycle failed ({where}); "
+                "the run stops on every rank rather than fall back to eager on one",
+                fix='set training.learner_graph = "off" and re-plan, or report the error with the manifest',
+            )
+        delta = {i: a - b for i, (a, b) in enumerate(zip(after, before, strict=True)) if a != b}
+        g = _Captured(kind=kind, identity=self._identity(kind), delta=delta, graph=graph, outputs=outputs)
+        self._graphs[kind] = g
+        self.stats.captures += 1
+        self.stats.capture_ids.append(f"{kind}:{g.identity}")
+        self.stats.state = "captured"
+        return g
+
+    def _replay(self, g: _Captured) -> dict[str, torch.Tensor]:
+        start = self._read_counters()
+        if g.graph is not None:
+            g.graph.replay()
+            out = g.outputs
+        else:
+            out = self.body(self.static)
+            self._write_counters(start)  # the graph's Python does not run on a replay...
+        # ...so the runner advances the host counters by what the capture observed.
+        self._write_counters([v + g.delta.get(i, 0) for i, v in enumerate(start)])
+        self.stats.replays += 1
+        return out  # type: ignore[return-value]
