@@ -63,7 +63,13 @@ def make_physics(
     else:
         workers = 1
     return make_backend(
-        sim.backend, model_xml, num_envs, sim.decimation, device=device, cpu_ids=cpu_ids, workers=workers,
+        sim.backend,
+        model_xml,
+        num_envs,
+        sim.decimation,
+        device=device,
+        cpu_ids=cpu_ids,
+        workers=workers,
         physics_graph=physics_graph,
     )
 
@@ -81,6 +87,7 @@ def build_collector(
     seed: int = 0,
     finite_check_interval: int = 100,
     timing: bool = True,
+    update_graph: str | None = None,
 ) -> Collector:
     """A ready collector (call ``reset_all`` before the first ``step``); ``close()`` it when done."""
     robot = compose_robot(task, sim, spec_dir)
@@ -92,7 +99,9 @@ def build_collector(
         runtime_task = build_task(
             task, backend, robot.layout, step_dt=sim.timestep * sim.decimation, seed=seed, spec_dir=spec_dir
         )
-        return Collector(backend, runtime_task, finite_check_interval=finite_check_interval, timing=timing)
+        return Collector(
+            backend, runtime_task, finite_check_interval=finite_check_interval, timing=timing, update_graph=update_graph
+        )
     except BaseException:
         backend.close()
         raise

@@ -26,8 +26,11 @@ from unilab.collect.timing import PhaseTimer, PhaseTiming
 from unilab.errors import UnilabError
 
 if TYPE_CHECKING:
-    from unilab.sim.contract import PhysicsBackend
+    from unilab.sim.contract import PhysicsBackend, PhysicsState
     from unilab.tasks.base import Task
+
+
+_NO_TIMER = PhaseTimer(enabled=False)  # inside a captured body there is no host clock to read
 
 
 class Collector:
@@ -39,6 +42,7 @@ class Collector:
         finite_check_interval: int = 100,
         timing: bool = True,
         cuda_sync_timing: bool = False,
+        update_graph: str | None = None,
     ) -> None:
         if task.backend is not backend:
             raise ValueError("the task was built for a different backend")
@@ -73,6 +77,14 @@ class Collector:
         self.timer = PhaseTimer(enabled=timing, cuda_sync=cuda_sync_timing)
         self.steps = 0
         self.env_steps = 0
+
+        # Experimental update-state graph ("cuda_graph", or "eager_twin" to test its logic on a CPU).
+        self.update_graph = None
+        if update_graph is not None:
+            from unilab.collect.update_graph import UpdateStateGraph
+
+            self._host_done_check = False  # the captured body must not read the done mask on the host
+            self.update_graph = UpdateStateGraph(self, self._graphed_body, mode=update_graph)  # type: ignore[arg-type]
 
     # ------------------------------------------------------------------ lifecycle
     def reset_all(self) -> torch.Tensor:
@@ -110,6 +122,39 @@ class Collector:
         state = self.backend.step(ctrl)
         timer.lap(ph["physics_step"])
 
+        done = self.done
+        if self.update_graph is not None:
+            self.update_graph.run(state)
+            any_done = True
+            timer.lap(ph["update_state"])
+        else:
+            self._update_body(state, timer)
+            any_done = not self._host_done_check or bool(done.any())
+            self._episode_metrics(done, any_done)
+            timer.lap(ph["metrics"])
+
+        if any_done:
+            qpos, qvel = task.reset_targets(done)
+            state = self.backend.reset(done, qpos, qvel)
+            timer.lap(ph["packed_reset"])
+            task.after_reset(done, state)
+            post = task.compute_observations()
+            torch.where(done.unsqueeze(1), post, self.next_obs, out=self.obs)
+            timer.lap(ph["post_reset_observation"])
+        else:
+            self.obs.copy_(self.next_obs)
+            timer.lap(ph["post_reset_observation"])
+
+        self.steps += 1
+        self.env_steps += self.num_envs
+        if self._finite.due(self.steps):
+            self._finite.read(self.steps)
+            timer.skip()
+        return self.obs, self.reward, self.terminated, self.truncated
+
+    def _update_body(self, state: PhysicsState, timer: PhaseTimer) -> None:
+        """State read .. publication: what the update-state graph captures (with the metrics)."""
+        task, ph = self.task, timer.index
         task.read_state(state)
         task.advance()
         timer.lap(ph["state_read"])
@@ -143,28 +188,9 @@ class Collector:
         self.truncated &= ~self.terminated
         timer.lap(ph["publication"])
 
-        any_done = not self._host_done_check or bool(done.any())
-        self._episode_metrics(done, any_done)
-        timer.lap(ph["metrics"])
-
-        if any_done:
-            qpos, qvel = task.reset_targets(done)
-            state = self.backend.reset(done, qpos, qvel)
-            timer.lap(ph["packed_reset"])
-            task.after_reset(done, state)
-            post = task.compute_observations()
-            torch.where(done.unsqueeze(1), post, self.next_obs, out=self.obs)
-            timer.lap(ph["post_reset_observation"])
-        else:
-            self.obs.copy_(self.next_obs)
-            timer.lap(ph["post_reset_observation"])
-
-        self.steps += 1
-        self.env_steps += self.num_envs
-        if self._finite.due(self.steps):
-            self._finite.read(self.steps)
-            timer.skip()
-        return self.obs, self.reward, self.terminated, self.truncated
+    def _graphed_body(self, state: PhysicsState) -> None:
+        self._update_body(state, _NO_TIMER)
+        self._episode_metrics(self.done, True)
 
     def _episode_metrics(self, done: torch.Tensor, any_done: bool) -> None:
         self.episode_return += self.reward

@@ -1,0 +1,119 @@
+"""The collector update-state graph runner (`unilab.collect.update_graph`) through its eager twin on
+the CPU: bitwise the eager collector, host counters kept although replays run no Python, carriers
+checked, and the run-time preflight refusing what a replay cannot reproduce. The CUDA capture runs
+in tests/test_tasks_cuda.py on a GPU."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import torch
+
+from unilab.collect.build import build_collector
+from unilab.collect.collector import Collector
+from unilab.errors import UnilabError
+from unilab.spec.models import SimSpec, TaskSpec
+
+N = 8
+
+
+@pytest.fixture(autouse=True)
+def one_thread() -> Iterator[None]:
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def _collector(update_graph: str | None, **task: object) -> Collector:
+    spec = TaskSpec(name="g1_walk", num_envs=N, episode_length_s=0.6, **task)  # type: ignore[arg-type]
+    c = build_collector(spec, SimSpec(workers=1), finite_check_interval=5, seed=3, update_graph=update_graph)
+    # On CUDA the collector never reads the done mask on the host; the graph forces that here too,
+    # so the reference runs the same (masked, possibly empty) reset path every step.
+    c._host_done_check = False
+    return c
+
+
+def _actions(i: int) -> torch.Tensor:
+    return torch.rand(N, 29, generator=torch.Generator().manual_seed(i)) * 2 - 1
+
+
+def test_twin_collector_is_bitwise_the_eager_collector() -> None:
+    steps = 40  # episodes of 0.6 s = 30 steps: time-outs and falls reset worlds inside the window
+    with _collector(None) as ref, _collector("eager_twin") as twin:
+        ref.reset_all()
+        twin.reset_all()
+        for i in range(steps):
+            a = ref.step(_actions(i))
+            b = twin.step(_actions(i))
+            for x, y, name in zip(a, b, ("obs", "reward", "terminated", "truncated"), strict=True):
+                assert torch.equal(x, y), (i, name)
+            assert torch.equal(ref.next_obs, twin.next_obs), i
+        assert twin.task._step_count == ref.task._step_count == steps
+        assert torch.equal(ref.completed_totals, twin.completed_totals)
+        assert ref.completed_totals[0] > 0  # episodes did end inside the window
+        s = twin.update_graph.stats  # type: ignore[union-attr]
+        assert (s.eager_steps, s.captures, s.replays, s.state) == (3, 1, steps - 3, "captured")
+        assert any(c.startswith("collector.next_obs:") for c in s.carriers)
+        assert any(c.startswith("state.qpos:") for c in s.carriers)
+        assert s.rng_draw_version is not None and s.allocated_bytes == {}
+        assert twin.timings()["update_state"].calls == steps
+        assert twin.timings()["reward"].calls == 0  # inside the graph there is no phase clock
+
+
+def test_a_moved_carrier_forces_a_recapture() -> None:
+    with _collector("eager_twin") as c:
+        c.reset_all()
+        for i in range(5):
+            c.step(_actions(i))
+        c.next_obs = c.next_obs.clone()  # same values, new address: a graph would write the old one
+        c.step(_actions(5))
+        s = c.update_graph.stats  # type: ignore[union-attr]
+        assert s.invalidations == 1 and s.last_invalidation and "carrier moved" in s.last_invalidation
+        for i in range(6, 10):
+            c.step(_actions(i))
+        assert s.captures == 2 and s.state == "captured"
+
+
+def test_observation_noise_is_refused_before_anything_runs() -> None:
+    with pytest.raises(UnilabError, match="noise") as e:
+        _collector("eager_twin", observation_noise=True)
+    assert "collector_graph" in e.value.fix
+
+
+def test_a_body_that_draws_random_numbers_is_refused_at_warm_up(monkeypatch: pytest.MonkeyPatch) -> None:
+    with _collector("eager_twin") as c:
+        c.reset_all()
+        original = c.task.step_events
+
+        def drawing_events() -> None:  # a per-step random command, which no preflight declared
+            torch.rand(1, generator=c.task.generator)
+            original()
+
+        monkeypatch.setattr(c.task, "step_events", drawing_events)
+        with pytest.raises(UnilabError, match="random numbers"):
+            c.step(_actions(0))
+        assert c.update_graph.stats.state == "failed"  # type: ignore[union-attr]
+
+
+def test_a_cuda_graph_of_a_cpu_collector_is_refused() -> None:
+    with pytest.raises(UnilabError, match="CUDA collector"):
+        _collector("cuda_graph")
+
+
+@pytest.mark.parametrize(
+    "task",
+    [{}, {"observation_noise": True}, {"push_interval_s": 0.5}, {"name": "g1_motion_tracking"}],
+    ids=["walk", "walk_noise", "walk_pushes", "tracking"],
+)
+def test_plan_preflight_and_run_time_preflight_agree(task: dict[str, object]) -> None:
+    """The plan refuses from the spec what the collector would refuse from the built task."""
+    from unilab.collect.update_graph import graph_blockers
+    from unilab.tasks.declarations import declared_terms
+
+    fields = {"name": "g1_walk", "num_envs": 2, "motion": "builtin:g1_squat", **task}
+    spec = TaskSpec(**fields)  # type: ignore[arg-type]
+    planned = [why for term in declared_terms(spec) for why in term.graph_blockers()]
+    with build_collector(spec, SimSpec(workers=1)) as c:
+        assert bool(planned) == bool(graph_blockers(c.task)), (planned, graph_blockers(c.task))
