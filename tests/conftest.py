@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -42,3 +43,30 @@ def spec_data(**dotted: Any) -> dict[str, Any]:
 @pytest.fixture
 def facts():
     return host
+
+
+@pytest.fixture
+def one_thread() -> Iterator[None]:
+    """Tiny networks: a second OpenMP thread only adds contention on a shared CPU."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def random_batch(seed: int, b: int, obs_dim: int, act_dim: int) -> Any:
+    """A reproducible replay minibatch (about 10% terminal transitions)."""
+    import torch
+
+    from unilab.learn.replay import Batch
+
+    g = torch.Generator().manual_seed(seed)
+    return Batch(
+        obs=torch.randn(b, obs_dim, generator=g),
+        action=torch.rand(b, act_dim, generator=g) * 2 - 1,
+        reward=torch.randn(b, generator=g),
+        next_obs=torch.randn(b, obs_dim, generator=g),
+        discount=torch.where(torch.rand(b, generator=g) < 0.1, 0.0, 0.99),
+    )

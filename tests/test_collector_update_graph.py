@@ -5,8 +5,6 @@ in tests/test_tasks_cuda.py on a GPU."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 import torch
 
@@ -18,12 +16,7 @@ from unilab.spec.models import SimSpec, TaskSpec
 N = 8
 
 
-@pytest.fixture(autouse=True)
-def one_thread() -> Iterator[None]:
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _collector(update_graph: str | None, **task: object) -> Collector:
@@ -54,7 +47,7 @@ def test_twin_collector_is_bitwise_the_eager_collector() -> None:
         assert torch.equal(ref.completed_totals, twin.completed_totals)
         assert ref.completed_totals[0] > 0  # episodes did end inside the window
         s = twin.update_graph.stats  # type: ignore[union-attr]
-        assert (s.eager_steps, s.captures, s.replays, s.state) == (3, 1, steps - 3, "captured")
+        assert (s.eager_updates, s.captures, s.replays, s.state) == (3, 1, steps - 3, "captured")
         assert any(c.startswith("collector.next_obs:") for c in s.carriers)
         assert any(c.startswith("state.qpos:") for c in s.carriers)
         assert s.rng_draw_version is not None and s.allocated_bytes == {}

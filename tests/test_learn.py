@@ -3,39 +3,25 @@
 from __future__ import annotations
 
 import io
-from collections.abc import Iterator
 
 import pytest
 import torch
 
+from tests.conftest import random_batch
 from unilab.errors import UnilabError
 from unilab.learn.flashsac import BatchNorm, FlashSacLearner, RMSNorm, UnitLinear
 from unilab.learn.replay import Batch
 from unilab.learn.sac import SacLearner
 from unilab.spec.models import FlashSacSpec, SacSpec
 
-
-@pytest.fixture(autouse=True)
-def one_thread() -> Iterator[None]:
-    # Tiny networks: two OpenMP threads only add contention on a shared CPU.
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 OBS, ACT, B = 7, 3, 32
 
 
 def _batch(seed: int = 0, b: int = B) -> Batch:
-    g = torch.Generator().manual_seed(seed)
-    return Batch(
-        obs=torch.randn(b, OBS, generator=g),
-        action=torch.rand(b, ACT, generator=g) * 2 - 1,
-        reward=torch.randn(b, generator=g),
-        next_obs=torch.randn(b, OBS, generator=g),
-        discount=torch.where(torch.rand(b, generator=g) < 0.1, 0.0, 0.99),
-    )
+    return random_batch(seed, b, OBS, ACT)
 
 
 def _sac(**kw: object) -> SacLearner:

@@ -9,7 +9,7 @@ The whole loop is the runtime's: normalizer, replay (n-step for FlashSAC), act, 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -82,13 +82,7 @@ def train(learner: SacLearner | FlashSacLearner, batch_size: int, n_step: int, g
     return episode_return(lambda o: learner.act(norm.normalize(o), deterministic=True))
 
 
-@pytest.fixture(autouse=True)
-def one_thread() -> Iterator[None]:
-    # The CPU is shared: two OpenMP threads contending with other processes run many times slower.
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def test_reference_policies_bracket_the_thresholds() -> None:

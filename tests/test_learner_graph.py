@@ -6,11 +6,11 @@ tests/test_learner_graph_cuda.py on a GPU."""
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator
 
 import pytest
 import torch
 
+from tests.conftest import random_batch
 from unilab.errors import UnilabError
 from unilab.learn.flashsac import FlashSacLearner
 from unilab.learn.graph import LearnerGraph
@@ -21,23 +21,11 @@ from unilab.spec.models import FlashSacSpec, SacSpec
 OBS, ACT, B = 7, 3, 16
 
 
-@pytest.fixture(autouse=True)
-def one_thread() -> Iterator[None]:
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _batch(seed: int) -> Batch:
-    g = torch.Generator().manual_seed(seed)
-    return Batch(
-        obs=torch.randn(B, OBS, generator=g),
-        action=torch.rand(B, ACT, generator=g) * 2 - 1,
-        reward=torch.randn(B, generator=g),
-        next_obs=torch.randn(B, OBS, generator=g),
-        discount=torch.where(torch.rand(B, generator=g) < 0.1, 0.0, 0.99),
-    )
+    return random_batch(seed, B, OBS, ACT)
 
 
 def _sac() -> SacLearner:

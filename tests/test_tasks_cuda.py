@@ -58,6 +58,6 @@ def test_update_state_graph_matches_the_eager_collector(name: str) -> None:
             torch.testing.assert_close(b[1], a[1], rtol=1e-4, atol=1e-4, msg=f"reward at step {k}")
             assert torch.equal(b[2], a[2]) and torch.equal(b[3], a[3]), k
         s = graphed.update_graph.stats  # type: ignore[union-attr]
-        assert s.state == "captured" and s.replays == 60 - s.eager_steps
+        assert s.state == "captured" and s.replays == 60 - s.eager_updates
         assert s.allocated_bytes.get("replay_growth", 0) == 0
         assert graphed.task._step_count == eager.task._step_count == 60

@@ -32,16 +32,16 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from unilab.errors import UnilabError
+from unilab.graph_stats import GraphMode, GraphStats
 
 if TYPE_CHECKING:
     from unilab.sim.contract import PhysicsState
 
-Mode = Literal["cuda_graph", "eager_twin"]
 CHECK_ALLOCATOR_EVERY = 64  # replays between allocator readings (a reading is a host call, no sync)
 
 
@@ -59,31 +59,15 @@ def graph_blockers(task: Any) -> list[str]:
 
 
 @dataclass
-class UpdateGraphStats:
-    """Manifest evidence of the update-state graph."""
+class UpdateGraphStats(GraphStats):
+    """The update-state graph's evidence: the common fields plus its carriers, RNG and allocator."""
 
-    mode: Mode
-    state: Literal["warming", "captured", "invalidated", "failed"] = "warming"
-    captures: int = 0
-    replays: int = 0
-    eager_steps: int = 0
-    invalidations: int = 0
-    last_invalidation: str | None = None
-    capture_ids: list[str] = field(default_factory=list)
     carriers: list[str] = field(default_factory=list)  # "owner.name:shape:dtype"
     rng_draw_version: str | None = None  # digest of the task generator state at capture (unchanged by the body)
     allocated_bytes: dict[str, int] = field(default_factory=dict)  # CUDA only: warm-up, capture, replay readings
 
     def evidence(self) -> dict[str, Any]:
-        return {
-            "mode": self.mode,
-            "state": self.state,
-            "captures": self.captures,
-            "replays": self.replays,
-            "eager_updates": self.eager_steps,
-            "invalidations": self.invalidations,
-            "last_invalidation": self.last_invalidation,
-            "capture_ids": list(self.capture_ids),
+        return super().evidence() | {
             "carriers": list(self.carriers),
             "rng_draw_version": self.rng_draw_version,
             "allocated_bytes": dict(self.allocated_bytes),
@@ -116,7 +100,7 @@ class UpdateStateGraph:
         collector: Any,
         body: Callable[[PhysicsState], None],
         *,
-        mode: Mode,
+        mode: GraphMode,
         warmup: int = 3,
     ) -> None:
         task = collector.task
@@ -150,7 +134,7 @@ class UpdateStateGraph:
         if self._graph is None:
             if self._eager < self.warmup:
                 self._eager += 1
-                self.stats.eager_steps += 1
+                self.stats.eager_updates += 1
                 self._warm(state)
                 return
             self._capture(state)
@@ -158,9 +142,7 @@ class UpdateStateGraph:
 
     def invalidate(self, reason: str) -> None:
         if self._graph is not None:
-            self.stats.invalidations += 1
-            self.stats.last_invalidation = reason
-            self.stats.state = "invalidated"
+            self.stats.invalidated(reason)
         self._graph = None
         self._eager = 0
         self._delta = None
@@ -254,11 +236,9 @@ class UpdateStateGraph:
         h = hashlib.sha256()
         for k in self._carriers:
             h.update(f"{k.describe()}@{k.tensor.data_ptr()};".encode())
-        self.stats.capture_ids.append(h.hexdigest()[:16])
         self.stats.carriers = [k.describe() for k in self._carriers]
         self.stats.rng_draw_version = self._gen_digest()
-        self.stats.captures += 1
-        self.stats.state = "captured"
+        self.stats.captured(h.hexdigest()[:16])
 
     def _replay(self, state: PhysicsState) -> None:
         start = self._read()

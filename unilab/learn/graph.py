@@ -28,44 +28,18 @@ from __future__ import annotations
 import copy
 import hashlib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 
 from unilab.errors import UnilabError
+from unilab.graph_stats import GraphMode, GraphStats
 from unilab.learn.replay import Batch
 
-GraphMode = Literal["cuda_graph", "eager_twin"]
 Body = Callable[[Batch], dict[str, torch.Tensor]]
 HostCounter = tuple[Any, str]  # (object, attribute): a number the update body advances on the host
 DP_WARMUP = 11  # PyTorch's CUDA graph notes: eager iterations before capturing collectives
-
-
-@dataclass
-class GraphStats:
-    """Manifest evidence: what was captured, how often it ran, and why it was dropped."""
-
-    mode: GraphMode
-    state: Literal["warming", "captured", "invalidated", "failed"] = "warming"
-    captures: int = 0
-    replays: int = 0
-    eager_updates: int = 0
-    invalidations: int = 0
-    last_invalidation: str | None = None
-    capture_ids: list[str] = field(default_factory=list)
-
-    def evidence(self) -> dict[str, Any]:
-        return {
-            "mode": self.mode,
-            "state": self.state,
-            "captures": self.captures,
-            "replays": self.replays,
-            "eager_updates": self.eager_updates,
-            "invalidations": self.invalidations,
-            "last_invalidation": self.last_invalidation,
-            "capture_ids": list(self.capture_ids),
-        }
 
 
 @dataclass
@@ -136,9 +110,7 @@ class LearnerGraph:
     def invalidate(self, reason: str) -> None:
         """Drop every graph; the next update of each kind warms up and captures again."""
         if self._graphs:
-            self.stats.invalidations += 1
-            self.stats.last_invalidation = reason
-            self.stats.state = "invalidated"
+            self.stats.invalidated(reason)
         self._graphs.clear()
         self._eager.clear()
 
@@ -224,9 +196,7 @@ class LearnerGraph:
         delta = {i: a - b for i, (a, b) in enumerate(zip(after, before, strict=True)) if a != b}
         g = _Captured(kind=kind, identity=self._identity(kind), delta=delta, graph=graph, outputs=outputs)
         self._graphs[kind] = g
-        self.stats.captures += 1
-        self.stats.capture_ids.append(f"{kind}:{g.identity}")
-        self.stats.state = "captured"
+        self.stats.captured(f"{kind}:{g.identity}")
         return g
 
     def _replay(self, g: _Captured) -> dict[str, torch.Tensor]:
