@@ -333,14 +333,6 @@ CASES = [
     Case(
         "task.robot", "cpu_laptop", {"task__name": "cartpole", "task__robot_mjcf": "g1.xml"}, True, "has its own model"
     ),
-    Case(
-        "task.domain-randomization",
-        "cpu_laptop",
-        {"task__domain_randomization": True},
-        True,
-        "per-world floor friction",
-    ),
-    Case("task.domain-randomization", "cpu_laptop", {}, False),
     Case("run.budget", "cpu_laptop", {"run__total_env_steps": 10}, True, "less than one step"),
     Case("run.budget", "cpu_laptop", {}, False),
 ]

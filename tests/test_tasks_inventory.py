@@ -25,10 +25,10 @@ def robot() -> tuple[str, RobotLayout]:
 
 
 class ParamsBackend(MujocoCpuBackend):
-    """The CPU backend plus a recording ``set_world_params`` hook (the optional randomization API)."""
+    """The CPU backend with per-world parameters, its ``set_world_params`` recording the calls."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+        super().__init__(*args, world_params=True, **kwargs)
         self.calls: list[tuple[torch.Tensor, dict[str, torch.Tensor]]] = []
 
     def set_world_params(self, mask: torch.Tensor, **params: torch.Tensor) -> None:
@@ -78,7 +78,7 @@ def test_domain_randomization_refused_without_backend_hook(robot: tuple[str, Rob
     spec = TaskSpec(name="g1_walk", num_envs=N, domain_randomization=True)
     with MujocoCpuBackend(xml, N, 4) as backend, pytest.raises(UnilabError, match="domain_randomization") as exc:
         build_task(spec, backend, layout, step_dt=0.02)
-    assert "set_world_params" in exc.value.detail
+    assert "without per-world model parameters" in exc.value.summary and "world_params=True" in exc.value.fix
 
 
 def test_domain_randomization_draws_for_reset_worlds(robot: tuple[str, RobotLayout]) -> None:

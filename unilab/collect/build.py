@@ -48,6 +48,7 @@ def make_physics(
     cpu_ids: list[int] | None = None,
     device: str = "cpu",
     physics_graph: bool = False,
+    world_params: bool = False,
 ) -> PhysicsBackend:
     """The backend ``sim.backend`` names. CPU workers: ``workers``, else ``sim.workers`` (``auto``:
     one per CPU in ``cpu_ids``, or in this process's affinity set), never more than ``num_envs``."""
@@ -71,6 +72,7 @@ def make_physics(
         cpu_ids=cpu_ids,
         workers=workers,
         physics_graph=physics_graph,
+        world_params=world_params,
     )
 
 
@@ -93,7 +95,14 @@ def build_collector(
     robot = compose_robot(task, sim, spec_dir)
     n = num_envs if num_envs is not None else task.num_envs
     backend = make_physics(
-        sim, robot.xml, n, workers=workers, cpu_ids=cpu_ids, device=device, physics_graph=physics_graph
+        sim,
+        robot.xml,
+        n,
+        workers=workers,
+        cpu_ids=cpu_ids,
+        device=device,
+        physics_graph=physics_graph,
+        world_params=getattr(task, "domain_randomization", False),
     )
     try:
         runtime_task = build_task(

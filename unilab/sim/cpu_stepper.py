@@ -7,11 +7,14 @@ The stepping order is documented in ``unilab.sim.mjmodel``.
 
 from __future__ import annotations
 
+import copy
+
 import mujoco
 import numpy as np
 
 from unilab.sim.mjmodel import has_acc_stage_sensors
 from unilab.sim.state_layout import NUM_WARNINGS
+from unilab.sim.world_params import WorldParamTargets
 
 
 class WorldStepper:
@@ -29,6 +32,27 @@ class WorldStepper:
         for i, d in enumerate(self._datas):
             mujoco.mj_forward(model, d)
             self._publish(i, d)
+        # Per-world models, made on the first staged domain-randomization values (until then every
+        # world shares the one model).
+        self._models: list[mujoco.MjModel] | None = None
+        self._targets: WorldParamTargets | None = None
+
+    def _model(self, i: int) -> mujoco.MjModel:
+        return self._m if self._models is None else self._models[i]
+
+    def _apply_staged_params(self) -> None:
+        """Apply the per-world model parameters the parent staged (``params_dirty``) since the last command."""
+        v = self._v
+        dirty = np.flatnonzero(v["params_dirty"])
+        if dirty.size == 0:
+            return
+        targets, models = self._targets, self._models
+        if targets is None or models is None:
+            targets = self._targets = WorldParamTargets.from_model(self._m)
+            models = self._models = [copy.copy(self._m) for _ in self._datas]
+        for i in dirty:
+            targets.apply_to_model(models[i], float(v["floor_friction"][i]), float(v["base_mass_offset"][i]))
+        v["params_dirty"][dirty] = 0
 
     def _publish(self, i: int, d: mujoco.MjData) -> None:
         v = self._v
@@ -41,19 +65,22 @@ class WorldStepper:
         v["sensordata"][i] = d.sensordata
 
     def step(self) -> None:
+        self._apply_staged_params()
         m, ctrl, dec = self._m, self._v["ctrl"], self._decimation
+        models = self._models
         step1, step2 = mujoco.mj_step1, mujoco.mj_step2
         # All substeps of one world back to back: its MjData stays in cache.
         for i, d in enumerate(self._datas):
+            if models is not None:
+                m = models[i]
             d.ctrl[:] = ctrl[i]
             for _ in range(dec):
                 step2(m, d)
                 step1(m, d)
-            self._tail(d)
+            self._tail(m, d)
             self._publish(i, d)
 
-    def _tail(self, d: mujoco.MjData) -> None:
-        m = self._m
+    def _tail(self, m: mujoco.MjModel, d: mujoco.MjData) -> None:
         mujoco.mj_fwdActuation(m, d)
         if self._acc_tail:
             mujoco.mj_fwdAcceleration(m, d)
@@ -64,9 +91,10 @@ class WorldStepper:
 
     def reset(self) -> None:
         """Reset the worlds whose ``reset_mask`` is set to the qpos/qvel rows already in the views."""
-        m, v = self._m, self._v
+        self._apply_staged_params()
+        v = self._v
         for i in np.flatnonzero(v["reset_mask"]):
-            d = self._datas[i]
+            m, d = self._model(i), self._datas[i]
             self._warn_base[i] += [w.number for w in d.warning]
             mujoco.mj_resetData(m, d)
             d.qpos[:] = v["qpos"][i]

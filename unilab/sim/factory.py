@@ -19,9 +19,11 @@ def make_backend(
     cpu_ids: list[int] | None = None,
     workers: int = 1,
     physics_graph: bool = False,
+    world_params: bool = False,
 ) -> PhysicsBackend:
     """``mujoco``: C MuJoCo in ``workers`` processes (``device`` must be ``cpu``; ``physics_graph``
-    must be false). ``mjwarp``: MuJoCo Warp on ``device`` (``cpu_ids``/``workers`` do not apply)."""
+    must be false). ``mjwarp``: MuJoCo Warp on ``device`` (``cpu_ids``/``workers`` do not apply).
+    ``world_params``: per-world floor friction and base mass (``set_world_params``, domain randomization)."""
     if backend == "mujoco":
         if device != "cpu":
             raise UnilabError(
@@ -35,7 +37,9 @@ def make_backend(
             )
         from unilab.sim.mujoco_cpu import MujocoCpuBackend
 
-        return MujocoCpuBackend(model_xml, num_envs, decimation, cpu_ids=cpu_ids, workers=workers)
+        return MujocoCpuBackend(
+            model_xml, num_envs, decimation, cpu_ids=cpu_ids, workers=workers, world_params=world_params
+        )
     if backend == "mjwarp":
         if workers != 1:
             raise UnilabError(
@@ -44,5 +48,7 @@ def make_backend(
             )
         from unilab.sim.mjwarp_backend import MjwarpBackend
 
-        return MjwarpBackend(model_xml, num_envs, decimation, device=device, physics_graph=physics_graph)
+        return MjwarpBackend(
+            model_xml, num_envs, decimation, device=device, physics_graph=physics_graph, world_params=world_params
+        )
     raise UnilabError(f"unknown physics backend {backend!r}", fix='use "mujoco" or "mjwarp"')

@@ -29,6 +29,10 @@ import torch
 from unilab.errors import UnilabError
 from unilab.sim.contract import ModelDims, PhysicsState
 from unilab.sim.mjmodel import has_acc_stage_sensors, load_mj_model, model_dims
+from unilab.sim.world_params import WorldParamTargets
+
+# Model fields domain randomization writes, batched per world when it is on.
+_WORLD_FIELDS = ("geom_friction", "body_mass", "body_inertia", "body_subtreemass")
 
 # Fields that reset recomputes with forward (for all worlds) and restores for unmasked worlds.
 _DERIVED = ("xpos", "xquat", "cvel", "actuator_force", "sensordata")
@@ -47,6 +51,7 @@ class MjwarpBackend:
         *,
         nconmax: int | None = None,
         njmax: int | None = None,
+        world_params: bool = False,
     ) -> None:
         if num_envs < 1 or decimation < 1:
             raise UnilabError(f"the MJWarp backend needs num_envs and decimation >= 1 (got {num_envs}, {decimation})")
@@ -86,8 +91,12 @@ class MjwarpBackend:
                 fix="enable it (wp.set_mempool_enabled) or set physics_graph = false",
             )
 
+        # Domain randomization: the fields it writes get one row per world (MuJoCo Warp indexes
+        # batched model fields by world), allocated before any graph captures their addresses.
+        self._targets = WorldParamTargets.from_model(mjm) if world_params else None
+        batch = {f: num_envs for f in _WORLD_FIELDS} if world_params else None
         with wp.ScopedDevice(self._wp_device):
-            self._m = mjw.put_model(mjm)
+            self._m = mjw.put_model(mjm, batch_sizes=batch)
             self._d = mjw.make_data(mjm, nworld=num_envs, nconmax=nconmax, njmax=njmax)
             self._reset_mask_wp = wp.zeros(num_envs, dtype=bool)
 
@@ -253,6 +262,45 @@ class MjwarpBackend:
                 cond = keep.view(-1, *([1] * (view.dim() - 1)))
                 torch.where(cond, self._snapshot[f], view, out=view)
         return s
+
+    @property
+    def world_params_enabled(self) -> bool:
+        return self._targets is not None
+
+    def set_world_params(
+        self,
+        mask: torch.Tensor,
+        *,
+        floor_friction: torch.Tensor | None = None,
+        base_mass_offset: torch.Tensor | None = None,
+    ) -> None:
+        """Domain randomization hook (``unilab.tasks.events.ModelParamsBackend``): floor friction
+        and added base mass [N] for the worlds in ``mask``; device-side writes, no host sync."""
+        self._check_open()
+        tg = self._targets
+        if tg is None:
+            raise UnilabError(
+                "this MJWarp backend was built without per-world model parameters",
+                fix="build it with world_params=True (the collector does when task.domain_randomization is on)",
+            )
+        to_t, m = self._wp.to_torch, self._m
+        with self._on_stream():
+            mask = mask.to(self.device, torch.bool)
+            if floor_friction is not None:
+                col = to_t(m.geom_friction)[:, tg.floor_geom, 0]
+                col.copy_(torch.where(mask, floor_friction.to(self.device, torch.float32), col))
+            if base_mass_offset is not None:
+                off = base_mass_offset.to(self.device, torch.float32)
+                mass = tg.base_mass + off
+                body_mass = to_t(m.body_mass)[:, tg.base_body]
+                body_mass.copy_(torch.where(mask, mass, body_mass))
+                inertia = to_t(m.body_inertia)[:, tg.base_body]
+                nominal = torch.tensor(tg.base_inertia, device=self.device)
+                scaled = nominal * (mass / tg.base_mass).unsqueeze(1)
+                inertia.copy_(torch.where(mask.unsqueeze(1), scaled, inertia))
+                subtree = to_t(m.body_subtreemass)
+                for b, nominal_subtree in zip(tg.chain, tg.subtree_mass, strict=True):
+                    subtree[:, b].copy_(torch.where(mask, nominal_subtree + off, subtree[:, b]))
 
     def close(self) -> None:
         if self._closed:

@@ -50,6 +50,7 @@ from unilab.sim.cpu_worker import (
 )
 from unilab.sim.mjmodel import load_mj_model, model_dims
 from unilab.sim.state_layout import STATE_FIELDS, StateLayout
+from unilab.sim.world_params import WorldParamTargets
 
 
 @dataclass
@@ -148,6 +149,7 @@ class MujocoCpuBackend:
         *,
         step_timeout_s: float = 120.0,
         start_timeout_s: float = 120.0,
+        world_params: bool = False,
     ) -> None:
         _check_args(num_envs, decimation, cpu_ids, workers)
         model = load_mj_model(model_xml)
@@ -177,6 +179,11 @@ class MujocoCpuBackend:
 
         self.state = PhysicsState(**{name: torch.from_numpy(self._arrays[name]) for name in STATE_FIELDS})
         self._reset_mask = self._arrays["reset_mask"]
+        # Domain randomization: values are staged here and applied by each world's stepper at its
+        # next command (unilab.sim.cpu_stepper); targets resolved now so a bad model fails at build.
+        self._world_params = WorldParamTargets.from_model(model) if world_params else None
+        if self._world_params is not None:  # staged values start nominal: one field may be set alone
+            self._arrays["floor_friction"][:] = self._world_params.floor_friction
 
     # ------------------------------------------------------------------ workers
 
@@ -345,6 +352,32 @@ class MujocoCpuBackend:
             involved = [w for w in self._res.workers if mask_np[w.start : w.stop].any()]
             self._command(CMD_RESET, involved, "reset")
         return s
+
+    @property
+    def world_params_enabled(self) -> bool:
+        return self._world_params is not None
+
+    def set_world_params(
+        self,
+        mask: torch.Tensor,
+        *,
+        floor_friction: torch.Tensor | None = None,
+        base_mass_offset: torch.Tensor | None = None,
+    ) -> None:
+        """Domain randomization hook (``unilab.tasks.events.ModelParamsBackend``): floor friction and
+        added base mass [N] for the worlds in ``mask``, in effect from the next step or reset."""
+        self._check_usable()
+        if self._world_params is None:
+            raise UnilabError(
+                "this CPU physics backend was built without per-world model parameters",
+                fix="build it with world_params=True (the collector does when task.domain_randomization is on)",
+            )
+        a = self._arrays
+        m = mask.detach().to("cpu", torch.bool).numpy()
+        for name, values in (("floor_friction", floor_friction), ("base_mass_offset", base_mass_offset)):
+            if values is not None:
+                a[name][m] = values.detach().to("cpu", torch.float32).numpy()[m]
+        a["params_dirty"][m] = 1
 
     def close(self) -> None:
         self._finalizer()

@@ -1,9 +1,9 @@
 """Byte layout of the CPU backend's state block, shared by the parent and its worker processes.
 
 One buffer holds every ``PhysicsState`` field for all worlds ([N, ...], float32, C order) plus the
-reset mask and per-world MuJoCo warning counters. The parent wraps it as torch tensors, each
-worker as numpy views of its own rows. Fields start on 64-byte boundaries (cache lines), so no
-two fields share a line.
+reset mask, per-world MuJoCo warning counters and staged per-world model parameters. The parent
+wraps it as torch tensors, each worker as numpy views of its own rows. Fields start on 64-byte
+boundaries (cache lines), so no two fields share a line.
 """
 
 from __future__ import annotations
@@ -61,6 +61,11 @@ class StateLayout:
             ("sensordata", "float32", (n, dims.nsensordata)),
             ("reset_mask", "uint8", (n,)),
             ("warnings", "int64", (n, NUM_WARNINGS)),
+            # Domain randomization (unilab.sim.world_params): staged by the parent, applied by the
+            # stepper of each world at its next command, flagged until then.
+            ("floor_friction", "float32", (n,)),
+            ("base_mass_offset", "float32", (n,)),
+            ("params_dirty", "uint8", (n,)),
         ]
         fields = []
         offset = 0

@@ -3,8 +3,9 @@
 Pushes go through the backend contract (``reset`` of the pushed worlds with their own state and
 a changed base velocity), so they work on every backend. Friction and mass live in the physics
 *model*, which the contract does not expose: they need the backend's optional
-``set_world_params`` hook (see ``ModelParamsBackend``); a task asked for domain randomization on
-a backend without it is refused when it is built, never silently run without it.
+``set_world_params`` hook (see ``ModelParamsBackend``), enabled when the backend is built; a task
+asked for domain randomization on a backend without it is refused when it is built, never
+silently run without it.
 """
 
 from __future__ import annotations
@@ -49,6 +50,12 @@ def require_model_params(task: Task) -> ModelParamsBackend:
             detail="floor friction and added base mass are model parameters; the backend must implement "
             "set_world_params(mask, floor_friction=..., base_mass_offset=...) (unilab.tasks.events.ModelParamsBackend)",
             fix="set task.domain_randomization = false, or use a backend that supports it",
+        )
+    if not getattr(backend, "world_params_enabled", True):
+        raise UnilabError(
+            f"task.domain_randomization: this {type(backend).__name__} was built without per-world model parameters",
+            detail="the backend allocates per-world friction and mass only when asked to at build time",
+            fix="build the backend with world_params=True (unilab.collect.build does when the task asks for it)",
         )
     return backend
 

@@ -82,23 +82,6 @@ def task_options(r: Rule, ctx: Context) -> list[Diagnostic]:
     return [r.diag(f"task.{k} has no effect on {t.name}", f"remove task.{k}", f"task.{k}") for k in unused]
 
 
-@rule(
-    "task.domain-randomization",
-    "task.domain_randomization",
-    "Domain randomization needs per-world friction and base mass in the physics backend, which neither backend "
-    "offers yet: the request is refused rather than ignored.",
-)
-def task_domain_randomization(r: Rule, ctx: Context) -> list[Diagnostic]:
-    if ctx.spec.task.domain_randomization:
-        return [
-            r.diag(
-                "neither physics backend can set per-world floor friction and base mass yet",
-                "set task.domain_randomization = false",
-            )
-        ]
-    return []
-
-
 @rule("run.budget", "run.total_env_steps", "The run collects at least one env step per env and rank.")
 def run_budget(r: Rule, ctx: Context) -> list[Diagnostic]:
     per_step = ctx.spec.task.num_envs * ctx.world_size
