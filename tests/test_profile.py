@@ -10,6 +10,7 @@ import jsonschema
 import pytest
 
 from unilab.cli.main import main
+from unilab.collect.timing import PHASES, PhaseTimer
 from unilab.errors import UnilabError
 from unilab.profile.arms import default_arms, parse_arm, parse_arms, schedule
 from unilab.profile.runner import PUBLISH_EVERY_SYNCS, place_windows
@@ -85,6 +86,24 @@ def test_cli_refuses_an_arm_the_host_cannot_plan(tmp_path: Path, capsys: pytest.
     assert not out.exists()  # refused before the first run
 
 
+# ------------------------------------------------------------------------------ phase timer
+def test_phase_timer_separates_cpu_time_from_waiting() -> None:
+    import time
+
+    timer = PhaseTimer(("busy", "sleep"))
+    timer.start()
+    end = time.perf_counter() + 0.05
+    while time.perf_counter() < end:  # the thread computes
+        pass
+    timer.lap(0)
+    time.sleep(0.05)  # the thread waits
+    timer.lap(1)
+    busy, sleep = timer.snapshot().values()
+    assert 0 < busy.cpu_s <= busy.total_s + 1e-4
+    assert sleep.total_s >= 0.05 and sleep.cpu_s < 0.5 * sleep.total_s
+    assert timer.cpu_seconds() == [busy.cpu_s, sleep.cpu_s] and timer.wall_seconds() == [busy.total_s, sleep.total_s]
+
+
 # ------------------------------------------------------------------------ host-sync inventory
 def _collector(num_envs: int = 8):
     from unilab.collect.build import build_collector
@@ -136,6 +155,82 @@ def test_inventory_lists_planted_host_reads_and_not_removed_ones() -> None:
         assert "lap" not in collector.timer.__dict__
 
 
+@pytest.mark.slow
+def test_inventory_counts_planted_allocations_and_copies_in_their_phase() -> None:
+    import torch
+
+    from unilab.profile.host_sync import inventory
+
+    collector = _collector()
+    with collector:
+        term = collector.task.rewards[0]
+        original = term.fn
+
+        def allocating_reward(task):
+            r = original(task)
+            _ = torch.empty(7, 3)  # one fresh float32 tensor: 84 bytes
+            _ = r.to("meta")  # a copy off the host (and its result, a fresh tensor)
+            r.add_(0.0)  # in-place: allocates nothing
+            _ = r.view(-1)  # a view: allocates nothing
+            return r
+
+        base = inventory(collector, 5)
+        term.fn = allocating_reward
+        planted = inventory(collector, 5)
+        term.fn = original
+        b, p = base.phase_ops["reward"], planted.phase_ops["reward"]
+        assert p.allocations - b.allocations == 2
+        assert p.allocated_bytes - b.allocated_bytes == 84 + 4 * collector.num_envs
+        assert (p.host_to_device_copies - b.host_to_device_copies, p.device_to_host_copies) == (1, 0)
+        assert b.allocations > 0  # the reward terms themselves allocate their results
+        # Every phase of the step has a row, and the reads the collector makes are counted where they run.
+        assert set(base.phase_ops) == {*PHASES, "outside_step"}
+        assert base.phase_ops["metrics"].host_reads >= 1  # the per-step read of the done mask
+        assert all(o.device_syncs == 0 for o in base.phase_ops.values())  # CPU tensors: no device to wait for
+        assert base.phase_ops["outside_step"].host_reads >= 1  # episode_stats after every step
+
+
+@pytest.mark.slow
+def test_cuda_sync_debug_warnings_become_rows_and_the_mode_is_restored(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A narrow fake of CUDA's sync debug mode: a term that syncs warns as torch does in "warn" mode."""
+    import warnings
+
+    import torch
+
+    from unilab.profile.host_sync import inventory
+
+    mode: list[int | str] = [0]
+    monkeypatch.setattr(torch.cuda, "get_sync_debug_mode", lambda: mode[0])
+    monkeypatch.setattr(torch.cuda, "set_sync_debug_mode", lambda m: mode.__setitem__(0, m))
+    collector = _collector()
+    with collector:
+        term = collector.task.rewards[0]
+        original = term.fn
+
+        def syncing_reward(task):
+            if mode[0] == "warn":
+                warnings.warn("called a synchronizing CUDA operation (function planted)", UserWarning, stacklevel=1)
+                warnings.warn("an unrelated warning", UserWarning, stacklevel=1)
+            return original(task)
+
+        term.fn = syncing_reward
+        with pytest.warns(UserWarning, match="an unrelated warning"):  # other warnings still reach the user
+            inv = inventory(collector, 4, sync_debug=True)
+        off = inventory(collector, 4)  # a CPU collector: the mode is not used by default
+        term.fn = original
+    assert mode[0] == 0  # restored
+    rows = [r for r in inv.rows if r.kind == "cuda_sync_debug"]
+    assert len(rows) == 1
+    row = rows[0]
+    assert (row.owner_file, row.owner_function) == ("tests/test_profile.py", "syncing_reward")
+    assert row.phase == "reward" and row.inside_capture and row.calls_per_iteration == 1.0
+    assert "planted" in row.op and row.disposition.startswith("remove from capture")
+    assert inv.cuda_sync_debug and "set_sync_debug_mode" in inv.method
+    assert inv.phase_ops["reward"].cuda_sync_warnings == 1.0
+    assert inv.phase_ops["reward"].host_reads == off.phase_ops["reward"].host_reads  # not counted as a read
+    assert not off.cuda_sync_debug and not [r for r in off.rows if r.kind == "cuda_sync_debug"]
+
+
 # ------------------------------------------------------------------------------ end to end
 @pytest.mark.slow
 def test_profile_two_tiny_arms_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
@@ -181,10 +276,27 @@ def test_profile_two_tiny_arms_end_to_end(tmp_path: Path, capsys: pytest.Capture
             assert m.status == "succeeded" and m.counters.syncs == 2 * PUBLISH_EVERY_SYNCS
             for phase, us in w.collector_phases_us.items():
                 assert us * w.syncs <= m.timing.collector_phases_us[phase] * m.counters.syncs * (1 + 1e-9)
+                # The thread's CPU time in a phase never exceeds its wall time (2% + 2 us of clock slack).
+                assert 0 <= w.collector_phases_cpu_us[phase] <= 1.02 * us + 2.0, phase
             assert sorted(m.timing.collector_phases_us) == sorted(w.collector_phases_us)
+            assert sorted(m.timing.collector_phases_cpu_us) == sorted(w.collector_phases_us)
+            assert w.collector_phases_cpu_us["reward"] > 0  # task terms run on this thread
+            # The learner's sample is timed apart from its update; one rank has no gradient sync.
+            assert w.learner_sample_us_per_sync > 0 and w.learner_update_us_per_sync > 0
+            assert w.learner_grad_sync_us_per_sync == 0.0
+            assert w.learner_sample_ms * w.updates <= m.timing.learner_sample_ms * m.counters.updates * (1 + 1e-9)
+        assert arm.collector_phase_ops is not None  # one inventory of the arm's collector per repeat
+        assert set(arm.collector_phase_ops) == {*PHASES, "outside_step"}
+        assert len(arm.collector_phase_ops["reward"]["allocations"].samples) == 2
+        assert arm.collector_phase_ops["reward"]["allocations"].median > 0
     two_plan = Path(prof.arms[1].runs[0].run_dir, "plan.toml").read_text()
     assert "[64, 64]" in two_plan
     assert prof.host_sync is not None and prof.host_sync.steps == 8 and prof.host_sync.rows
     assert prof.verdict.line in printed and prof.verdict.line in (out / "profile.md").read_text()
     assert prof.verdict.go == (prof.verdict.non_physics_share >= 0.15)
     assert "| collector.physics_step |" in printed
+    assert "| phase | one wall | one CPU | two wall | two CPU |" in printed
+    for row in ("learner.sample (per sync)", "learner.update (per sync)", "learner.sync (per sync, in update)"):
+        assert f"| {row} |" in printed
+    assert "## Allocations, copies and syncs per collector step: arm two" in printed
+    assert prof.host_sync.phase_ops["reward"].allocations > 0

@@ -114,7 +114,20 @@ class Timing(_M):
     collector_phases_us: dict[str, float] = Field(
         default_factory=dict, description="Mean microseconds per sync of each collector lifecycle phase."
     )
-    learner_update_ms: float = Field(0.0, description="Mean wall time of one gradient update.")
+    collector_phases_cpu_us: dict[str, float] = Field(
+        default_factory=dict,
+        description="Mean microseconds per sync of the collector thread's CPU time in each lifecycle phase "
+        "(physics worker processes and device work are not in it).",
+    )
+    learner_sample_ms: float = Field(
+        0.0, description="Mean wall time of one update's replay sample and batch normalization (off-policy)."
+    )
+    learner_update_ms: float = Field(
+        0.0, description="Mean wall time of one gradient update (the sample excluded; a data-parallel sync included)."
+    )
+    learner_grad_sync_ms: float = Field(
+        0.0, description="Mean wall time of one update's data-parallel gradient all-reduces (part of the update)."
+    )
     learner_wait_s: float = Field(0.0, description="Learner time spent waiting for the collector.")
     collector_wait_s: float = Field(0.0, description="Collector time spent waiting for actions.")
 

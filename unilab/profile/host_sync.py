@@ -7,13 +7,22 @@ and ``numpy`` never reach the dispatcher), a ``TorchDispatchMode`` sees the aten
 the values on the host (``_local_scalar_dense`` behind item/bool/int, ``nonzero``,
 ``masked_select``, device-to-host copies). A read seen by the function mode is not counted again
 by the dispatch mode. Each read is attributed to the collector phase it ran in by watching the
-collector's phase timer: reads between two laps belong to the phase the second lap closes."""
+collector's phase timer: reads between two laps belong to the phase the second lap closes.
+
+The dispatch mode also counts, per phase, the tensors the step allocates (outputs of aten ops
+that are not in-place, out= or views) and the copies between the host and a device. On CUDA the
+run is also made under CUDA's own sync debug mode (``torch.cuda.set_sync_debug_mode("warn")``):
+each warning it raises becomes a row of kind ``cuda_sync_debug``, a cross-check of the rows the
+modes found."""
 
 from __future__ import annotations
 
 import os
 import sys
+import warnings
 from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -21,8 +30,10 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
 
-from unilab.profile.models import HostSyncInventory, HostSyncRow
+from unilab.collect.timing import PHASES
+from unilab.profile.models import HostSyncInventory, HostSyncRow, PhaseOps
 
 if TYPE_CHECKING:
     from unilab.collect.collector import Collector
@@ -30,6 +41,7 @@ if TYPE_CHECKING:
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 _UNILAB_DIR = str(Path(__file__).resolve().parent.parent) + os.sep
 _PROFILE_DIR = str(Path(__file__).resolve().parent) + os.sep
+_WARNINGS_FILE = warnings.__file__  # frames of the warnings machinery are never an owner
 
 # Python-level reads: method name -> kind.
 _FUNCTION_READS = {
@@ -56,6 +68,13 @@ _DISPATCH_READS = {
 }
 _INLINE_FRAMES = frozenset({"<listcomp>", "<genexpr>", "<dictcomp>", "<setcomp>"})
 OUTSIDE = None  # phase of a read made outside Collector.step's timed phases
+OUTSIDE_KEY = "outside_step"  # its key in the per-phase counts
+CUDA_SYNC_DEBUG = "cuda_sync_debug"
+# aten copies: (source index, destination index); -1 = the op's result (a fresh tensor).
+_COPY_OPS = {"_to_copy": (0, -1), "copy_": (1, 0), "_copy_from": (0, 1), "_copy_from_and_resize": (0, 1)}
+# Per-phase counters of the dispatch mode: tensors allocated, their bytes, host->device and
+# device->host copies (indices into _Log.pending_ops and _Log.ops values).
+_ALLOC, _BYTES, _H2D, _D2H = range(4)
 
 
 @dataclass
@@ -74,6 +93,8 @@ class _Log:
     events: list[_Event] = field(default_factory=list)
     pending: list[_Event] = field(default_factory=list)
     depth: int = 0  # >0 while a function-mode read runs (its aten ops are not counted again)
+    pending_ops: list[int] = field(default_factory=lambda: [0, 0, 0, 0])
+    ops: dict[str | None, list[int]] = field(default_factory=dict)
 
     def add(self, ev: _Event) -> None:
         self.pending.append(ev)
@@ -83,6 +104,11 @@ class _Log:
             ev.phase = phase
         self.events += self.pending
         self.pending = []
+        if any(self.pending_ops):
+            acc = self.ops.setdefault(phase, [0, 0, 0, 0])
+            for i, v in enumerate(self.pending_ops):
+                acc[i] += v
+            self.pending_ops = [0, 0, 0, 0]
 
 
 def _rel(path: str) -> str:
@@ -101,7 +127,8 @@ def _callers() -> tuple[tuple[str, str, int], str | None]:
         fn = f.f_code.co_filename
         # Comprehension frames (Python < 3.12) are attributed to the function that holds them.
         inline = f.f_code.co_name in _INLINE_FRAMES
-        if not inline and not fn.startswith(_TORCH_DIR) and not fn.startswith(_PROFILE_DIR) and "<frozen" not in fn:
+        skip = fn.startswith(_TORCH_DIR) or fn.startswith(_PROFILE_DIR) or fn == _WARNINGS_FILE or "<frozen" in fn
+        if not inline and not skip:
             if owner is None:
                 owner = (_rel(fn), f.f_code.co_name, f.f_lineno)
             if fn.startswith(_UNILAB_DIR):
@@ -146,8 +173,8 @@ class _DispatchReads(TorchDispatchMode):
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
+        base = func.overloadpacket.__name__
         if self.log.depth == 0:
-            base = func.overloadpacket.__name__
             kind = _DISPATCH_READS.get(base)
             t = _first_tensor(args)
             if kind is None and base in ("_to_copy", "copy_") and t is not None:
@@ -155,7 +182,32 @@ class _DispatchReads(TorchDispatchMode):
             if kind is not None and t is not None:
                 owner, uo = _callers()
                 self.log.add(_Event(owner, uo, kind, f"aten.{base}", str(tuple(t.shape)), str(t.device)))
-        return func(*args, **kwargs)
+        out = func(*args, **kwargs)
+        ops = self.log.pending_ops
+        # Allocations: every tensor result of an op whose results alias nothing (not in-place, out= or a view).
+        if not any(r.alias_info is not None for r in func._schema.returns):
+            for leaf in tree_leaves(out):
+                if isinstance(leaf, torch.Tensor):
+                    ops[_ALLOC] += 1
+                    ops[_BYTES] += leaf.numel() * leaf.element_size()
+        if base in _COPY_OPS:
+            direction = _copy_direction(base, args, kwargs, out)
+            if direction is not None:
+                ops[direction] += 1
+        return out
+
+
+def _copy_direction(base: str, args: tuple, kwargs: dict, out: Any) -> int | None:
+    """_H2D or _D2H for an aten copy between the host and a device; None for a same-device copy."""
+    si, di = _COPY_OPS[base]
+    if len(args) <= max(si, di):
+        return None
+    src, dst = args[si], out if di < 0 else args[di]
+    if not isinstance(src, torch.Tensor) or not isinstance(dst, torch.Tensor) or src.device == dst.device:
+        return None
+    if src.device.type == "cpu":
+        return _H2D
+    return _D2H if dst.device.type == "cpu" else None
 
 
 def _host_copy_kind(base: str, args: tuple, kwargs: dict) -> str | None:
@@ -217,7 +269,37 @@ class HostReadRecorder:
         return list(self.log.events)
 
 
+@contextmanager
+def cuda_sync_debug(log: _Log, device: str) -> Iterator[None]:
+    """CUDA's sync debug mode set to "warn" for the block, each of its warnings a
+    ``cuda_sync_debug`` event (with the code that made the call); the previous mode is restored
+    after. Other warnings go to the usual handler."""
+    previous = torch.cuda.get_sync_debug_mode()
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")  # every occurrence, not the first per location
+        shown = warnings.showwarning
+
+        def hook(message: Any, category: Any, filename: str, lineno: int, file: Any = None, line: Any = None) -> None:
+            text = str(message)
+            if "synchroniz" not in text:
+                shown(message, category, filename, lineno, file, line)
+                return
+            owner, uo = _callers()
+            log.add(_Event(owner, uo, CUDA_SYNC_DEBUG, text.strip().splitlines()[0][:160], "", device))
+
+        warnings.showwarning = hook  # catch_warnings restores it
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            yield
+        finally:
+            torch.cuda.set_sync_debug_mode(previous)
+
+
 def disposition(kind: str, inside: bool, device_sync: bool, per_iteration: float, owner_file: str) -> str:
+    if kind == CUDA_SYNC_DEBUG:
+        if inside:
+            return "remove from capture (CUDA synchronizes here: see this owner's other rows)"
+        return "keep eager" if per_iteration < 1.0 else "interval publication (read every N steps, not every step)"
     if owner_file.startswith("unilab/sim/") and not device_sync:
         return "keep eager (host side of the CPU physics backend, outside any CUDA capture)"
     if kind in ("nonzero", "masked_select", "unique", "repeat_interleave"):
@@ -264,28 +346,71 @@ def summarize(events: list[_Event], steps: int) -> list[HostSyncRow]:
     return rows
 
 
-def inventory(collector: Collector, steps: int, *, seed: int = 0) -> HostSyncInventory:
+def phase_ops(log: _Log, events: list[_Event], steps: int) -> dict[str, PhaseOps]:
+    """Per-iteration counts of every collector phase (and of the reads outside the step)."""
+    n = max(steps, 1)
+    out = {}
+    for phase in (*PHASES, OUTSIDE):
+        ops = log.ops.get(phase, [0, 0, 0, 0])
+        evs = [e for e in events if e.phase == phase]
+        reads = [e for e in evs if e.kind != CUDA_SYNC_DEBUG]
+        out[OUTSIDE_KEY if phase is OUTSIDE else phase] = PhaseOps(
+            allocations=ops[_ALLOC] / n,
+            allocated_bytes=ops[_BYTES] / n,
+            host_to_device_copies=ops[_H2D] / n,
+            device_to_host_copies=ops[_D2H] / n,
+            host_reads=len(reads) / n,
+            device_syncs=sum(not e.device.startswith("cpu") for e in reads) / n,
+            cuda_sync_warnings=sum(e.kind == CUDA_SYNC_DEBUG for e in evs) / n,
+        )
+    return out
+
+
+def inventory(
+    collector: Collector, steps: int, *, seed: int = 0, warmup_steps: int = 2, sync_debug: bool | None = None
+) -> HostSyncInventory:
     """Step ``collector`` ``steps`` times with uniform random actions, as the collector process
-    does (step, then its per-step episode statistics read), and list every host read."""
+    does (step, then its per-step episode statistics read), and list every host read, with the
+    allocations, host-device copies and syncs of every phase. ``warmup_steps`` run first,
+    unrecorded (one-time work: lazy buffers, a physics graph's capture). ``sync_debug`` (default:
+    on a CUDA collector) also runs the steps under CUDA's sync debug mode."""
     gen = torch.Generator().manual_seed(seed)
     actions = torch.empty(collector.num_envs, collector.action_dim)
+    device = str(collector.device)
+    if sync_debug is None:
+        sync_debug = collector.device.type == "cuda"
+
+    def one_step() -> None:
+        torch.rand(actions.shape, generator=gen, out=actions)
+        actions.mul_(2).sub_(1)
+        collector.step(actions.to(collector.device))
+
     collector.reset_all()
+    for _ in range(warmup_steps):
+        one_step()
+        collector.episode_stats()
     rec = HostReadRecorder()
     rec.watch(collector)
-    with rec:
+    with rec, cuda_sync_debug(rec.log, device) if sync_debug else nullcontext():
         for _ in range(steps):
-            torch.rand(actions.shape, generator=gen, out=actions)
-            actions.mul_(2).sub_(1)
-            collector.step(actions.to(collector.device))
+            one_step()
             rec.flush_outside()
             collector.episode_stats()  # what unilab/run/collector_proc.py reads after every step
             _ = collector.nonfinite_worlds_total
             rec.flush_outside()
+    events = rec.events()
+    method = (
+        "TorchFunctionMode (Python-level reads) + TorchDispatchMode (aten host reads, allocations, host-device "
+        "copies); phases from the collector's phase timer"
+    )
+    if sync_debug:
+        method += '; also under torch.cuda.set_sync_debug_mode("warn") (rows of kind cuda_sync_debug)'
     return HostSyncInventory(
-        method="TorchFunctionMode (Python-level reads) + TorchDispatchMode (aten host reads); "
-        "phases from the collector's phase timer",
+        method=method,
         steps=steps,
         num_envs=collector.num_envs,
-        device=str(collector.device),
-        rows=summarize(rec.events(), steps),
+        device=device,
+        rows=summarize(events, steps),
+        phase_ops=phase_ops(rec.log, events, steps),
+        cuda_sync_debug=sync_debug,
     )

@@ -32,9 +32,22 @@ class WindowSample(_M):
     updates: int
     wall_s: float
     collector_phases_us: dict[str, float] = Field(description="Mean microseconds per sync of each collector phase.")
+    collector_phases_cpu_us: dict[str, float] = Field(
+        default_factory=dict,
+        description="Mean microseconds per sync of the collector thread's CPU time in each phase.",
+    )
     collector_wait_us: float = Field(description="Collector time waiting for actions, per sync.")
-    learner_update_ms: float = Field(description="Mean wall time of one gradient update (0 if none in the window).")
+    learner_sample_ms: float = Field(
+        0.0, description="Mean wall time of one update's replay sample and normalization (0 if none in the window)."
+    )
+    learner_sample_us_per_sync: float = 0.0
+    learner_update_ms: float = Field(
+        description="Mean wall time of one gradient update, the sample excluded (0 if none in the window)."
+    )
     learner_update_us_per_sync: float
+    learner_grad_sync_us_per_sync: float = Field(
+        0.0, description="Data-parallel gradient all-reduce time per sync (part of the update; 0 on one rank)."
+    )
     learner_wait_us: float = Field(description="Learner time waiting for the collector, per sync.")
     iteration_us: float = Field(description="Window wall time per sync.")
     collector_phase_sum_us: float
@@ -58,15 +71,24 @@ class ArmResult(_M):
     physics_workers: int | None = None
     runs: list[ArmRun]
     collector_phases_us: dict[str, Spread]
+    collector_phases_cpu_us: dict[str, Spread] = Field(default_factory=dict)
     collector_wait_us: Spread
+    learner_sample_ms: Spread
+    learner_sample_us_per_sync: Spread
     learner_update_ms: Spread
     learner_update_us_per_sync: Spread
+    learner_grad_sync_us_per_sync: Spread
     learner_wait_us: Spread
     iteration_us: Spread
     collector_phase_sum_us: Spread
     coverage: Spread
     non_physics_share: Spread
     reconciles: bool = Field(description="Every repeat's coverage is within the tolerance of 1.")
+    collector_phase_ops: dict[str, dict[str, Spread]] | None = Field(
+        None,
+        description="Phase -> PhaseOps counter -> spread over the arm's in-process inventory runs (one per repeat); "
+        "null when the inventory was skipped.",
+    )
 
 
 class HostSyncRow(_M):
@@ -86,12 +108,32 @@ class HostSyncRow(_M):
     disposition: str
 
 
+class PhaseOps(_M):
+    """What one collector phase does per iteration (one step), counted by the inventory's modes."""
+
+    allocations: float = Field(
+        description="Tensors allocated: results of aten ops that are not in-place, out= or views."
+    )
+    allocated_bytes: float
+    host_to_device_copies: float = Field(description="aten copies from the CPU to another device.")
+    device_to_host_copies: float = Field(description="aten copies from another device to the CPU.")
+    host_reads: float = Field(description="Host reads of tensor values (the inventory's rows), any device.")
+    device_syncs: float = Field(
+        description="Host reads of a non-CPU tensor: each waits for the device (a global sync)."
+    )
+    cuda_sync_warnings: float = Field(0.0, description="Warnings of CUDA's sync debug mode (0 off CUDA).")
+
+
 class HostSyncInventory(_M):
     method: str
     steps: int
     num_envs: int
     device: str
     rows: list[HostSyncRow]
+    phase_ops: dict[str, PhaseOps] = Field(
+        default_factory=dict, description="Collector phase (or outside_step) -> per-iteration counts."
+    )
+    cuda_sync_debug: bool = Field(False, description='Whether the run was also under set_sync_debug_mode("warn").')
 
 
 class ProfileProvenance(_M):

@@ -11,16 +11,34 @@ def _fmt(s: Spread, scale: float = 1.0, digits: int = 1) -> str:
     return f"{s.median * scale:,.{digits}f} ({s.min * scale:,.{digits}f}-{s.max * scale:,.{digits}f})"
 
 
+OPS_COLUMNS = (  # (PhaseOps field, column label, scale)
+    ("allocations", "allocs", 1),
+    ("allocated_bytes", "KiB", 1 / 1024),
+    ("host_to_device_copies", "H2D", 1),
+    ("device_to_host_copies", "D2H", 1),
+    ("host_reads", "host reads", 1),
+    ("device_syncs", "device syncs", 1),
+    ("cuda_sync_warnings", "CUDA sync warnings", 1),
+)
+
+
 def phase_rows(arm: ArmResult) -> list[tuple[str, Spread]]:
     """Every attributed phase of one sync, in microseconds: the collector's lifecycle phases, its
-    wait for actions, and the learner's update and wait."""
+    wait for actions, and the learner's sample, update (of which data-parallel sync) and wait."""
     rows = [(f"collector.{p}", s) for p, s in arm.collector_phases_us.items()]
     rows += [
         ("collector.wait_for_action", arm.collector_wait_us),
+        ("learner.sample (per sync)", arm.learner_sample_us_per_sync),
         ("learner.update (per sync)", arm.learner_update_us_per_sync),
+        ("learner.sync (per sync, in update)", arm.learner_grad_sync_us_per_sync),
         ("learner.wait_for_obs", arm.learner_wait_us),
     ]
     return rows
+
+
+def cpu_rows(arm: ArmResult) -> dict[str, Spread]:
+    """The collector thread's CPU time per sync, keyed like ``phase_rows``."""
+    return {f"collector.{p}": s for p, s in arm.collector_phases_cpu_us.items()}
 
 
 def render_markdown(p: Profile) -> str:
@@ -41,27 +59,34 @@ def render_markdown(p: Profile) -> str:
         "",
         "## Phase time per sync (microseconds: median (min-max) over repeats)",
         "",
-        "| phase | " + " | ".join(names) + " |",
-        "|---|" + "---:|" * len(names),
+        "Wall: wall-clock time. CPU: the collector thread's CPU time (physics worker processes and device "
+        "work are not in it; wall minus CPU is time the thread waited).",
+        "",
+        "| phase | " + " | ".join(f"{n} wall | {n} CPU" for n in names) + " |",
+        "|---|" + "---:|---:|" * len(names),
     ]
     per_arm = [dict(phase_rows(a)) for a in p.arms]
+    per_arm_cpu = [cpu_rows(a) for a in p.arms]
     for key in per_arm[0]:
-        out.append(f"| {key} | " + " | ".join(_fmt(r[key]) for r in per_arm) + " |")
+        cells = [
+            f"{_fmt(r[key])} | {_fmt(c[key]) if key in c else '-'}" for r, c in zip(per_arm, per_arm_cpu, strict=True)
+        ]
+        out.append(f"| {key} | " + " | ".join(cells) + " |")
     out += [
-        "| **collector phase sum** | " + " | ".join(_fmt(a.collector_phase_sum_us) for a in p.arms) + " |",
-        "| **iteration (window wall / sync)** | " + " | ".join(_fmt(a.iteration_us) for a in p.arms) + " |",
+        "| **collector phase sum** | " + " | ".join(f"{_fmt(a.collector_phase_sum_us)} | " for a in p.arms) + " |",
+        "| **iteration (window wall / sync)** | " + " | ".join(f"{_fmt(a.iteration_us)} | " for a in p.arms) + " |",
         "",
         "## Summary",
         "",
-        "| arm | overrides | learner update ms | coverage | reconciles (within "
+        "| arm | overrides | learner sample ms | learner update ms | coverage | reconciles (within "
         f"{100 * p.coverage_tolerance:.0f}%) | non-physics share |",
-        "|---|---|---:|---:|---|---:|",
+        "|---|---|---:|---:|---:|---|---:|",
     ]
     for a in p.arms:
         ov = ", ".join(f"{k}={v}" for k, v in a.overrides.items()) or "(none)"
         out.append(
-            f"| {a.name} | `{ov}` | {_fmt(a.learner_update_ms, digits=2)} | {_fmt(a.coverage, 100)}% | "
-            f"{'yes' if a.reconciles else 'NO'} | {_fmt(a.non_physics_share, 100)}% |"
+            f"| {a.name} | `{ov}` | {_fmt(a.learner_sample_ms, digits=2)} | {_fmt(a.learner_update_ms, digits=2)} | "
+            f"{_fmt(a.coverage, 100)}% | {'yes' if a.reconciles else 'NO'} | {_fmt(a.non_physics_share, 100)}% |"
         )
     out += [
         "",
@@ -94,8 +119,34 @@ def render_markdown(p: Profile) -> str:
             )
         if not hs.rows:
             out.append("| (no host reads) | | | | | | | | | |")
+    out += ops_tables(p)
     out += ["", "## Verdict", "", p.verdict.line, ""]
     return "\n".join(out)
+
+
+def ops_tables(p: Profile) -> list[str]:
+    """Per arm: allocations, host-device copies and syncs of every collector phase, per iteration."""
+    out: list[str] = []
+    for a in p.arms:
+        if not a.collector_phase_ops:
+            continue
+        n = len(next(iter(next(iter(a.collector_phase_ops.values())).values())).samples)
+        out += [
+            "",
+            f"## Allocations, copies and syncs per collector step: arm {a.name}",
+            "",
+            f"In-process inventory of the arm's collector ({n} runs, one per repeat, own seed each); per step, "
+            "median (min-max) over the runs. Device syncs: host reads of a non-CPU tensor.",
+            "",
+            "| phase | " + " | ".join(label for _, label, _ in OPS_COLUMNS) + " |",
+            "|---|" + "---:|" * len(OPS_COLUMNS),
+        ]
+        for phase, counts in a.collector_phase_ops.items():
+            cells = [
+                _fmt(counts[key], scale, digits=1 if key == "allocated_bytes" else 2) for key, _, scale in OPS_COLUMNS
+            ]
+            out.append(f"| {phase} | " + " | ".join(cells) + " |")
+    return out
 
 
 def render_png(p: Profile, path: Path) -> None:

@@ -155,12 +155,18 @@ def window_sample(warm: Manifest, final: Manifest, window_s: float) -> WindowSam
             detail=f"windows are placed on {PUBLISH_EVERY_SYNCS}-sync blocks",
             fix="leave run.total_env_steps and env counts to the profile",
         )
-    phases = {
-        k: (b.collector_phases_us[k] * s1 - a.collector_phases_us.get(k, 0.0) * s0) / syncs
-        for k in b.collector_phases_us
-    }
+
+    def per_sync(end: dict[str, float], start: dict[str, float]) -> dict[str, float]:
+        return {k: (end[k] * s1 - start.get(k, 0.0) * s0) / syncs for k in end}
+
+    phases = per_sync(b.collector_phases_us, a.collector_phases_us)
     u0, u1 = warm.counters.updates, final.counters.updates
-    upd_us_total = 1e3 * (b.learner_update_ms * u1 - a.learner_update_ms * u0)
+
+    def learner_us(end_ms: float, start_ms: float) -> float:  # window total of a mean-per-update figure
+        return 1e3 * (end_ms * u1 - start_ms * u0)
+
+    upd_us_total = learner_us(b.learner_update_ms, a.learner_update_ms)
+    sample_us_total = learner_us(b.learner_sample_ms, a.learner_sample_ms)
     iteration = 1e6 * window_s / syncs
     cwait = 1e6 * (b.collector_wait_s - a.collector_wait_s) / syncs
     total = sum(phases.values())
@@ -170,9 +176,13 @@ def window_sample(warm: Manifest, final: Manifest, window_s: float) -> WindowSam
         updates=u1 - u0,
         wall_s=window_s,
         collector_phases_us=phases,
+        collector_phases_cpu_us=per_sync(b.collector_phases_cpu_us, a.collector_phases_cpu_us),
         collector_wait_us=cwait,
+        learner_sample_ms=sample_us_total / 1e3 / (u1 - u0) if u1 > u0 else 0.0,
+        learner_sample_us_per_sync=sample_us_total / syncs,
         learner_update_ms=upd_us_total / 1e3 / (u1 - u0) if u1 > u0 else 0.0,
         learner_update_us_per_sync=upd_us_total / syncs,
+        learner_grad_sync_us_per_sync=learner_us(b.learner_grad_sync_ms, a.learner_grad_sync_ms) / syncs,
         learner_wait_us=1e6 * (b.learner_wait_s - a.learner_wait_s) / syncs,
         iteration_us=iteration,
         collector_phase_sum_us=total,

@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from unilab.errors import UnilabError
+from unilab.plan.models import Plan
 from unilab.profile.arms import Arm, schedule
 from unilab.profile.attribution import COVERAGE_TOLERANCE, GRAPH_THRESHOLD, arm_result, verdict
 from unilab.profile.models import ArmRun, HostSyncInventory, Profile, ProfileProvenance
@@ -79,9 +80,10 @@ def run_profile(req: ProfileRequest, say=print) -> ProfileOutput:
 
     facts = probe_host()
     arm_windows: dict[str, Windows] = {}
+    arm_plans: dict[str, tuple[Plan, Path]] = {}
     for arm in req.arms:  # every arm is planned for this host before anything runs: refusals come first
         loaded = _load(spec_path, [*req.base_sets, *arm.set_args()])
-        compile_plan(loaded.spec, facts, loaded.spec_dir)
+        arm_plans[arm.name] = (compile_plan(loaded.spec, facts, loaded.spec_dir), loaded.spec_dir)
         arm_spec = loaded.spec
         arm_windows[arm.name] = Windows(_steps_per_sync(arm_spec), windows.warmup_syncs, windows.window_syncs)
 
@@ -113,13 +115,20 @@ def run_profile(req: ProfileRequest, say=print) -> ProfileOutput:
             )
         )
         say(f" {sample.iteration_us / 1e3:.1f} ms/sync, coverage {100 * sample.coverage:.1f}%")
-    arms = [arm_result(a, runs[a.name], workers[a.name], COVERAGE_TOLERANCE) for a in req.arms]
 
     device = "cpu" if spec.training.devices == "cpu" or spec.training.devices == ["cpu"] else "cuda:0"
     host_sync = None
+    arm_inventories: dict[str, list[HostSyncInventory]] = {a.name: [] for a in req.arms}
     if req.host_sync_steps > 0:
         say(f"  host-sync inventory over {req.host_sync_steps} collector steps ...", flush=True)
         host_sync = take_inventory(spec, base.spec_dir, req.host_sync_steps, device)
+        # Per arm, the collector its runs used (the arm's plan), once per repeat with its own seed, in
+        # the interleaved order: the per-phase allocation, copy and sync counts get a spread per arm.
+        say(f"  per-arm inventories ({len(order)} x {req.host_sync_steps} steps) ...", flush=True)
+        for arm, r in order:
+            plan, spec_dir = arm_plans[arm.name]
+            arm_inventories[arm.name].append(take_plan_inventory(plan, spec_dir, req.host_sync_steps, r))
+    arms = [arm_result(a, runs[a.name], workers[a.name], COVERAGE_TOLERANCE, arm_inventories[a.name]) for a in req.arms]
 
     from unilab.run.manifest_io import provenance
 
@@ -162,6 +171,27 @@ def take_inventory(spec, spec_dir: Path, steps: int, device: str) -> HostSyncInv
     collector = build_collector(spec.task, spec.sim, spec_dir=spec_dir, device=device, seed=spec.run.seed)
     with collector:
         return inventory(collector, steps, seed=spec.run.seed)
+
+
+def take_plan_inventory(plan: Plan, spec_dir: Path, steps: int, repeat: int) -> HostSyncInventory:
+    """The inventory of rank 0's collector built as `unilab apply` builds it from ``plan``."""
+    from unilab.collect.build import build_collector
+    from unilab.profile.host_sync import inventory
+
+    rp = plan.ranks[0]
+    collector = build_collector(
+        plan.task,
+        plan.sim,
+        spec_dir=spec_dir,
+        num_envs=plan.task.num_envs,
+        workers=plan.sim.workers_per_rank,
+        cpu_ids=list(rp.collector_cpu_ids) or None,  # pinned physics workers, as in the run
+        device="cuda:0" if rp.device == "cuda" else "cpu",
+        physics_graph=plan.graphs.physics.enabled,
+        seed=rp.seed + repeat,
+    )
+    with collector:
+        return inventory(collector, steps, seed=rp.seed + repeat)
 
 
 def write_outputs(profile: Profile, out: Path) -> None:

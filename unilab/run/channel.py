@@ -36,7 +36,8 @@ class SharedBuffers:
     truncated: torch.Tensor  # [N] bool
     nonfinite: torch.Tensor  # [N] bool: worlds whose step was non-finite (reset; transition not stored)
     stats: torch.Tensor  # [NUM_STATS] float64, cumulative
-    phase_s: torch.Tensor  # [len(PHASES)] float64, cumulative seconds per collector phase
+    phase_s: torch.Tensor  # [len(PHASES)] float64, cumulative wall seconds per collector phase
+    phase_cpu_s: torch.Tensor  # [len(PHASES)] float64, cumulative collector-thread CPU seconds per phase
     physics_replays: torch.Tensor  # [1] int64, graph replays of the physics backend
 
     @staticmethod
@@ -54,6 +55,7 @@ class SharedBuffers:
             nonfinite=z(num_envs, dtype=torch.bool),
             stats=z(NUM_STATS, dtype=torch.float64),
             phase_s=z(len(PHASES), dtype=torch.float64),
+            phase_cpu_s=z(len(PHASES), dtype=torch.float64),
             physics_replays=z(1, dtype=torch.int64),
         )
 

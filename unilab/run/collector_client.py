@@ -48,6 +48,7 @@ class CollectorStats:
     nonfinite: int = 0
     wait_s: float = 0.0
     phase_s: dict[str, float] = field(default_factory=dict)
+    phase_cpu_s: dict[str, float] = field(default_factory=dict)
     physics_replays: int = 0
 
 
@@ -150,6 +151,7 @@ class CollectorClient:
             nonfinite=int(s[ch.STAT_NONFINITE]),
             wait_s=s[ch.STAT_WAIT_S],
             phase_s={ph: float(v) for ph, v in zip(PHASES, b.phase_s.tolist(), strict=True)},
+            phase_cpu_s={ph: float(v) for ph, v in zip(PHASES, b.phase_cpu_s.tolist(), strict=True)},
             physics_replays=int(b.physics_replays[0]),
         )
 

@@ -41,13 +41,16 @@ class Progress:
     transitions_stored: int = 0
     transitions_nonfinite: int = 0
     nonfinite_resets: int = 0
-    update_s: float = 0.0
+    update_s: float = 0.0  # gradient updates (with data parallel, their gradient all-reduces too)
+    sample_s: float = 0.0  # replay sampling and batch normalization for those updates
+    grad_sync_s: float = 0.0  # data-parallel gradient all-reduces, inside update_s (DpContext.sync_s)
     wait_s: float = 0.0
     dp_sync_s: float = 0.0
     collector_wait_s: float = 0.0
     last_return: float | None = None
     last_length: float | None = None
     phase_s: dict[str, float] = field(default_factory=dict)
+    phase_cpu_s: dict[str, float] = field(default_factory=dict)
     physics_replays: int = 0
     learner_graph: Any = None  # unilab.learn.graph.GraphStats when the plan enabled the learner graph
     episodes_base: int = 0  # episodes before this session (a resumed run's)
@@ -69,6 +72,7 @@ class Progress:
         self.nonfinite_resets = s.nonfinite
         self.collector_wait_s = s.wait_s
         self.phase_s = s.phase_s
+        self.phase_cpu_s = s.phase_cpu_s
         self.physics_replays = s.physics_replays
 
 
@@ -184,16 +188,20 @@ class OffPolicyRank:
             # has the same replay size and warm-up, so all take the same number of updates.
             if len(replay) >= algo.batch_size and prog.env_steps - started_steps >= warmup:
                 updates_owed += algo.updates_per_step
-                t0 = time.perf_counter()
                 while updates_owed >= 1.0:
+                    t0 = time.perf_counter()
                     batch = replay.sample(algo.batch_size, gen)
                     if algo.normalize_observations:
                         batch = batch.normalized(normalizer)
+                    t1 = time.perf_counter()
                     last_metrics = update(batch)
                     skipped += (~last_metrics["critic_finite"]).to(torch.int64)
                     updates_owed -= 1.0
                     prog.updates += 1
-                prog.update_s += time.perf_counter() - t0
+                    prog.update_s += time.perf_counter() - t1
+                    prog.sample_s += t1 - t0
+                if self.dp is not None:
+                    prog.grad_sync_s = self.dp.sync_s
 
             t0 = time.perf_counter()
             if not self.collector.wait_obs(lambda: False if self.dp is not None else self.hooks.should_stop()):

@@ -109,7 +109,10 @@ class RunRecorder:
                 env_steps_per_s=steps_run / run_s if run_s > 0 else 0.0,
                 updates_per_s=prog.updates / run_s if run_s > 0 else 0.0,
                 collector_phases_us={k: 1e6 * v / max(prog.syncs, 1) for k, v in prog.phase_s.items()},
+                collector_phases_cpu_us={k: 1e6 * v / max(prog.syncs, 1) for k, v in prog.phase_cpu_s.items()},
+                learner_sample_ms=1e3 * prog.sample_s / max(prog.updates, 1),
                 learner_update_ms=1e3 * prog.update_s / max(prog.updates, 1),
+                learner_grad_sync_ms=1e3 * prog.grad_sync_s / max(prog.updates, 1),
                 learner_wait_s=prog.wait_s,
                 collector_wait_s=prog.collector_wait_s,
             )
