@@ -110,3 +110,26 @@ def test_plan_preflight_and_run_time_preflight_agree(task: dict[str, object]) ->
     planned = [why for term in declared_terms(spec) for why in term.graph_blockers()]
     with build_collector(spec, SimSpec(workers=1)) as c:
         assert bool(planned) == bool(graph_blockers(c.task)), (planned, graph_blockers(c.task))
+
+
+def test_evidence_crosses_the_channel_and_fits_the_manifest() -> None:
+    """What the collector process publishes is what the manifest's `backend.collector_graph` holds."""
+    from unilab.manifest.models import GraphEvidence
+    from unilab.run.channel import GRAPH_EVIDENCE_BYTES, read_evidence, write_evidence
+
+    with _collector("eager_twin") as c:
+        c.reset_all()
+        for i in range(5):
+            c.step(_actions(i))
+        evidence = c.update_graph.stats.evidence()  # type: ignore[union-attr]
+    buf = torch.zeros(GRAPH_EVIDENCE_BYTES, dtype=torch.uint8)
+    assert read_evidence(buf) is None  # all zero: the graph is off
+    write_evidence(buf, evidence)
+    assert read_evidence(buf) == evidence
+    planned = {"requested": "update_state", "enabled": True, "disable_reason": None}
+    m = GraphEvidence(**planned, **read_evidence(buf))  # type: ignore[arg-type]
+    assert m.state == "captured" and m.replays == 2 and m.carriers == evidence["carriers"]
+    small = torch.zeros(512, dtype=torch.uint8)  # a carrier list too long for the buffer keeps the counters
+    write_evidence(small, evidence)
+    back = read_evidence(small)
+    assert back is not None and back["replays"] == 2 and "too long" in back["carriers"][0]

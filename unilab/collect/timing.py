@@ -30,6 +30,8 @@ PHASES: tuple[str, ...] = (
     "metrics",
     "packed_reset",
     "post_reset_observation",
+    # With the update-state graph, state read .. metrics run as one replay (unilab.collect.update_graph).
+    "update_state",
 )
 
 

@@ -60,16 +60,25 @@ class GraphEvidence(_M):
     enabled: bool
     disable_reason: str | None = None
     replays: int = 0
-    mode: Literal["cuda_graph", "eager_twin"] | None = Field(None, description="Learner graph: how it ran.")
+    mode: Literal["cuda_graph", "eager_twin"] | None = Field(None, description="How a graph runner ran.")
     state: Literal["warming", "captured", "invalidated", "failed"] | None = Field(
-        None, description="Learner graph: its state when this manifest was written."
+        None, description="A graph runner's state when this manifest was written."
     )
-    captures: int = Field(0, description="Learner graph: captures (one per cycle kind, again after invalidation).")
-    eager_updates: int = Field(0, description="Learner graph: warm-up updates run eagerly before capture.")
+    captures: int = Field(0, description="Captures (learner: one per cycle kind), again after an invalidation.")
+    eager_updates: int = Field(0, description="Warm-up updates (or collector steps) run eagerly before capture.")
     invalidations: int = 0
     last_invalidation: str | None = None
     capture_ids: list[str] = Field(
-        default_factory=list, description="Learner graph: `kind:identity` of each capture (tensor addresses hashed)."
+        default_factory=list, description="Identity of each capture (kind and the tensor addresses it holds, hashed)."
+    )
+    carriers: list[str] = Field(
+        default_factory=list, description="Update-state graph: its carriers, `owner.name:shape:dtype`."
+    )
+    rng_draw_version: str | None = Field(
+        None, description="Update-state graph: the task generator's state digest at capture (the body draws none)."
+    )
+    allocated_bytes: dict[str, int] = Field(
+        default_factory=dict, description="Update-state graph (CUDA): allocator readings and growth over replays."
     )
 
 
@@ -82,6 +91,9 @@ class BackendDiagnostics(_M):
     physics: Literal["mujoco", "mjwarp"]
     physics_graph: GraphEvidence
     learner_graph: GraphEvidence
+    collector_graph: GraphEvidence | None = Field(
+        None, description="The experimental collector update-state graph (absent in older manifests)."
+    )
 
 
 class DataParallelEvidence(_M):

@@ -15,7 +15,9 @@ learner's obs[t] (the transition's first element) is never overwritten before it
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -24,6 +26,25 @@ from unilab.collect.timing import PHASES
 # Per-sync counters the collector publishes (float64 slots of `stats`).
 STAT_SYNCS, STAT_ENV_STEPS, STAT_EPISODES, STAT_RETURN_SUM, STAT_LENGTH_SUM, STAT_NONFINITE, STAT_WAIT_S = range(7)
 NUM_STATS = 7
+GRAPH_EVIDENCE_BYTES = 64 * 1024
+
+
+def write_evidence(buf: torch.Tensor, evidence: dict[str, Any]) -> None:
+    """JSON into a length-prefixed byte buffer; an oversize record keeps its counters, not its carrier list."""
+    text = json.dumps(evidence, sort_keys=True).encode()
+    if len(text) + 4 > buf.numel():
+        evidence = {**evidence, "carriers": [f"{len(evidence.get('carriers', []))} carriers (list too long)"]}
+        text = json.dumps(evidence, sort_keys=True).encode()
+    payload = len(text).to_bytes(4, "big") + text
+    buf[: len(payload)].copy_(torch.frombuffer(bytearray(payload), dtype=torch.uint8))
+
+
+def read_evidence(buf: torch.Tensor) -> dict[str, Any] | None:
+    raw = bytes(buf[:4].tolist())
+    n = int.from_bytes(raw, "big")
+    if n == 0:
+        return None
+    return json.loads(bytes(buf[4 : 4 + n].tolist()))
 
 
 @dataclass
@@ -39,6 +60,9 @@ class SharedBuffers:
     phase_s: torch.Tensor  # [len(PHASES)] float64, cumulative wall seconds per collector phase
     phase_cpu_s: torch.Tensor  # [len(PHASES)] float64, cumulative collector-thread CPU seconds per phase
     physics_replays: torch.Tensor  # [1] int64, graph replays of the physics backend
+    # The update-state graph's evidence (unilab.collect.update_graph), JSON, refreshed with the
+    # physics replays: [0:4] byte length (big-endian), then the UTF-8 text; all zero when off.
+    collector_graph: torch.Tensor  # [GRAPH_EVIDENCE_BYTES] uint8
 
     @staticmethod
     def allocate(num_envs: int, obs_dim: int, act_dim: int) -> SharedBuffers:
@@ -57,6 +81,7 @@ class SharedBuffers:
             phase_s=z(len(PHASES), dtype=torch.float64),
             phase_cpu_s=z(len(PHASES), dtype=torch.float64),
             physics_replays=z(1, dtype=torch.int64),
+            collector_graph=z(GRAPH_EVIDENCE_BYTES, dtype=torch.uint8),
         )
 
 

@@ -50,6 +50,7 @@ class CollectorStats:
     phase_s: dict[str, float] = field(default_factory=dict)
     phase_cpu_s: dict[str, float] = field(default_factory=dict)
     physics_replays: int = 0
+    collector_graph: dict[str, Any] | None = None  # the update-state graph's evidence, when it runs
 
 
 def collector_for(plan: Plan, rank: int, spec_dir: Path, resume_state: dict[str, Any] | None) -> CollectorClient:
@@ -80,6 +81,7 @@ class CollectorClient:
             cpu_ids=list(rp.collector_cpu_ids),
             device="cuda:0" if rp.device == "cuda" else "cpu",
             physics_graph=p.graphs.physics.enabled,
+            update_graph=p.graphs.collector.enabled,
             seed=self.seed,
             parent_pid=os.getpid(),
         )
@@ -153,6 +155,7 @@ class CollectorClient:
             phase_s={ph: float(v) for ph, v in zip(PHASES, b.phase_s.tolist(), strict=True)},
             phase_cpu_s={ph: float(v) for ph, v in zip(PHASES, b.phase_cpu_s.tolist(), strict=True)},
             physics_replays=int(b.physics_replays[0]),
+            collector_graph=ch.read_evidence(b.collector_graph),
         )
 
     def close(self) -> None:

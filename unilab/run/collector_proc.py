@@ -30,6 +30,7 @@ class CollectorConfig:
     cpu_ids: list[int]
     device: str
     physics_graph: bool
+    update_graph: bool  # the experimental collector update-state graph (CUDA)
     seed: int
     parent_pid: int
 
@@ -57,6 +58,7 @@ def collector_main(
             STAT_WAIT_S,
             Hello,
             SharedBuffers,
+            write_evidence,
         )
 
         torch.set_num_threads(1)
@@ -72,6 +74,7 @@ def collector_main(
             device=cfg.device,
             physics_graph=cfg.physics_graph,
             seed=cfg.seed,
+            update_graph="cuda_graph" if cfg.update_graph else None,
         )
         bufs = SharedBuffers.allocate(collector.num_envs, collector.obs_dim, collector.action_dim)
         diag = getattr(collector.backend, "diagnostics", dict)()
@@ -128,6 +131,8 @@ def collector_main(
             if t % 64 == 0:
                 diag = getattr(collector.backend, "diagnostics", dict)()
                 bufs.physics_replays[0] = int(diag.get("graph_replays", 0))
+                if collector.update_graph is not None:
+                    write_evidence(bufs.collector_graph, collector.update_graph.stats.evidence())
             obs_ready.release()
     except BaseException as exc:  # report the first error of this process to the learner, then exit non-zero
         msg = exc.render() if isinstance(exc, UnilabError) else f"{type(exc).__name__}: {exc}"

@@ -53,6 +53,7 @@ class Progress:
     phase_cpu_s: dict[str, float] = field(default_factory=dict)
     physics_replays: int = 0
     learner_graph: Any = None  # unilab.learn.graph.GraphStats when the plan enabled the learner graph
+    collector_graph: dict[str, Any] | None = None  # the collector update-state graph's evidence
     episodes_base: int = 0  # episodes before this session (a resumed run's)
     # The collector's cumulative (episodes, return sum, length sum) at the previous fold.
     _seen: tuple[int, float, float] = (0, 0.0, 0.0)
@@ -74,6 +75,7 @@ class Progress:
         self.phase_s = s.phase_s
         self.phase_cpu_s = s.phase_cpu_s
         self.physics_replays = s.physics_replays
+        self.collector_graph = s.collector_graph
 
 
 @dataclass

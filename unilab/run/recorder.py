@@ -138,6 +138,9 @@ class RunRecorder:
                 physics=p.sim.backend,
                 physics_graph=self.physics_graph,
                 learner_graph=self._learner_graph(),
+                collector_graph=GraphEvidence(
+                    **p.graphs.collector.model_dump(), **(getattr(self.prog, "collector_graph", None) or {})
+                ),
             ),
             cuda_process_sharing=SharingEvidence(
                 configured=p.cuda_process_sharing.configured,
