@@ -117,3 +117,29 @@ def test_wrong_action_shape_is_refused(walk: Collector) -> None:
     walk.reset_all()
     with pytest.raises(UnilabError, match="actions have shape"):
         walk.step(torch.zeros(N, 12))
+
+
+def test_finite_monitor_flags_exactly_the_worlds_with_a_non_finite_input() -> None:
+    """Each of the five inputs, NaN, +inf, -inf, +inf and -inf in one row (they cancel to NaN in a
+    row sum), and finite values that overflow the row sum; finite rows stay clean."""
+    from unilab.collect.finite import FiniteMonitor
+
+    n = 8
+    mon = FiniteMonitor(n, torch.device("cpu"), interval=10)
+    gen = torch.Generator().manual_seed(0)
+    actions, qpos, qvel = (torch.randn(n, d, generator=gen) for d in (29, 36, 35))
+    obs, reward = torch.randn(n, 96, generator=gen), torch.randn(n, generator=gen)
+    inf = float("inf")
+    actions[0, 3] = float("nan")
+    qpos[1, 0] = inf
+    qvel[2, 7] = -inf
+    obs[3, 5], obs[3, 6] = inf, -inf
+    reward[4] = float("nan")
+    obs[5, :2] = 3e38  # finite entries whose sum overflows: a diverged world
+    bad = mon.record(actions, qpos, qvel, obs, reward)
+    assert bad.tolist() == [True] * 6 + [False] * 2
+    assert torch.isfinite(obs[6:]).all()  # the inputs are not modified
+    verdict = mon.read(step=1)
+    assert verdict.worlds == (0, 1, 2, 3, 4, 5) and verdict.events == 6
+    clean = mon.record(*(torch.zeros_like(t) for t in (actions, qpos, qvel, obs, reward)))
+    assert not clean.any() and mon.read(step=2).ok

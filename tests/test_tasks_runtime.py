@@ -109,6 +109,64 @@ def test_walk_standing_beats_falling(walk: Collector) -> None:
     assert terms["track_lin_vel_xy_exp"][0] == pytest.approx(STEP_DT * 1.0, rel=1e-4)  # perfect tracking
 
 
+def test_walk_rewards_and_base_frame_match_their_definitions(walk: Collector) -> None:
+    """g1_walk computes its rewards, base-frame vectors and reset targets through persistent
+    buffers and views; they must equal the plain definitions (docs/tasks.md) up to float rounding
+    in every regime: standing, walking, touchdowns, falls and resets."""
+    from unilab.robot import g1
+    from unilab.tasks import quat
+
+    walk.reset_all()
+    task = walk.task
+    gen = torch.Generator().manual_seed(3)
+    scale = torch.tensor([t.weight * STEP_DT for t in task.rewards])
+
+    def check(where: str) -> None:
+        terminated, _ = task.compute_terminations()
+        reward = task.compute_rewards().clone()
+        frame = quat.quat_apply_inverse(task.base_quat.unsqueeze(1), task._world_vecs)
+        torch.testing.assert_close(task._base_frame, frame, rtol=1e-5, atol=1e-6, msg=where)
+        qpos, qvel = task.state.qpos, task.state.qvel
+        cmd, v_b, g = task.velocity_command, frame[:, 0], frame[:, 1]
+        touchdown = task._air_time_at_touchdown
+        definitions = torch.stack(
+            [
+                torch.exp(-((cmd[:, :2] - v_b[:, :2]) ** 2).sum(1) / 0.5**2),
+                torch.exp(-((cmd[:, 2] - qvel[:, 5]) ** 2) / 0.5**2),
+                torch.exp(-(g[:, :2] ** 2).sum(1) / 0.25**2),
+                (qpos[:, 2] - g1.DEFAULT_BASE_HEIGHT) ** 2,
+                (task.state.actuator_force**2).sum(1),
+                ((task.actions - task.last_actions) ** 2).sum(1),
+                ((touchdown - 0.4) * (touchdown > 0)).sum(1) * (cmd[:, :2].norm(dim=1) > 0.1),
+                (~terminated).float(),
+            ],
+            dim=1,
+        )
+        torch.testing.assert_close(task.reward_terms, definitions * scale, rtol=1e-5, atol=1e-7, msg=where)
+        torch.testing.assert_close(reward, (definitions * scale).sum(1), rtol=1e-5, atol=1e-7, msg=where)
+
+    touchdowns = 0
+    for k in range(60):
+        walk.step(torch.rand(N, walk.action_dim, generator=gen) * 2 - 1)
+        check(f"step {k}")  # on the state the step ends on (after any reset it made)
+        touchdowns += int((task._air_time_at_touchdown > 0).sum())
+        if k == 30:
+            task.velocity_command.zero_()  # the air-time reward's "moving" gate, off
+    assert touchdowns > 0  # the air-time term was exercised
+    # A reset clears the feet state the air-time reward reads, even right after a touchdown.
+    task._first_contact.fill_(True)
+    task._air_time_at_touchdown.fill_(0.5)
+    mask = torch.ones(N, dtype=torch.bool)
+    qpos, _ = task.reset_targets(mask)
+    task.velocity_command.fill_(1.0)
+    check("after reset_targets")
+    q = qpos[:, task._base_quat]
+    assert torch.all(q[:, 1:3] == 0) and torch.allclose(q.norm(dim=1), torch.ones(N))
+    joints = qpos[:, task._qpos_idx]
+    assert torch.all((joints >= task.joint_lower) & (joints <= task.joint_upper))
+    assert (joints - task.default_joint_pos).abs().max() <= 0.1 + 1e-6
+
+
 def test_tracking_reference_pose_beats_deviation(tracking: Collector) -> None:
     tracking.reset_all()
     task = tracking.task

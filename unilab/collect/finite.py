@@ -36,6 +36,8 @@ class FiniteMonitor:
         self.seen = torch.zeros(num_envs, dtype=torch.bool, device=device)  # since the last read
         self.events = torch.zeros((), dtype=torch.int64, device=device)
         self._acc = torch.zeros(num_envs, device=device)
+        self._ones: dict[int, torch.Tensor] = {}
+        self._zero = torch.zeros((), device=device)  # cheaper operand than the number 0.0
         self.total_events = 0  # host-side, updated at reads
         self.total_worlds = 0
         self.last: FiniteVerdict | None = None
@@ -51,19 +53,29 @@ class FiniteMonitor:
         """Set ``bad`` [N] for this step and fold it into the sticky flags; returns ``bad``.
 
         A row sum is finite exactly when every entry is (NaN and inf propagate), unless finite
-        entries overflow float32 (|x| ~ 1e38), which flags a world that has diverged anyway. One
-        sum per tensor is several times cheaper than ``isfinite(x).all(dim=1)`` on CPU.
+        entries overflow float32 (|x| ~ 1e38), which flags a world that has diverged anyway. The
+        row sums of all five inputs accumulate in one buffer through matrix-vector products with
+        ones (one op per input; BLAS propagates NaN and inf like a sum), and ``x * 0`` is NaN
+        exactly when x is not finite, so ``bad`` is ``x * 0 != x * 0``: eight small ops in all,
+        against about sixteen for ``isfinite(x).all(dim=1)`` per tensor (each op costs microseconds).
         """
         acc = self._acc
-        torch.sum(obs, dim=1, out=acc)
-        acc += reward
-        acc += qpos.sum(dim=1)
-        acc += qvel.sum(dim=1)
-        acc += actions.sum(dim=1)
-        self.bad.copy_(acc.isfinite()).logical_not_()
+        torch.addmv(reward, obs, self._ones_like(obs), out=acc)
+        acc.addmv_(qpos, self._ones_like(qpos))
+        acc.addmv_(qvel, self._ones_like(qvel))
+        acc.addmv_(actions, self._ones_like(actions))
+        acc.mul_(self._zero)
+        torch.ne(acc, acc, out=self.bad)
         self.seen |= self.bad
-        self.events += self.bad.sum()
+        self.events += torch.count_nonzero(self.bad)
         return self.bad
+
+    def _ones_like(self, x: torch.Tensor) -> torch.Tensor:
+        """A persistent vector of ones as long as ``x``'s rows, for the row sums."""
+        ones = self._ones.get(x.shape[1])
+        if ones is None or ones.dtype != x.dtype:
+            ones = self._ones[x.shape[1]] = torch.ones(x.shape[1], dtype=x.dtype, device=x.device)
+        return ones
 
     def due(self, step: int) -> bool:
         return step % self.interval == 0

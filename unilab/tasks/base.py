@@ -22,7 +22,6 @@ import torch
 
 from unilab.errors import UnilabError
 from unilab.robot import g1
-from unilab.tasks import quat as Q
 from unilab.tasks.declarations import TermDecl
 from unilab.tasks.terms import (
     CommandTerm,
@@ -111,11 +110,14 @@ class Task(ABC):
         kp = torch.tensor(layout.kp, dtype=f32).clamp(min=1e-6)
         self.action_scale = (self.ACTION_SCALE_FACTOR * torch.tensor(effort, dtype=f32) / kp).to(dev)
 
+        self._consts: dict[tuple[float, torch.dtype], torch.Tensor] = {}
         # Persistent buffers.
         self.actions = torch.zeros(n, self.num_actions, device=dev, dtype=f32)
         self.last_actions = torch.zeros_like(self.actions)
         self.ctrl = torch.zeros(n, dims.nu, device=dev, dtype=f32)
         self.episode_step = torch.zeros(n, device=dev, dtype=torch.int32)
+        self._one_step = self.const(1, torch.int32)
+        self._max_steps = self.const(self.max_episode_steps, torch.int32)
         self.reset_qpos = self.default_qpos.repeat(n, 1)
         self.reset_qvel = torch.zeros(n, dims.nv, device=dev, dtype=f32)
         # Derived state. Base pose, base velocities and (where contiguous) joint positions and
@@ -125,9 +127,18 @@ class Task(ABC):
         self._base_frame = torch.zeros(n, 2, 3, device=dev, dtype=f32)
         self._world_vecs = torch.zeros(n, 2, 3, device=dev, dtype=f32)
         self._world_vecs[:, 1] = self._gravity_w
+        self._world_lin_vel = self._world_vecs[:, 0]
+        self._rot_a = torch.zeros(n, 2, 3, device=dev, dtype=f32)  # scratch of the rotation
+        self._rot_b = torch.zeros(n, 2, 3, device=dev, dtype=f32)
         self.base_lin_vel_b = self._base_frame[:, 0]
         self.projected_gravity = self._base_frame[:, 1]
+        self.projected_gravity_z = self._base_frame[:, 1, 2]
         self.joint_pos_rel = torch.zeros(n, self.num_actions, device=dev, dtype=f32)
+        # Buffers of the shared reward terms (each returns its own persistent output).
+        self._action_diff = torch.zeros(n, self.num_actions, device=dev, dtype=f32)
+        self._torque_sq = torch.zeros(n, dims.nu, device=dev, dtype=f32)
+        self._r_action_rate = torch.zeros(n, device=dev, dtype=f32)
+        self._r_joint_torques = torch.zeros(n, device=dev, dtype=f32)
         self._bind(backend.state)
 
         # Terms, filled by subclasses in build_terms().
@@ -165,6 +176,8 @@ class Task(ABC):
         self.reward = torch.zeros(n, device=dev)
         self.terminated = torch.zeros(n, device=dev, dtype=torch.bool)
         self.truncated = torch.zeros(n, device=dev, dtype=torch.bool)
+        self._terminating = [t for t in self.terminations if not t.time_out]
+        self._time_outs = [t for t in self.terminations if t.time_out]
         self._reset_events = [e for e in self.events if e.mode == "reset"]
         self._interval_events = [e for e in self.events if e.mode == "interval"]
         # Interval events fire per world on a staggered schedule known on the host: world i fires
@@ -211,11 +224,22 @@ class Task(ABC):
         return amp
 
     # ------------------------------------------------------------------ helpers for terms
+    def const(self, value: float, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        """``value`` as a 0-dim tensor on the task's device, made once. As an operand it acts like
+        the number (same dtype promotion, same result) but saves the per-call wrapping of a Python
+        number into a fresh tensor (about 3 us per op on CPU, a third of a small op's cost)."""
+        key = (float(value), dtype)
+        t = self._consts.get(key)
+        if t is None:
+            t = self._consts[key] = torch.tensor(value, device=self.device, dtype=dtype)
+        return t
+
     def rand(self, *shape: int) -> torch.Tensor:
         return torch.rand(*shape, device=self.device, generator=self.generator)
 
     def uniform(self, lo: float, hi: float, *shape: int) -> torch.Tensor:
-        return self.rand(*shape) * (hi - lo) + lo
+        # uniform_ draws from the generator exactly as rand does (the same numbers, scaled in one op).
+        return torch.empty(*shape, device=self.device).uniform_(lo, hi, generator=self.generator)
 
     # ------------------------------------------------------------------ lifecycle
     def apply_actions(self, actions: torch.Tensor) -> torch.Tensor:
@@ -246,6 +270,12 @@ class Task(ABC):
             self.joint_vel = qvel[:, self._qvel_slice]
         else:
             self.joint_vel = torch.zeros(n, self.num_actions, device=self.device)
+        # Views made once per binding, so a step spends no op on slicing (each torch op, even a
+        # view, costs microseconds at these sizes, more with caches cold after the physics step).
+        self.base_height = qpos[:, self._base_pos.start + 2]
+        self.base_yaw_rate = qvel[:, self._base_ang.start + 2]
+        self._quat_w = self.base_quat[:, None, :1]  # [N, 1, 1]
+        self._quat_v = self.base_quat[:, None, 1:]  # [N, 1, 3]
 
     def read_state(self, state: PhysicsState) -> None:
         """Refresh derived quantities from the physics state (pure: may run twice per step)."""
@@ -257,8 +287,15 @@ class Task(ABC):
         if self._qvel_slice is None:
             torch.index_select(state.qvel, 1, self._qvel_idx, out=self.joint_vel)
         torch.sub(self.joint_pos, self.default_joint_pos, out=self.joint_pos_rel)
-        self._world_vecs[:, 0] = self.base_lin_vel_w
-        self._base_frame.copy_(Q.quat_apply_inverse(self.base_quat.unsqueeze(1), self._world_vecs))
+        self._world_lin_vel.copy_(self.base_lin_vel_w)
+        # Base linear velocity and gravity into the base frame together, as quat.quat_apply_inverse
+        # computes it but in four ops into persistent buffers: with a = u x v and b = u x a
+        # (u the quaternion's vector part, w its scalar), the result is v + 2 (b - w a).
+        a, b = self._rot_a, self._rot_b
+        torch.linalg.cross(self._quat_v, self._world_vecs, dim=-1, out=a)
+        torch.linalg.cross(self._quat_v, a, dim=-1, out=b)
+        b.addcmul_(self._quat_w, a, value=-1.0)
+        torch.add(self._world_vecs, b, alpha=2.0, out=self._base_frame)
         self.read_task_state()
 
     def read_task_state(self) -> None:  # noqa: B027  (an optional hook: most tasks derive nothing more)
@@ -266,7 +303,7 @@ class Task(ABC):
 
     def advance(self) -> None:
         """Once per env step, after the physics step: counters and per-step task state."""
-        self.episode_step.add_(1)
+        self.episode_step.add_(self._one_step)
         self._step_count += 1
 
     def compute_rewards(self) -> torch.Tensor:
@@ -276,14 +313,20 @@ class Task(ABC):
         return self.reward
 
     def compute_terminations(self) -> tuple[torch.Tensor, torch.Tensor]:
-        self.terminated.zero_()
-        self.truncated.zero_()
-        for t in self.terminations:
-            out = self.truncated if t.time_out else self.terminated
-            out.logical_or_(t.fn(self))
-        # A true termination wins over a time-out at the same step.
-        self.truncated.logical_and_(~self.terminated)
+        self._any_of(self._terminating, self.terminated)
+        self._any_of(self._time_outs, self.truncated)
+        # A true termination wins over a time-out at the same step (on bools, a > b is a and not b).
+        torch.gt(self.truncated, self.terminated, out=self.truncated)
         return self.terminated, self.truncated
+
+    def _any_of(self, terms: list[TerminationTerm], out: torch.Tensor) -> None:
+        # The first term is copied in rather than or-ed into a zeroed buffer: one op fewer.
+        if not terms:
+            out.zero_()
+            return
+        out.copy_(terms[0].fn(self))
+        for t in terms[1:]:
+            out.logical_or_(t.fn(self))
 
     def step_events(self) -> None:
         """Commands' per-step update, then interval events due at this step."""
@@ -352,13 +395,17 @@ class Task(ABC):
         return self.actions
 
     def rew_action_rate_l2(self) -> torch.Tensor:
-        return torch.sum(torch.square(self.actions - self.last_actions), dim=1)
+        diff = self._action_diff
+        torch.sub(self.actions, self.last_actions, out=diff)
+        return torch.sum(diff.square_(), dim=1, out=self._r_action_rate)
 
     def rew_joint_torques_l2(self) -> torch.Tensor:
-        return torch.sum(torch.square(self.state.actuator_force), dim=1)
+        sq = self._torque_sq
+        torch.square(self.state.actuator_force, out=sq)
+        return torch.sum(sq, dim=1, out=self._r_joint_torques)
 
     def term_time_out(self) -> torch.Tensor:
-        return self.episode_step >= self.max_episode_steps
+        return self.episode_step >= self._max_steps
 
     def shared_observations(self) -> list[ObservationTerm]:
         return [

@@ -7,12 +7,12 @@ per second (the task multiplies by the env step's duration).
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import torch
 
 from unilab.robot import g1
-from unilab.tasks import quat as Q
 from unilab.tasks.base import Task
 from unilab.tasks.events import shared_events
 from unilab.tasks.terms import CommandTerm, EventTerm, ObservationTerm, RewardTerm, TerminationTerm
@@ -23,6 +23,7 @@ FALL_HEIGHT = 0.4  # m, pelvis below this: fallen
 FALL_TILT = 1.0  # rad between the pelvis z axis and the world z axis
 AIR_TIME_TARGET = 0.4  # s: swing phases longer than this are rewarded at touchdown
 FOOT_CONTACT_HEIGHT = 0.06  # m: foot body origin below this counts as a contact (origin is ~0.037 standing)
+MOVING_COMMAND = 0.1  # m/s: a linear velocity command above this asks to walk (air-time reward)
 RESET_JOINT_NOISE = 0.1  # rad, uniform around the standing pose
 RESET_VEL_NOISE = 0.05  # m/s and rad/s on the base
 
@@ -33,10 +34,58 @@ class G1WalkTask(Task):
     def build_terms(self) -> None:
         n, dev = self.num_envs, self.device
         self.velocity_command = torch.zeros(n, 3, device=dev)
-        self.feet_air_time = torch.zeros(n, len(self.layout.feet_body_ids), device=dev)
-        self.feet_contact = torch.zeros(n, len(self.layout.feet_body_ids), device=dev, dtype=torch.bool)
-        self._air_time_at_touchdown = torch.zeros_like(self.feet_air_time)
+        feet = len(self.layout.feet_body_ids)
+        # Per-episode feet buffers share storage, one float and one bool block, so a reset clears
+        # them in two ops.
+        self._feet_times = torch.zeros(n, 2, feet, device=dev)
+        self._feet_flags = torch.zeros(n, 2, feet, device=dev, dtype=torch.bool)
+        self.feet_air_time = self._feet_times[:, 0]
+        self._air_time_at_touchdown = self._feet_times[:, 1]
+        self.feet_contact = self._feet_flags[:, 0]
+        self._first_contact = self._feet_flags[:, 1]
+        self._contact_now = torch.zeros(n, feet, device=dev, dtype=torch.bool)
+        self._cmd_draw = torch.zeros(n, 3, device=dev)
         self._feet_idx = torch.tensor(self.layout.feet_body_ids.tolist(), device=dev, dtype=torch.long)
+        self._feet_src: torch.Tensor | None = None  # the xpos tensor _feet_z views
+        self._feet_z: torch.Tensor | None = None
+        # Constants as 0-dim tensors (Task.const): cheaper operands than Python numbers.
+        self._c_zero = self.const(0.0)
+        self._c_one = self.const(1.0)
+        self._c_step_dt = self.const(self.step_dt)
+        self._c_contact_height = self.const(FOOT_CONTACT_HEIGHT)
+        self._c_base_height = self.const(g1.DEFAULT_BASE_HEIGHT)
+        self._c_air_time_target = self.const(AIR_TIME_TARGET)
+        self._c_moving = self.const(MOVING_COMMAND)
+        self._c_fall_height = self.const(FALL_HEIGHT)
+        self._c_fall_gravity_z = self.const(-math.cos(FALL_TILT))
+        default = self.default_qpos.clone()
+        default[self._base_quat.start + 1 : self._base_quat.start + 3] = 0.0  # yaw-only quaternions
+        self._default_qpos_rows = default.expand(n, -1)
+        b = self._base_quat.start
+        self._reset_views = (
+            self.reset_qpos[:, b],
+            self.reset_qpos[:, b + 3],
+            self.reset_qpos[:, self._qpos_slice] if self._qpos_slice is not None else None,
+            self.reset_qvel[:, self._base_lin.start : self._base_ang.stop],
+        )
+        self._reset_scratch = (
+            torch.zeros(n, device=dev),
+            torch.zeros(n, self.num_actions, device=dev),
+            torch.zeros(n, 6, device=dev),
+        )
+        # Reward term buffers and the views they read.
+        self._cmd_xy = self.velocity_command[:, :2]
+        self._cmd_yaw = self.velocity_command[:, 2]
+        self._base_lin_vel_b_xy = self._base_frame[:, 0, :2]
+        self._projected_gravity_xy = self._base_frame[:, 1, :2]
+        self._lin_err = torch.zeros(n, 2, device=dev)
+        self._gravity_xy_sq = torch.zeros(n, 2, device=dev)
+        self._touchdown_gain = torch.zeros(n, feet, device=dev)
+        self._moving = torch.zeros(n, device=dev, dtype=torch.bool)
+        self._r_track_lin, self._r_track_ang, self._r_upright, self._r_base_height = torch.zeros(4, n, device=dev)
+        self._r_feet_air_time, self._r_alive = torch.zeros(2, n, device=dev)
+        self._c_neg_inv_track_var = self.const(-1.0 / TRACKING_STD**2)
+        self._c_neg_inv_upright_var = self.const(-1.0 / UPRIGHT_STD**2)
         c = self.spec.commands
         self._cmd_lo = torch.tensor([c.lin_vel_x[0], c.lin_vel_y[0], c.ang_vel_z[0]], device=dev)
         self._cmd_span = torch.tensor(
@@ -72,70 +121,105 @@ class G1WalkTask(Task):
     # ------------------------------------------------------------------ per-step state
     def advance(self) -> None:
         super().advance()
-        feet_z = self.state.xpos[:, self._feet_idx, 2]
-        contact = feet_z < FOOT_CONTACT_HEIGHT
-        self.feet_air_time.add_(self.step_dt)
-        first_contact = contact & ~self.feet_contact
-        torch.mul(self.feet_air_time, first_contact, out=self._air_time_at_touchdown)
-        self.feet_air_time.mul_(~contact)
+        xpos = self.state.xpos
+        if xpos is not self._feet_src:
+            self._feet_src, self._feet_z = xpos, _rows_view(xpos, self.layout.feet_body_ids.tolist())
+        feet_z = self._feet_z if self._feet_z is not None else xpos[:, self._feet_idx, 2]
+        contact, first_contact = self._contact_now, self._first_contact
+        torch.lt(feet_z, self._c_contact_height, out=contact)
+        torch.gt(contact, self.feet_contact, out=first_contact)  # on bools: contact and not before
+        self.feet_air_time.add_(self._c_step_dt)
+        torch.where(first_contact, self.feet_air_time, self._c_zero, out=self._air_time_at_touchdown)
+        self.feet_air_time.masked_fill_(contact, 0.0)
         self.feet_contact.copy_(contact)
 
     def reset_task_buffers(self, mask: torch.Tensor) -> None:
-        col = mask.unsqueeze(1)
-        self.feet_air_time.masked_fill_(col, 0.0)
-        self._air_time_at_touchdown.masked_fill_(col, 0.0)
-        self.feet_contact.masked_fill_(col, False)
+        # Air times, touchdown times, contacts, first contacts (compute_rewards reads it as "touchdown").
+        block = mask.view(-1, 1, 1)
+        self._feet_times.masked_fill_(block, 0.0)
+        self._feet_flags.masked_fill_(block, False)
 
     # ------------------------------------------------------------------ commands, events
     def resample_command(self, mask: torch.Tensor) -> None:
-        new = torch.addcmul(self._cmd_lo, self.rand(self.num_envs, 3), self._cmd_span)
+        new = self._cmd_draw.uniform_(generator=self.generator)  # as self.rand(n, 3) draws
+        torch.addcmul(self._cmd_lo, new, self._cmd_span, out=new)
         torch.where(mask.unsqueeze(1), new, self.velocity_command, out=self.velocity_command)
 
     def reset_around_default(self, mask: torch.Tensor) -> None:
         # Rows outside `mask` are ignored by the backend, so every row is written.
-        n = self.num_envs
+        # Written in place through views made once (fewer ops); the draws are those of
+        # quat.quat_from_axis_angle_z(uniform yaw), then joint noise, then base velocity noise.
         qpos, qvel = self.reset_qpos, self.reset_qvel
-        qpos.copy_(self.default_qpos.expand(n, -1))
-        yaw = self.uniform(-math.pi, math.pi, n)
-        qpos[:, self._base_quat] = Q.quat_from_axis_angle_z(yaw)
-        joints = self.default_joint_pos + self.uniform(-RESET_JOINT_NOISE, RESET_JOINT_NOISE, n, self.num_actions)
-        joints = torch.clamp(joints, self.joint_lower, self.joint_upper)
-        qpos.index_copy_(1, self._qpos_idx, joints)
+        half_yaw, joints, base_vel = self._reset_scratch
+        quat_w, quat_z, joint_rows, base_vel_rows = self._reset_views
+        qpos.copy_(self._default_qpos_rows)  # with the base orientation's x and y zeroed
+        half_yaw.uniform_(-0.5 * math.pi, 0.5 * math.pi, generator=self.generator)
+        torch.cos(half_yaw, out=quat_w)
+        torch.sin(half_yaw, out=quat_z)
+        joints.uniform_(-RESET_JOINT_NOISE, RESET_JOINT_NOISE, generator=self.generator).add_(self.default_joint_pos)
+        if joint_rows is not None:
+            torch.clamp(joints, self.joint_lower, self.joint_upper, out=joint_rows)
+        else:
+            qpos.index_copy_(1, self._qpos_idx, joints.clamp_(self.joint_lower, self.joint_upper))
         qvel.zero_()
-        qvel[:, self._base_lin.start : self._base_ang.stop] = self.uniform(-RESET_VEL_NOISE, RESET_VEL_NOISE, n, 6)
+        base_vel.uniform_(-RESET_VEL_NOISE, RESET_VEL_NOISE, generator=self.generator)
+        base_vel_rows.copy_(base_vel)
 
     # ------------------------------------------------------------------ observations
     def obs_velocity_command(self) -> torch.Tensor:
         return self.velocity_command
 
     # ------------------------------------------------------------------ rewards
+    # Each term writes into its own persistent buffer through views made once (no allocation, no
+    # slicing per step) and returns it; compute_rewards copies the terms out at once.
     def rew_track_lin_vel_xy(self) -> torch.Tensor:
-        err = torch.sum(torch.square(self.velocity_command[:, :2] - self.base_lin_vel_b[:, :2]), dim=1)
-        return torch.exp(err * (-1.0 / TRACKING_STD**2))
+        err, out = self._lin_err, self._r_track_lin
+        torch.sub(self._cmd_xy, self._base_lin_vel_b_xy, out=err)
+        torch.sum(err.square_(), dim=1, out=out)
+        return out.mul_(self._c_neg_inv_track_var).exp_()
 
     def rew_track_ang_vel_z(self) -> torch.Tensor:
-        err = torch.square(self.velocity_command[:, 2] - self.base_ang_vel_b[:, 2])
-        return torch.exp(err * (-1.0 / TRACKING_STD**2))
+        out = self._r_track_ang
+        torch.sub(self._cmd_yaw, self.base_yaw_rate, out=out)
+        return out.square_().mul_(self._c_neg_inv_track_var).exp_()
 
     def rew_upright(self) -> torch.Tensor:
-        tilt = torch.sum(torch.square(self.projected_gravity[:, :2]), dim=1)
-        return torch.exp(tilt * (-1.0 / UPRIGHT_STD**2))
+        sq, out = self._gravity_xy_sq, self._r_upright
+        torch.square(self._projected_gravity_xy, out=sq)
+        torch.sum(sq, dim=1, out=out)
+        return out.mul_(self._c_neg_inv_upright_var).exp_()
 
     def rew_base_height(self) -> torch.Tensor:
-        return torch.square(self.base_pos[:, 2] - g1.DEFAULT_BASE_HEIGHT)
+        out = self._r_base_height
+        torch.sub(self.base_height, self._c_base_height, out=out)
+        return out.square_()
 
     def rew_feet_air_time(self) -> torch.Tensor:
-        moving = torch.linalg.vector_norm(self.velocity_command[:, :2], dim=1) > 0.1
-        touchdown = self._air_time_at_touchdown > 0
-        r = torch.sum((self._air_time_at_touchdown - AIR_TIME_TARGET) * touchdown, dim=1)
-        return r * moving
+        # A touchdown is exactly a first contact: the air time is then >= step_dt > 0 (and a reset
+        # clears both), so the first-contact flags select the touchdown times.
+        td, out = self._touchdown_gain, self._r_feet_air_time
+        torch.sub(self._air_time_at_touchdown, self._c_air_time_target, out=td)
+        torch.where(self._first_contact, td, self._c_zero, out=td)
+        torch.sum(td, dim=1, out=out)
+        torch.gt(torch.linalg.vector_norm(self._cmd_xy, dim=1), self._c_moving, out=self._moving)
+        return torch.where(self._moving, out, self._c_zero, out=out)
 
     def rew_alive(self) -> torch.Tensor:
-        return (~self.terminated).to(torch.float32)
+        return torch.where(self.terminated, self._c_zero, self._c_one, out=self._r_alive)
 
     # ------------------------------------------------------------------ terminations
     def term_base_height(self) -> torch.Tensor:
-        return self.base_pos[:, 2] < FALL_HEIGHT
+        return self.base_height < self._c_fall_height
 
     def term_orientation(self) -> torch.Tensor:
-        return self.projected_gravity[:, 2] > -math.cos(FALL_TILT)
+        return self.projected_gravity_z > self._c_fall_gravity_z
+
+
+def _rows_view(xpos: torch.Tensor, body_ids: list[int]) -> torch.Tensor | None:
+    """``xpos[:, body_ids, 2]`` as a view (no gather op per step) when the ids are evenly spaced."""
+    if len(body_ids) == 1:
+        return xpos[:, body_ids[0] : body_ids[0] + 1, 2]
+    step = body_ids[1] - body_ids[0]
+    if step > 0 and all(b - a == step for a, b in itertools.pairwise(body_ids)):
+        return xpos[:, body_ids[0] : body_ids[-1] + 1 : step, 2]
+    return None
