@@ -300,3 +300,29 @@ def test_profile_two_tiny_arms_end_to_end(tmp_path: Path, capsys: pytest.Capture
         assert f"| {row} |" in printed
     assert "## Allocations, copies and syncs per collector step: arm two" in printed
     assert prof.host_sync.phase_ops["reward"].allocations > 0
+
+
+@pytest.mark.slow
+def test_device_synced_phase_times_sync_at_every_boundary(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A narrow fake of torch.cuda.synchronize: the device-timing pass syncs at every phase boundary,
+    fills every phase that ran, and leaves the timer as it was."""
+    import torch
+
+    from unilab.profile.host_sync import inventory
+
+    calls = [0]
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: calls.__setitem__(0, calls[0] + 1))
+    collector = _collector()
+    with collector:
+        steps = 4
+        inv = inventory(collector, steps, device_timing=True)
+        assert collector.timer.cuda_sync is False  # restored
+        off = inventory(collector, steps)  # a CPU collector: no device pass by default
+    ran = {ph for ph, t in collector.timings().items() if t.calls}
+    # One sync when a step's clock starts and one at each phase boundary (the finite read skips one).
+    assert calls[0] >= steps * (1 + len(ran) - 1)
+    synced = {ph: ops.device_synced_us for ph, ops in inv.phase_ops.items()}
+    assert all(synced[ph] > 0 for ph in ran if ph != "update_state"), synced
+    assert synced["physics_step"] == max(synced.values())
+    assert all(ops.device_synced_us == 0 for ops in off.phase_ops.values())
+    assert "device synchronised" in inv.method

@@ -21,7 +21,7 @@ import os
 import sys
 import warnings
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -366,19 +366,44 @@ def phase_ops(log: _Log, events: list[_Event], steps: int) -> dict[str, PhaseOps
     return out
 
 
+def device_phase_times(collector: Collector, steps: int, one_step: Callable[[], None]) -> dict[str, float]:
+    """Microseconds per step of each phase with the device synchronised at every phase boundary
+    (the phase timer's ``cuda_sync``): each phase then holds its kernels' execution, not only their
+    launch. A pass of its own, as the syncs change what they measure."""
+    timer = collector.timer
+    before, was = timer.wall_seconds(), timer.cuda_sync
+    timer.cuda_sync = True
+    try:
+        for _ in range(steps):
+            one_step()
+    finally:
+        timer.cuda_sync = was
+    n = max(steps, 1)
+    return {ph: 1e6 * (a - b) / n for ph, a, b in zip(PHASES, timer.wall_seconds(), before, strict=True)}
+
+
 def inventory(
-    collector: Collector, steps: int, *, seed: int = 0, warmup_steps: int = 2, sync_debug: bool | None = None
+    collector: Collector,
+    steps: int,
+    *,
+    seed: int = 0,
+    warmup_steps: int = 2,
+    sync_debug: bool | None = None,
+    device_timing: bool | None = None,
 ) -> HostSyncInventory:
     """Step ``collector`` ``steps`` times with uniform random actions, as the collector process
     does (step, then its per-step episode statistics read), and list every host read, with the
     allocations, host-device copies and syncs of every phase. ``warmup_steps`` run first,
     unrecorded (one-time work: lazy buffers, a physics graph's capture). ``sync_debug`` (default:
-    on a CUDA collector) also runs the steps under CUDA's sync debug mode."""
+    on a CUDA collector) also runs the steps under CUDA's sync debug mode; ``device_timing`` (default:
+    on a CUDA collector) adds a pass timing each phase with the device synchronised at its boundaries."""
     gen = torch.Generator().manual_seed(seed)
     actions = torch.empty(collector.num_envs, collector.action_dim)
     device = str(collector.device)
     if sync_debug is None:
         sync_debug = collector.device.type == "cuda"
+    if device_timing is None:
+        device_timing = collector.device.type == "cuda"
 
     def one_step() -> None:
         torch.rand(actions.shape, generator=gen, out=actions)
@@ -399,18 +424,24 @@ def inventory(
             _ = collector.nonfinite_worlds_total
             rec.flush_outside()
     events = rec.events()
+    synced = device_phase_times(collector, steps, one_step) if device_timing else {}
     method = (
         "TorchFunctionMode (Python-level reads) + TorchDispatchMode (aten host reads, allocations, host-device "
         "copies); phases from the collector's phase timer"
     )
     if sync_debug:
         method += '; also under torch.cuda.set_sync_debug_mode("warn") (rows of kind cuda_sync_debug)'
+    if device_timing:
+        method += "; a further pass times each phase with the device synchronised at every phase boundary"
     return HostSyncInventory(
         method=method,
         steps=steps,
         num_envs=collector.num_envs,
         device=device,
         rows=summarize(events, steps),
-        phase_ops=phase_ops(rec.log, events, steps),
+        phase_ops={
+            ph: ops.model_copy(update={"device_synced_us": synced.get(ph, 0.0)})
+            for ph, ops in phase_ops(rec.log, events, steps).items()
+        },
         cuda_sync_debug=sync_debug,
     )

@@ -122,6 +122,11 @@ class PhaseOps(_M):
         description="Host reads of a non-CPU tensor: each waits for the device (a global sync)."
     )
     cuda_sync_warnings: float = Field(0.0, description="Warnings of CUDA's sync debug mode (0 off CUDA).")
+    device_synced_us: float = Field(
+        0.0,
+        description="CUDA: microseconds of the phase with the device synchronised at every phase boundary, so "
+        "its kernels' execution counts in it (a separate pass; 0 off CUDA).",
+    )
 
 
 class HostSyncInventory(_M):

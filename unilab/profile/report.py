@@ -19,6 +19,7 @@ OPS_COLUMNS = (  # (PhaseOps field, column label, scale)
     ("host_reads", "host reads", 1),
     ("device_syncs", "device syncs", 1),
     ("cuda_sync_warnings", "CUDA sync warnings", 1),
+    ("device_synced_us", "us, device synced", 1),
 )
 
 
