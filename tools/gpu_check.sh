@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Every CUDA-only test and benchmark, for a machine with one NVIDIA GPU; about 8 minutes.
+# Every CUDA-only test and benchmark, for a machine with one NVIDIA GPU; at most 8 minutes (step timeouts).
 #   bash tools/gpu_check.sh 2>&1 | tee gpu_check.log
 # Never changes the GPU's compute mode, clocks or other settings. Record what it prints, with
 # the date and the GPU, in docs/gpu-validation.md.
@@ -18,18 +18,18 @@ nvidia-smi --query-gpu=name,uuid,driver_version,memory.total,compute_mode --form
 "$PY" -m unilab host
 
 step "CUDA tests (pytest -m cuda)"
-run timeout 300 "$PY" -m pytest -q -m cuda -rs
+run timeout 180 "$PY" -m pytest -q -m cuda -rs
 
 step "MuJoCo Warp G1 env steps/s at 1024 and 4096 worlds, physics graph off vs on"
-run timeout 120 "$PY" tools/bench_physics.py --sizes 1024 4096 --workers 1 --mjwarp-device cuda:0 --seconds 3
-run timeout 120 "$PY" tools/bench_physics.py --sizes 1024 4096 --workers 1 --mjwarp-device cuda:0 --physics-graph --seconds 3
+run timeout 75 "$PY" tools/bench_physics.py --sizes 1024 4096 --workers 1 --mjwarp-device cuda:0 --seconds 3
+run timeout 75 "$PY" tools/bench_physics.py --sizes 1024 4096 --workers 1 --mjwarp-device cuda:0 --physics-graph --seconds 3
 
 step "Learner updates/s: eager vs whole-cycle CUDA graph (SAC, FlashSAC shipped configs)"
-run timeout 150 "$PY" tools/bench_learner_graph.py --updates 300 --repeats 3
+run timeout 60 "$PY" tools/bench_learner_graph.py --updates 300 --repeats 3
 
 step "apply on the GPU with the learner graph (short budget); the manifest's learner_graph evidence"
 GDIR=$(mktemp -d)
-run timeout 150 "$PY" -m unilab apply specs/g1.toml --set 'training.devices=[0]' --set run.total_env_steps=12000 \
+run timeout 90 "$PY" -m unilab apply specs/g1.toml --set 'training.devices=[0]' --set run.total_env_steps=12000 \
     --set algo.warmup_env_steps=2000 --set run.output_dir="\"$GDIR\""
 run "$PY" -c "import json,glob,sys; m=json.load(open(glob.glob(sys.argv[1]+'/*/manifest.json')[0])); \
 print(json.dumps(m['backend']['learner_graph'], indent=1)); sys.exit(m['backend']['learner_graph']['state']!='captured')" "$GDIR"
