@@ -311,6 +311,52 @@ def sc_buffer_repair(rank: int, world: int) -> dict[str, Any]:
     return out
 
 
+def _any_rank(local: bool) -> bool:
+    flag = torch.tensor([int(local)])
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+    return bool(flag.item())
+
+
+def sc_graph_twin(rank: int, world: int, fail_rank: int | None) -> dict[str, Any]:
+    """The learner graph runner's eager twin with a real all-reduce inside its body, next to plain
+    synced updates; with `fail_rank`, that rank's capture fails and every rank must raise."""
+    from unilab.learn.graph import LearnerGraph
+
+    cfg = SacSpec(name="sac", hidden_dims=(64, 64), batch_size=64, actor_update_every=2)
+    eager, graphed = SacLearner(OBS_DIM, ACT_DIM, cfg, seed=rank), SacLearner(OBS_DIM, ACT_DIM, cfg, seed=rank)
+    for lrn in (eager, graphed):
+        broadcast_parameters([lrn.actor, lrn.critic, lrn.critic_target, lrn.log_alpha])
+    sync_e, sync_g = GradSync(eager.optim_groups(), "float32"), GradSync(graphed.optim_groups(), "float32")
+    calls = [0]
+
+    def body(b: Batch) -> dict[str, torch.Tensor]:
+        calls[0] += 1
+        m = graphed.update(b, sync=sync_g.sync)
+        # After the body's collectives: the twin's dry run executes them (a CUDA capture only records
+        # them), so a rank failing before them would leave the others waiting in an all-reduce.
+        if rank == fail_rank and calls[0] == 3:  # one warm-up per cycle kind, then the first capture
+            raise RuntimeError("operation not permitted when stream is capturing")
+        return m
+
+    counters = [(c, "syncs") for c in sync_g.counters.values()]
+    runner = LearnerGraph(
+        graphed, body, batch_size=64, mode="eager_twin", warmup=1, host_counters=counters, agree=_any_rank
+    )
+    out: dict[str, Any] = {"eager": [], "graphed": [], "error": None}
+    try:
+        for step in range(6):
+            batch = _batch(100 * rank + step, 64)
+            eager.update(batch, sync=sync_e.sync)
+            runner(batch)
+            out["eager"].append(param_digest(_learner_state(eager)))
+            out["graphed"].append(param_digest(_learner_state(graphed)))
+    except UnilabError as e:
+        out["error"] = e.summary
+    out["syncs"] = ({k: c.syncs for k, c in sync_e.counters.items()}, {k: c.syncs for k, c in sync_g.counters.items()})
+    out["stats"] = runner.stats.evidence()
+    return out
+
+
 SCENARIOS: dict[str, Callable[..., dict[str, Any]]] = {
     f.__name__: f
     for f in (
@@ -323,6 +369,7 @@ SCENARIOS: dict[str, Callable[..., dict[str, Any]]] = {
         sc_broadcast,
         sc_flashsac_identical,
         sc_buffer_repair,
+        sc_graph_twin,
     )
 }
 
@@ -640,3 +687,22 @@ def test_param_digest_is_bitwise() -> None:
     assert param_digest(a) != param_digest(b)
     assert param_digest([torch.zeros(2)]) != param_digest([torch.zeros(2, dtype=torch.int32)])  # dtype counts
     assert param_digest([torch.zeros(2, 3)]) != param_digest([torch.zeros(3, 2)])  # shape counts
+
+
+@pytest.mark.slow
+def test_learner_graph_twin_with_real_collectives_matches_eager_on_every_rank(ranks: RankPool) -> None:
+    r0, r1 = ranks.run("sc_graph_twin", fail_rank=None)
+    for r in (r0, r1):
+        assert r["error"] is None
+        assert r["graphed"] == r["eager"]  # bitwise, update by update
+        assert r["syncs"][0] == r["syncs"][1]  # replays advanced the host-side sync counters too
+        assert r["stats"]["captures"] == 2 and r["stats"]["replays"] == 4
+    assert r0["graphed"] == r1["graphed"]  # the replicas stay identical
+
+
+@pytest.mark.slow
+def test_learner_graph_capture_failure_on_one_rank_fails_every_rank(ranks: RankPool) -> None:
+    r0, r1 = ranks.run("sc_graph_twin", fail_rank=1)
+    assert "another rank" in r0["error"]
+    assert "operation not permitted" in r1["error"]
+    assert r0["stats"]["state"] == r1["stats"]["state"] == "failed"

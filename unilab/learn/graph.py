@@ -20,7 +20,9 @@ every rank: no rank falls back to eager on its own.
 
 On a CPU (`mode="eager_twin"`) the same bookkeeping runs with the capture replaced by a dry run
 whose state changes are rolled back, and each replay by the eager body: the logic is tested where
-no GPU is, and a twin run is bitwise the plain eager run.
+no GPU is, and a twin run is bitwise the plain eager run. (The dry run executes the body's
+collectives, which a CUDA capture only records; so in the twin a rank whose body fails before its
+collectives would leave the other ranks waiting.)
 """
 
 from __future__ import annotations
