@@ -6,6 +6,7 @@ import io
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from tests.conftest import random_batch
 from unilab.errors import UnilabError
@@ -79,6 +80,37 @@ def test_update_never_reads_a_tensor_value_on_the_host(name: str, monkeypatch: p
         learner.update(batch)
     monkeypatch.undo()
     assert learner.num_critic_updates == 2
+
+
+# aten ops that need a tensor's value on the host: on CUDA each is a sync, and illegal in a capture.
+HOST_READ_OPS = {"_local_scalar_dense", "nonzero", "masked_select", "is_nonzero", "unique", "repeat_interleave"}
+
+
+class _AtenHostReads(TorchDispatchMode):
+    """Host reads made below Python (e.g. an op whose C++ argument parser turns a tensor into a number)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        if func.__name__.split(".")[0] in HOST_READ_OPS:
+            self.reads.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("name", sorted(LEARNERS))
+def test_update_makes_no_host_read_at_the_aten_level(name: str) -> None:
+    """The Python-level trap above cannot see reads made inside torch's C++ (a `_foreach_lerp_`
+    with a tensor weight once did one per optimizer step); the dispatcher sees every one."""
+    learner = LEARNERS[name]()
+    batch = _batch()
+    learner.update(batch)
+    trap = _AtenHostReads()
+    with trap:
+        for _ in range(2):  # both cadences
+            learner.update(batch)
+    assert trap.reads == []
 
 
 def test_actor_cadence_follows_actor_update_every() -> None:

@@ -18,7 +18,15 @@ N = 256
 @pytest.mark.parametrize("name", ["g1_walk", "g1_motion_tracking"])
 @pytest.mark.parametrize("physics_graph", [False, True])
 def test_collector_step_never_syncs_the_host(name: str, physics_graph: bool) -> None:
-    task = TaskSpec(name=name, num_envs=N, motion="builtin:g1_squat", episode_length_s=0.5, push_interval_s=0.1)
+    # Pushes and domain randomization too: their device-side writes must not sync either.
+    task = TaskSpec(
+        name=name,
+        num_envs=N,
+        motion="builtin:g1_squat",
+        episode_length_s=0.5,
+        push_interval_s=0.1,
+        domain_randomization=True,
+    )
     with build_collector(
         task, SimSpec(backend="mjwarp"), device="cuda:0", physics_graph=physics_graph, finite_check_interval=10_000
     ) as c:

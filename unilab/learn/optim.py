@@ -44,9 +44,9 @@ class MaskedAdam:
         okf = ok.to(torch.float32)
         grads = [torch.where(ok, p.grad, 0.0) for p in self.params]  # type: ignore[arg-type]
         self.step_count.add_(okf)
-        torch._foreach_lerp_(self.exp_avg, grads, (1.0 - self.beta1) * okf)
+        _lerp_(self.exp_avg, grads, (1.0 - self.beta1) * okf)
         sq = torch._foreach_mul(grads, grads)
-        torch._foreach_lerp_(self.exp_avg_sq, sq, (1.0 - self.beta2) * okf)
+        _lerp_(self.exp_avg_sq, sq, (1.0 - self.beta2) * okf)
         t = self.step_count.clamp(min=1.0)  # bias correction stays finite before the first real step
         bc1 = 1.0 - torch.pow(self.beta1, t)
         bc2 = 1.0 - torch.pow(self.beta2, t)
@@ -91,7 +91,17 @@ def grad_norm_and_clip(params: Sequence[torch.Tensor], max_norm: float | None) -
 @torch.no_grad()
 def polyak_(target: Sequence[torch.Tensor], online: Sequence[torch.Tensor], tau: float, ok: torch.Tensor) -> None:
     """target <- target + tau * (online - target) where `ok`; unchanged otherwise."""
-    torch._foreach_lerp_(list(target), list(online), tau * ok.to(torch.float32))
+    _lerp_(list(target), list(online), tau * ok.to(torch.float32))
+
+
+def _lerp_(start: list[torch.Tensor], end: Sequence[torch.Tensor], weight: torch.Tensor) -> None:
+    """start <- start + weight * (end - start) for a 0-dim tensor weight, on the device.
+
+    `torch._foreach_lerp_` has no overload for a tensor weight: it would convert the weight to a
+    Python number (a host read: a sync on CUDA, and illegal inside a CUDA graph capture)."""
+    diff = torch._foreach_sub(list(end), start)
+    torch._foreach_mul_(diff, weight)
+    torch._foreach_add_(start, diff)
 
 
 GradSyncFn = Callable[[str, torch.Tensor], torch.Tensor]

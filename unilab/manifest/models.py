@@ -138,7 +138,9 @@ class Timing(_M):
         0.0, description="Mean wall time of one gradient update (the sample excluded; a data-parallel sync included)."
     )
     learner_grad_sync_ms: float = Field(
-        0.0, description="Mean wall time of one update's data-parallel gradient all-reduces (part of the update)."
+        0.0,
+        description="Mean wall time of one update's data-parallel gradient all-reduces (part of the update); 0 "
+        "under the learner graph, where they run inside the replay.",
     )
     learner_wait_s: float = Field(0.0, description="Learner time spent waiting for the collector.")
     collector_wait_s: float = Field(0.0, description="Collector time spent waiting for actions.")

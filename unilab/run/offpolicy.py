@@ -202,7 +202,8 @@ class OffPolicyRank:
                     prog.updates += 1
                     prog.update_s += time.perf_counter() - t1
                     prog.sample_s += t1 - t0
-                if self.dp is not None:
+                if self.dp is not None and prog.learner_graph is None:
+                    # Under the learner graph the all-reduces run inside the replay: no host timer.
                     prog.grad_sync_s = self.dp.sync_s
 
             t0 = time.perf_counter()

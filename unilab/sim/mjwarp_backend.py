@@ -94,6 +94,10 @@ class MjwarpBackend:
         # Domain randomization: the fields it writes get one row per world (MuJoCo Warp indexes
         # batched model fields by world), allocated before any graph captures their addresses.
         self._targets = WorldParamTargets.from_model(mjm) if world_params else None
+        # Uploaded once: a host-to-device copy per reset would synchronise the host.
+        self._base_inertia = (
+            torch.tensor(self._targets.base_inertia, device=self.device) if self._targets is not None else None
+        )
         batch = {f: num_envs for f in _WORLD_FIELDS} if world_params else None
         with wp.ScopedDevice(self._wp_device):
             self._m = mjw.put_model(mjm, batch_sizes=batch)
@@ -295,8 +299,7 @@ class MjwarpBackend:
                 body_mass = to_t(m.body_mass)[:, tg.base_body]
                 body_mass.copy_(torch.where(mask, mass, body_mass))
                 inertia = to_t(m.body_inertia)[:, tg.base_body]
-                nominal = torch.tensor(tg.base_inertia, device=self.device)
-                scaled = nominal * (mass / tg.base_mass).unsqueeze(1)
+                scaled = self._base_inertia * (mass / tg.base_mass).unsqueeze(1)
                 inertia.copy_(torch.where(mask.unsqueeze(1), scaled, inertia))
                 subtree = to_t(m.body_subtreemass)
                 for b, nominal_subtree in zip(tg.chain, tg.subtree_mass, strict=True):
