@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from unilab.errors import UnilabError
-from unilab.graph_stats import GraphMode, GraphStats
+from unilab.graph_support import GraphMode, GraphStats, HostCounters, capture_cuda_graph
 
 if TYPE_CHECKING:
     from unilab.sim.contract import PhysicsState
@@ -117,7 +117,7 @@ class UpdateStateGraph:
                 f"a CUDA graph of the collector needs a CUDA collector, this one is on {collector.device}"
             )
         self.collector, self.task, self.body, self.mode, self.warmup = collector, task, body, mode, warmup
-        self.counters: list[tuple[Any, str]] = [(task, "_step_count")]
+        self.counters = HostCounters([(task, "_step_count")])
         self.stats = UpdateGraphStats(mode=mode)
         self._graph: Any = None
         self._carriers: list[_Carrier] = []
@@ -162,13 +162,6 @@ class UpdateStateGraph:
     def _gen_digest(self) -> str:
         return hashlib.sha256(self.task.generator.get_state().cpu().numpy().tobytes()).hexdigest()[:16]
 
-    def _read(self) -> list[int]:
-        return [getattr(o, a) for o, a in self.counters]
-
-    def _write(self, values: list[int]) -> None:
-        for (o, a), v in zip(self.counters, values, strict=True):
-            setattr(o, a, v)
-
     def _on_stream(self, fn: Callable[[], None]) -> None:
         if self._stream is None:
             fn()
@@ -189,9 +182,9 @@ class UpdateStateGraph:
     def _warm(self, state: PhysicsState) -> None:
         if self._eager == 1:
             self._allocated("before_warmup")
-        rng, before = self._gen_digest(), self._read()
+        rng, before = self._gen_digest(), self.counters.read()
         self._on_stream(lambda: self.body(state))
-        after = self._read()
+        after = self.counters.read()
         if self._gen_digest() != rng:
             self.stats.state = "failed"
             raise UnilabError(
@@ -212,16 +205,11 @@ class UpdateStateGraph:
     def _capture(self, state: PhysicsState) -> None:
         self._carriers = self._collect_carriers(state)
         self._state_ptrs = self._state_key(state)
-        before = self._read()
+        before = self.counters.read()
         try:
             if self.mode == "cuda_graph":
                 self._allocated("after_warmup")
-                graph = torch.cuda.CUDAGraph()
-                self._stream.wait_stream(torch.cuda.current_stream())  # type: ignore[union-attr]
-                with torch.cuda.graph(graph, stream=self._stream, capture_error_mode="thread_local"):
-                    self.body(state)
-                torch.cuda.current_stream().wait_stream(self._stream)  # type: ignore[arg-type]
-                self._graph = graph
+                self._graph, _ = capture_cuda_graph(self._stream, lambda: self.body(state))
                 self._allocated("after_capture")
             else:
                 self._graph = "eager_twin"
@@ -232,7 +220,7 @@ class UpdateStateGraph:
                 fix='set training.collector_graph = "off" and re-plan',
             ) from e
         finally:
-            self._write(before)  # the capture's Python ran once; its counter advance is not a step
+            self.counters.write(before)  # the capture's Python ran once; its counter advance is not a step
         h = hashlib.sha256()
         for k in self._carriers:
             h.update(f"{k.describe()}@{k.tensor.data_ptr()};".encode())
@@ -241,14 +229,13 @@ class UpdateStateGraph:
         self.stats.captured(h.hexdigest()[:16])
 
     def _replay(self, state: PhysicsState) -> None:
-        start = self._read()
+        start = self.counters.read()
         if self.mode == "cuda_graph":
             self._on_stream(self._graph.replay)
         else:
             self.body(state)
-            self._write(start)  # a replay runs no Python of the body...
-        # ...so the runner advances the host counters by the warm-up's per-step delta.
-        self._write([v + d for v, d in zip(start, self._delta or [0] * len(start), strict=True)])
+        # A replay runs no Python of the body: the host counters advance by the warm-up's per-step delta.
+        self.counters.advance(start, self._delta or [0] * len(start))
         self.stats.replays += 1
         if self.mode == "cuda_graph":
             if self.stats.replays == 1:

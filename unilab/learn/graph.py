@@ -36,7 +36,7 @@ from typing import Any
 import torch
 
 from unilab.errors import UnilabError
-from unilab.graph_stats import GraphMode, GraphStats
+from unilab.graph_support import GraphMode, GraphStats, HostCounters, capture_cuda_graph, on_side_stream
 from unilab.learn.replay import Batch
 
 Body = Callable[[Batch], dict[str, torch.Tensor]]
@@ -47,8 +47,8 @@ DP_WARMUP = 11  # PyTorch's CUDA graph notes: eager iterations before capturing 
 @dataclass
 class _Captured:
     kind: str
-    identity: str
-    delta: dict[int, float]  # host counter index -> advance per replay
+    addresses: tuple[int, ...]  # of every tensor the graph holds, at capture
+    delta: list[Any]  # host counters' advance per replay
     graph: Any = None  # torch.cuda.CUDAGraph (cuda_graph mode)
     outputs: dict[str, torch.Tensor] | None = None  # the graph's static outputs
 
@@ -73,8 +73,7 @@ class LearnerGraph:
             raise UnilabError(f"a CUDA graph of the learner needs a CUDA learner, this one is on {learner.device}")
         self.learner, self.body, self.mode, self.warmup = learner, body, mode, warmup
         self.agree = agree
-        self.counters: list[HostCounter] = [(learner, "num_critic_updates"), (learner, "num_actor_updates")]
-        self.counters += list(host_counters)
+        self.counters = HostCounters([(learner, "num_critic_updates"), (learner, "num_actor_updates"), *host_counters])
         dev = learner.device
         z = lambda *shape: torch.zeros(*shape, device=dev)  # noqa: E731
         self.static = Batch(
@@ -98,7 +97,7 @@ class LearnerGraph:
         )
         kind = self.learner.cycle_kind()
         g = self._graphs.get(kind)
-        if g is not None and g.identity != self._identity(kind):
+        if g is not None and g.addresses != self._addresses():
             self.invalidate("parameter or buffer storage moved")
             g = None
         if g is None:
@@ -127,63 +126,39 @@ class LearnerGraph:
 
     # ------------------------------------------------------------------ internals
     def _run_eager(self) -> dict[str, torch.Tensor]:
-        if self._stream is None:
-            return self.body(self.static)
-        # Warm-up on a side stream, as capture will run there (lazy handles, allocator pools).
-        self._stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(self._stream):
-            out = self.body(self.static)
-        torch.cuda.current_stream().wait_stream(self._stream)
-        return out
+        # Warm-up on the side stream capture will use (lazy handles, allocator pools).
+        return on_side_stream(self._stream, lambda: self.body(self.static))
 
-    def _tensors(self) -> list[torch.Tensor]:
-        """Everything a graph reads or writes by address."""
+    def _addresses(self) -> tuple[int, ...]:
+        """Where every tensor a graph reads or writes lives: the static inputs, parameters, grads."""
         s = self.static
-        out = [s.obs, s.action, s.reward, s.next_obs, s.discount]
+        out = [t.data_ptr() for t in (s.obs, s.action, s.reward, s.next_obs, s.discount)]
         for params in self.learner.optim_groups().values():
             for p in params:
-                out.append(p)
-                if p.grad is not None:
-                    out.append(p.grad)
-        return out
-
-    def _identity(self, kind: str) -> str:
-        h = hashlib.sha256(kind.encode())
-        for t in self._tensors():
-            h.update(f"{t.data_ptr()}:{tuple(t.shape)}:{t.dtype};".encode())
-        return h.hexdigest()[:16]
-
-    def _read_counters(self) -> list[float]:
-        return [getattr(o, a) for o, a in self.counters]
-
-    def _write_counters(self, values: list[float]) -> None:
-        for (o, a), v in zip(self.counters, values, strict=True):
-            setattr(o, a, v)
+                out.append(p.data_ptr())
+                out.append(p.grad.data_ptr() if p.grad is not None else 0)
+        return tuple(out)
 
     def _capture(self, kind: str) -> _Captured:
-        before = self._read_counters()
+        before = self.counters.read()
         graph, outputs, error, after = None, None, None, before
         try:
             if self.mode == "cuda_graph":
-                graph = torch.cuda.CUDAGraph()
-                graph.register_generator_state(self.learner.update_gen)
-                self._stream.wait_stream(torch.cuda.current_stream())  # type: ignore[union-attr]
-                # thread_local: the rank's other threads (NCCL watchdog, progress) may call CUDA.
-                with torch.cuda.graph(graph, stream=self._stream, capture_error_mode="thread_local"):
-                    outputs = self.body(self.static)
-                torch.cuda.current_stream().wait_stream(self._stream)  # type: ignore[arg-type]
-                after = self._read_counters()
+                graph, outputs = capture_cuda_graph(
+                    self._stream, lambda: self.body(self.static), generators=[self.learner.update_gen]
+                )
+                after = self.counters.read()
             else:
                 # The twin's capture is a dry run whose effects are rolled back, as a capture's are.
                 saved = copy.deepcopy(self.learner.state_dict())
                 try:
                     self.body(self.static)
-                    after = self._read_counters()
+                    after = self.counters.read()
                 finally:
                     self.learner.load_state_dict(saved)
         except Exception as e:  # every capture failure is reported the same way below
             error = e
-        self._write_counters(before)
+        self.counters.write(before)
         failed = error is not None
         if self.agree is not None:
             failed = self.agree(failed)  # a collective: every rank learns whether any rank failed
@@ -195,21 +170,21 @@ class LearnerGraph:
                 "the run stops on every rank rather than fall back to eager on one",
                 fix='set training.learner_graph = "off" and re-plan, or report the error with the manifest',
             )
-        delta = {i: a - b for i, (a, b) in enumerate(zip(after, before, strict=True)) if a != b}
-        g = _Captured(kind=kind, identity=self._identity(kind), delta=delta, graph=graph, outputs=outputs)
+        delta = [a - b for a, b in zip(after, before, strict=True)]
+        g = _Captured(kind=kind, addresses=self._addresses(), delta=delta, graph=graph, outputs=outputs)
         self._graphs[kind] = g
-        self.stats.captured(f"{kind}:{g.identity}")
+        digest = hashlib.sha256(f"{kind}:{g.addresses}".encode()).hexdigest()[:16]
+        self.stats.captured(f"{kind}:{digest}")
         return g
 
     def _replay(self, g: _Captured) -> dict[str, torch.Tensor]:
-        start = self._read_counters()
+        start = self.counters.read()
         if g.graph is not None:
             g.graph.replay()
             out = g.outputs
         else:
             out = self.body(self.static)
-            self._write_counters(start)  # the graph's Python does not run on a replay...
-        # ...so the runner advances the host counters by what the capture observed.
-        self._write_counters([v + g.delta.get(i, 0) for i, v in enumerate(start)])
+        # A graph's Python does not run on a replay: the host counters advance by what the capture saw.
+        self.counters.advance(start, g.delta)
         self.stats.replays += 1
         return out  # type: ignore[return-value]

@@ -61,6 +61,11 @@ class Progress:
     def counters_state(self) -> dict[str, int]:
         return {"env_steps": self.env_steps, "syncs": self.syncs, "updates": self.updates, "episodes": self.episodes}
 
+    def restore_counters(self, c: dict[str, int]) -> None:
+        """A resumed run's counters, as `counters_state` saved them."""
+        self.env_steps, self.syncs, self.updates = c["env_steps"], c["syncs"], c["updates"]
+        self.episodes = self.episodes_base = c["episodes"]
+
     def fold(self, s: CollectorStats) -> None:
         """Take in the collector's cumulative counters; the mean return and length are over the
         episodes completed since the previous fold."""
@@ -140,14 +145,7 @@ class OffPolicyRank:
         if self.resume_state is not None:
             learner.load_state_dict(self.resume_state["learner"])
             normalizer.load_state_dict(self.resume_state["normalizer"])
-            c = self.resume_state["counters"]
-            prog.env_steps, prog.syncs, prog.updates, prog.episodes = (
-                c["env_steps"],
-                c["syncs"],
-                c["updates"],
-                c["episodes"],
-            )
-            prog.episodes_base = c["episodes"]
+            prog.restore_counters(self.resume_state["counters"])
         self.learner = learner
         update = learner.update
         if self.dp is not None:

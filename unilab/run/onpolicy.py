@@ -128,14 +128,7 @@ class OnPolicyRank:
         self.learner = runner
         if self.resume_state is not None:
             runner.alg.load(self.resume_state["ppo"], None, strict=True)
-            c = self.resume_state["counters"]
-            prog.env_steps, prog.syncs, prog.updates, prog.episodes = (
-                c["env_steps"],
-                c["syncs"],
-                c["updates"],
-                c["episodes"],
-            )
-            prog.episodes_base = c["episodes"]
+            prog.restore_counters(self.resume_state["counters"])
             self.iterations = int(self.resume_state["iterations"])
         runner.sync_replicas()
         # Exploration noise differs per rank (each rank's own seed), and a resumed run draws anew.

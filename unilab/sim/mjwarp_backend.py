@@ -29,7 +29,7 @@ import torch
 from unilab.errors import UnilabError
 from unilab.sim.contract import ModelDims, PhysicsState
 from unilab.sim.mjmodel import has_acc_stage_sensors, load_mj_model, model_dims
-from unilab.sim.world_params import WorldParamTargets
+from unilab.sim.world_params import WorldParamTargets, not_built_with_world_params
 
 # Model fields domain randomization writes, batched per world when it is on.
 _WORLD_FIELDS = ("geom_friction", "body_mass", "body_inertia", "body_subtreemass")
@@ -283,10 +283,7 @@ class MjwarpBackend:
         self._check_open()
         tg = self._targets
         if tg is None:
-            raise UnilabError(
-                "this MJWarp backend was built without per-world model parameters",
-                fix="build it with world_params=True (the collector does when task.domain_randomization is on)",
-            )
+            raise not_built_with_world_params("MJWarp")
         to_t, m = self._wp.to_torch, self._m
         with self._on_stream():
             mask = mask.to(self.device, torch.bool)
@@ -295,11 +292,11 @@ class MjwarpBackend:
                 col.copy_(torch.where(mask, floor_friction.to(self.device, torch.float32), col))
             if base_mass_offset is not None:
                 off = base_mass_offset.to(self.device, torch.float32)
-                mass = tg.base_mass + off
+                mass, ratio = tg.base_mass_and_ratio(off)
                 body_mass = to_t(m.body_mass)[:, tg.base_body]
                 body_mass.copy_(torch.where(mask, mass, body_mass))
                 inertia = to_t(m.body_inertia)[:, tg.base_body]
-                scaled = self._base_inertia * (mass / tg.base_mass).unsqueeze(1)
+                scaled = self._base_inertia * ratio.unsqueeze(1)
                 inertia.copy_(torch.where(mask.unsqueeze(1), scaled, inertia))
                 subtree = to_t(m.body_subtreemass)
                 for b, nominal_subtree in zip(tg.chain, tg.subtree_mass, strict=True):

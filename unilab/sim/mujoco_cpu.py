@@ -50,7 +50,7 @@ from unilab.sim.cpu_worker import (
 )
 from unilab.sim.mjmodel import load_mj_model, model_dims
 from unilab.sim.state_layout import STATE_FIELDS, StateLayout
-from unilab.sim.world_params import WorldParamTargets
+from unilab.sim.world_params import WorldParamTargets, not_built_with_world_params
 
 
 @dataclass
@@ -368,10 +368,7 @@ class MujocoCpuBackend:
         added base mass [N] for the worlds in ``mask``, in effect from the next step or reset."""
         self._check_usable()
         if self._world_params is None:
-            raise UnilabError(
-                "this CPU physics backend was built without per-world model parameters",
-                fix="build it with world_params=True (the collector does when task.domain_randomization is on)",
-            )
+            raise not_built_with_world_params("CPU")
         a = self._arrays
         m = mask.detach().to("cpu", torch.bool).numpy()
         for name, values in (("floor_friction", floor_friction), ("base_mass_offset", base_mass_offset)):

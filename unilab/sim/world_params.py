@@ -59,13 +59,27 @@ class WorldParamTargets:
             subtree_mass=tuple(float(mjm.body_subtreemass[b]) for b in chain),
         )
 
+    def base_mass_and_ratio(self, offset: Any) -> tuple[Any, Any]:
+        """Base mass with `offset` added, and its ratio to the nominal mass (the inertia's scale);
+        floats for one world, tensors for many."""
+        mass = self.base_mass + offset
+        return mass, mass / self.base_mass
+
     def apply_to_model(self, mjm: Any, floor_friction: float | None, base_mass_offset: float | None) -> None:
         """One world's C MuJoCo model (the CPU backend keeps one per world once randomised)."""
         if floor_friction is not None:
             mjm.geom_friction[self.floor_geom, 0] = floor_friction
         if base_mass_offset is not None:
-            mass = self.base_mass + base_mass_offset
+            mass, ratio = self.base_mass_and_ratio(base_mass_offset)
             mjm.body_mass[self.base_body] = mass
-            mjm.body_inertia[self.base_body] = np.asarray(self.base_inertia) * (mass / self.base_mass)
+            mjm.body_inertia[self.base_body] = np.asarray(self.base_inertia) * ratio
             for b, nominal in zip(self.chain, self.subtree_mass, strict=True):
                 mjm.body_subtreemass[b] = nominal + base_mass_offset
+
+
+def not_built_with_world_params(backend: str) -> UnilabError:
+    """A backend's refusal of ``set_world_params`` when it was built without them."""
+    return UnilabError(
+        f"this {backend} physics backend was built without per-world model parameters",
+        fix="build it with world_params=True (the collector does when task.domain_randomization is on)",
+    )
