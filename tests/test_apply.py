@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+import tomllib
 import uuid
 from pathlib import Path
 
@@ -32,8 +33,6 @@ SMALL = [
     "run.log_every_seconds=0.5",
     "--set",
     "run.checkpoint_every_env_steps=480",
-    "--set",
-    "training.collector_cpu_ids=[[0]]",
 ]
 
 
@@ -92,7 +91,13 @@ def test_apply_leaves_a_complete_run_directory_and_resumes(tmp_path: Path) -> No
     c = manifest["counters"]
     assert c["env_steps"] == 1600 and c["dropped_transitions"] == 0 and c["transitions_produced"] == 1600
     assert c["updates"] > 0
-    assert manifest["ranks"][0]["collector_cpu_ids_applied"] == [0]
+    # The CPU layout the plan chose is the one that ran: the learner on CPUs of its own.
+    rank, planned = manifest["ranks"][0], tomllib.loads((run_dir / "plan.toml").read_text())["ranks"][0]
+    assert rank["collector_cpu_ids_applied"] == planned["collector_cpu_ids"]
+    assert rank["learner_cpu_ids_planned"] == planned["learner_cpu_ids"]
+    if planned["learner_cpu_ids"]:
+        assert rank["learner_cpu_ids_applied"] == planned["learner_cpu_ids"]
+        assert not set(planned["learner_cpu_ids"]) & set(planned["collector_cpu_ids"])
     assert set(manifest["timing"]["collector_phases_us"]) >= {"physics_step", "reward", "observation"}
 
     events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]

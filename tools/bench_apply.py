@@ -2,9 +2,13 @@
 
     python tools/bench_apply.py --spec specs/g1.toml [--seconds 60] [--set KEY=VALUE ...]
 
-(1) collector only: the spec's collector (same envs, workers, CPU block) stepping random actions;
+(1) collector only: the plan's collector (same envs, workers, collector CPUs) stepping random
+actions;
 (2) a real `unilab apply` of the spec, its steady-state env steps/s and updates/s taken from the
 last 50% of its `iteration` events (after warm-up, with updates running).
+Where the plan reserves CPUs for the learner, (1) runs on the collector's CPUs only, so the bench
+also prints the collector alone on the rank's whole block (the learner's CPUs too, one worker per
+CPU): what the physics could do with no learner at all, for comparison.
 Last line: apply_vs_collector=<(2) env steps/s / (1) env steps/s> (target >= 0.7).
 """
 
@@ -21,7 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def collector_only(spec_path: Path, overrides: list[str], seconds: float) -> float:
+def collector_only(spec_path: Path, overrides: list[str], seconds: float, whole_block: bool = False) -> float:
     import torch
 
     from unilab.collect.build import build_collector
@@ -32,15 +36,10 @@ def collector_only(spec_path: Path, overrides: list[str], seconds: float) -> flo
     loaded = load_spec(spec_path, overrides)
     plan = compile_plan(loaded.spec, probe_host(), loaded.spec_dir)
     rp = plan.ranks[0]
+    cpus = sorted(rp.learner_cpu_ids + rp.collector_cpu_ids) if whole_block else rp.collector_cpu_ids
+    workers = min(len(cpus), plan.task.num_envs) if whole_block else plan.sim.workers_per_rank
     torch.set_num_threads(1)
-    col = build_collector(
-        plan.task,
-        plan.sim,
-        spec_dir=loaded.spec_dir,
-        workers=plan.sim.workers_per_rank,
-        cpu_ids=rp.collector_cpu_ids,
-        seed=rp.seed,
-    )
+    col = build_collector(plan.task, plan.sim, spec_dir=loaded.spec_dir, workers=workers, cpu_ids=cpus, seed=rp.seed)
     try:
         col.reset_all()
         actions = torch.empty(col.num_envs, col.action_dim)
@@ -90,9 +89,12 @@ def main() -> int:
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     args = ap.parse_args()
     col = collector_only(args.spec, args.set, min(20.0, args.seconds / 3))
-    print(f"collector only: {col:,.0f} env steps/s")
+    print(f"collector only (the plan's collector CPUs): {col:,.0f} env steps/s")
+    whole = collector_only(args.spec, args.set, min(20.0, args.seconds / 3), whole_block=True)
+    print(f"collector only (the rank's whole CPU block): {whole:,.0f} env steps/s")
     sps, ups, run_dir = apply_run(args.spec, args.set, args.seconds, col * 0.5)
     print(f"apply (steady state, last 50% of samples): {sps:,.0f} env steps/s, {ups:,.1f} updates/s  [{run_dir}]")
+    print(f"apply_vs_collector_whole_block={sps / whole:.3f}")
     print(f"apply_vs_collector={sps / col:.3f}")
     return 0
 

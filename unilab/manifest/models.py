@@ -43,6 +43,13 @@ class RankEvidence(_M):
     collector_pid: int | None = None
     collector_cpu_ids_planned: list[int]
     collector_cpu_ids_applied: list[int] = Field(description="Read back with os.sched_getaffinity in the collector.")
+    learner_cpu_ids_planned: list[int] = Field(
+        default_factory=list, description="CPUs the plan reserved for the learner (empty: not pinned)."
+    )
+    learner_cpu_ids_applied: list[int] = Field(
+        default_factory=list,
+        description="Read back with os.sched_getaffinity in the learner (its whole CPU set when not pinned).",
+    )
     physics_workers: int
     torch_threads: int = Field(description="torch.get_num_threads() in the learner.")
     param_digest: str | None = Field(

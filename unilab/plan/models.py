@@ -77,6 +77,10 @@ class RankPlan(_P):
     gpu_name: str | None = None
     seed: int
     collector_cpu_ids: list[int] = Field(description="CPUs the rank's collector is pinned to.")
+    learner_cpu_ids: list[int] = Field(
+        default_factory=list,
+        description="CPUs reserved for the rank's learner process (empty: not pinned, it shares the collector's).",
+    )
     torch_threads: int
     mps: RankMps | None = None
 

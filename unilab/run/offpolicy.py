@@ -13,6 +13,7 @@ all ranks after the same sync.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -127,6 +128,8 @@ class OffPolicyRank:
         torch.set_num_threads(self.rp.torch_threads)
         torch.manual_seed(self.rp.seed)
         hello = self.collector.start()
+        if self.rp.learner_cpu_ids:  # after the collector started: it must not inherit the learner's CPUs
+            os.sched_setaffinity(0, self.rp.learner_cpu_ids)
         self.hooks.on_started(hello)
         bufs, n = hello.buffers, hello.num_envs
         # Same seed on every rank: with data parallel the replicas must start identical anyway

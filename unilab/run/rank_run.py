@@ -110,6 +110,8 @@ def run_rank(job: RankJob, stop: StopFlag) -> int:
             collector_pid=hello.pid,
             collector_cpu_ids_planned=plan.ranks[rank].collector_cpu_ids,
             collector_cpu_ids_applied=hello.cpu_ids_applied,
+            learner_cpu_ids_planned=plan.ranks[rank].learner_cpu_ids,
+            learner_cpu_ids_applied=sorted(os.sched_getaffinity(0)),
             physics_workers=hello.physics_workers,
             torch_threads=torch.get_num_threads(),
             mps_service=att.service if att else None,
