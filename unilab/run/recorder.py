@@ -173,6 +173,7 @@ class RunRecorder:
                 pid=e.collector_pid,
                 cpu_ids=e.collector_cpu_ids_applied,
                 physics_workers=e.physics_workers,
+                learner_cpu_ids=e.learner_cpu_ids_applied,
             )
         self.open_tensorboard()
         self.write("running")
