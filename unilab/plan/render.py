@@ -86,7 +86,8 @@ def load_plan(path: Path) -> Plan:
     if expected != plan.plan_id:
         raise UnilabError(
             f"plan file {path} was edited: its plan_id does not match its content",
-            detail=f"recorded {plan.plan_id}, content hashes to {expected}",
+            detail=f"recorded {plan.plan_id}, content hashes to {expected} (a plan written by an earlier "
+            "unilab whose plan had fewer fields reads the same way)",
             fix="edit the spec instead, then re-plan with `unilab plan SPEC --out FILE`",
         )
     return plan
