@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -65,7 +66,8 @@ def _rounds(c: Collector, steps: int, rounds: int, action_scale: float) -> tuple
     """Per round, each block from the same kind of fresh reset: (a) raw physics with constant
     controls, (b) the collector, (c) raw physics replaying exactly the backend calls (controls,
     resets, pushes) the collector made in (b), from the same start state: identical physics work.
-    Returns the seconds of (a), (b), (c)."""
+    Returns the median seconds per round of (a), (b), (c): a burst of load from other processes
+    spoils one round, not the figure."""
     n, nu = c.num_envs, c.backend.dims.nu
     ctrl = c.task.default_joint_pos.expand(n, -1).clone() if nu == c.action_dim else torch.zeros(n, nu)
     gen = torch.Generator().manual_seed(0)
@@ -76,7 +78,9 @@ def _rounds(c: Collector, steps: int, rounds: int, action_scale: float) -> tuple
         c.backend.step(ctrl)
     c.reset_timings()
     all_worlds = torch.ones(n, dtype=torch.bool)
-    raw_s = col_s = replay_s = 0.0
+    raw_s: list[float] = []
+    col_s: list[float] = []
+    replay_s: list[float] = []
     for _ in range(rounds):
         c.reset_all()
         t0 = time.perf_counter()
@@ -94,17 +98,18 @@ def _rounds(c: Collector, steps: int, rounds: int, action_scale: float) -> tuple
         t4 = time.perf_counter()
         log.replay()
         t5 = time.perf_counter()
-        raw_s += t1 - t0
-        col_s += t3 - t2
-        replay_s += t5 - t4
-    return raw_s, col_s, replay_s
+        raw_s.append(t1 - t0)
+        col_s.append(t3 - t2)
+        replay_s.append(t5 - t4)
+    return statistics.median(raw_s), statistics.median(col_s), statistics.median(replay_s)
 
 
-def _schedule(num_envs: int, env_steps: int, max_steps: int = 50) -> tuple[int, int]:
+def _schedule(num_envs: int, env_steps: int, max_steps: int = 50, min_rounds: int = 5) -> tuple[int, int]:
     """(steps per round, rounds): rounds of at most ``max_steps`` env steps (1 s of simulated time
-    at 50 Hz: the standing robot has not yet collapsed in the raw block), about ``env_steps`` in all."""
-    steps = max(5, min(max_steps, env_steps // num_envs))
-    return steps, max(1, -(-env_steps // (steps * num_envs)))
+    at 50 Hz: the standing robot has not yet collapsed in the raw block), about ``env_steps`` in
+    all, and at least ``min_rounds`` of them for the median."""
+    steps = max(5, min(max_steps, env_steps // (num_envs * min_rounds)))
+    return steps, max(min_rounds, -(-env_steps // (steps * num_envs)))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -113,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--num-envs", type=int, default=None, help="primary size (default: task.num_envs)")
     p.add_argument("--workers", type=int, default=None, help="CPU backend workers (default: sim.workers, auto = CPUs)")
     p.add_argument("--sizes", default="64,256,1024", help="comma-separated env counts for the scaling table")
-    p.add_argument("--env-steps", type=int, default=12_000, help="env steps per mode and size (all rounds)")
+    p.add_argument("--env-steps", type=int, default=24_000, help="env steps per mode and size (all rounds)")
     p.add_argument("--task", default=None, help="override task.name (default: the spec's task)")
     p.add_argument(
         "--action-scale", type=float, default=1.0,
@@ -145,8 +150,8 @@ def main(argv: list[str] | None = None) -> int:
         with build_collector(task, spec.sim, spec_dir=loaded.spec_dir, num_envs=n, workers=w) as c:
             steps, rounds = _schedule(n, args.env_steps)
             raw_s, col_s, replay_s = _rounds(c, steps, rounds, args.action_scale)
-            total = steps * rounds * n
-            raw, col, replay = total / raw_s, total / col_s, total / replay_s
+            per_round = steps * n
+            raw, col, replay = per_round / raw_s, per_round / col_s, per_round / replay_s
             results[n] = (raw, col, replay)
             print(f"num_envs={n:5d} (a) raw_physics={raw:7.0f}  (b) collector={col:7.0f}  "
                   f"(c) replay={replay:7.0f} env_steps/s  a/b-1={raw / col - 1:+.3f}  c/b-1={replay / col - 1:+.3f}")
