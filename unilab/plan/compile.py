@@ -156,7 +156,7 @@ def _learner_reservation(ctx: Context, block: list[int], threads: int, kind: str
     """(learner CPUs, collector CPUs) of one rank's block. An off-policy learner updates while the
     physics steps, so it gets CPUs of its own: sharing them with the physics workers
     oversubscribes the block, and on the 2-CPU reference host reserving one CPU of two raised
-    end-to-end env steps/s by about 19 % (docs/performance.md). A GPU learner keeps two (its launch
+    end-to-end env steps/s by 19-25 % (docs/performance.md). A GPU learner keeps two (its launch
     thread, and CUDA's and NCCL's helper threads). PPO updates between rollouts, when the workers
     idle, so it shares the block; an explicit ``training.collector_cpu_ids`` is the user's layout
     and leaves the learner unpinned; an explicit ``sim.workers`` keeps a CPU per worker."""
