@@ -22,6 +22,13 @@ class ProgressLine:
         self.tty = self.stream.isatty()
         self._width = 0
 
+    def note(self, text: str) -> None:
+        """A line of its own above the progress line (the run's layout at start)."""
+        if not self.enabled:
+            return
+        self.stream.write(text + "\n")
+        self.stream.flush()
+
     def update(self, env_steps: int, sps: float, ups: float, mean_return: float | None, elapsed: float) -> None:
         if not self.enabled:
             return

@@ -166,6 +166,11 @@ class RunRecorder:
             self.physics_graph = self.physics_graph.model_copy(
                 update={"enabled": physics_enabled, "disable_reason": None if physics_enabled else physics_reason}
             )
+        p = self.plan
+        self.line.note(
+            f"{p.algo.name} on {p.task.name}, {p.task.num_envs} envs x {_plural(self.world, 'rank')}, "
+            f"{p.sim.backend} physics; plan {p.plan_id[:19]}"
+        )
         for e in evidence:
             self.events.info(
                 "collector_started",
@@ -174,6 +179,15 @@ class RunRecorder:
                 cpu_ids=e.collector_cpu_ids_applied,
                 physics_workers=e.physics_workers,
                 learner_cpu_ids=e.learner_cpu_ids_applied,
+            )
+            learner = (
+                f"learner on CPUs {_cpus(e.learner_cpu_ids_applied)}"
+                if e.learner_cpu_ids_planned
+                else f"learner not pinned (CPUs {_cpus(e.learner_cpu_ids_applied)})"
+            )
+            self.line.note(
+                f"rank {e.rank} ({e.device}): {learner}, collector on CPUs "
+                f"{_cpus(e.collector_cpu_ids_applied)} with {_plural(e.physics_workers, 'physics worker')}"
             )
         self.open_tensorboard()
         self.write("running")
@@ -237,3 +251,19 @@ class RunRecorder:
             self.tb.close()
             self.tb = None
         self.line.close()
+
+
+
+def _cpus(ids: list[int]) -> str:
+    """CPU ids as ranges: [0, 1, 2, 5] -> 0-2,5."""
+    runs: list[list[int]] = []
+    for c in sorted(ids):
+        if runs and c == runs[-1][1] + 1:
+            runs[-1][1] = c
+        else:
+            runs.append([c, c])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs) or "-"
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
