@@ -253,7 +253,6 @@ class RunRecorder:
         self.line.close()
 
 
-
 def _cpus(ids: list[int]) -> str:
     """CPU ids as ranges: [0, 1, 2, 5] -> 0-2,5."""
     runs: list[list[int]] = []
