@@ -6,8 +6,7 @@ import io
 
 import pytest
 
-from unilab.run.progress import ProgressLine
-from unilab.run.recorder import _cpus
+from unilab.run.progress import ProgressLine, cpu_ranges
 
 
 @pytest.mark.parametrize(
@@ -15,7 +14,7 @@ from unilab.run.recorder import _cpus
     [([0], "0"), ([1, 0], "0-1"), ([0, 1, 2, 5, 7, 8], "0-2,5,7-8"), ([], "-")],
 )
 def test_cpu_sets_print_as_ranges(ids: list[int], text: str) -> None:
-    assert _cpus(ids) == text
+    assert cpu_ranges(ids) == text
 
 
 def test_progress_writes_one_line_per_update_off_a_terminal() -> None:

@@ -51,3 +51,18 @@ class ProgressLine:
         if self.enabled and self.tty and self._width:
             self.stream.write("\n")
             self.stream.flush()
+
+
+def cpu_ranges(ids: list[int]) -> str:
+    """CPU ids as ranges: [0, 1, 2, 5] -> 0-2,5."""
+    runs: list[list[int]] = []
+    for c in sorted(ids):
+        if runs and c == runs[-1][1] + 1:
+            runs[-1][1] = c
+        else:
+            runs.append([c, c])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs) or "-"
+
+
+def plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"

@@ -25,7 +25,7 @@ from unilab.manifest.models import (
 from unilab.plan.models import Plan
 from unilab.run.events import EventLog
 from unilab.run.manifest_io import provenance, utc_now, write_manifest
-from unilab.run.progress import ProgressLine
+from unilab.run.progress import ProgressLine, cpu_ranges, plural
 
 
 class RunRecorder:
@@ -168,7 +168,7 @@ class RunRecorder:
             )
         p = self.plan
         self.line.note(
-            f"{p.algo.name} on {p.task.name}, {p.task.num_envs} envs x {_plural(self.world, 'rank')}, "
+            f"{p.algo.name} on {p.task.name}, {p.task.num_envs} envs x {plural(self.world, 'rank')}, "
             f"{p.sim.backend} physics; plan {p.plan_id[:19]}"
         )
         for e in evidence:
@@ -181,13 +181,13 @@ class RunRecorder:
                 learner_cpu_ids=e.learner_cpu_ids_applied,
             )
             learner = (
-                f"learner on CPUs {_cpus(e.learner_cpu_ids_applied)}"
+                f"learner on CPUs {cpu_ranges(e.learner_cpu_ids_applied)}"
                 if e.learner_cpu_ids_planned
-                else f"learner not pinned (CPUs {_cpus(e.learner_cpu_ids_applied)})"
+                else f"learner not pinned (CPUs {cpu_ranges(e.learner_cpu_ids_applied)})"
             )
             self.line.note(
                 f"rank {e.rank} ({e.device}): {learner}, collector on CPUs "
-                f"{_cpus(e.collector_cpu_ids_applied)} with {_plural(e.physics_workers, 'physics worker')}"
+                f"{cpu_ranges(e.collector_cpu_ids_applied)} with {plural(e.physics_workers, 'physics worker')}"
             )
         self.open_tensorboard()
         self.write("running")
@@ -252,17 +252,3 @@ class RunRecorder:
             self.tb = None
         self.line.close()
 
-
-def _cpus(ids: list[int]) -> str:
-    """CPU ids as ranges: [0, 1, 2, 5] -> 0-2,5."""
-    runs: list[list[int]] = []
-    for c in sorted(ids):
-        if runs and c == runs[-1][1] + 1:
-            runs[-1][1] = c
-        else:
-            runs.append([c, c])
-    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs) or "-"
-
-
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}" if n == 1 else f"{n} {word}s"
