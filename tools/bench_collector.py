@@ -104,11 +104,11 @@ def _rounds(c: Collector, steps: int, rounds: int, action_scale: float) -> tuple
     return statistics.median(raw_s), statistics.median(col_s), statistics.median(replay_s)
 
 
-def _schedule(num_envs: int, env_steps: int, max_steps: int = 50, min_rounds: int = 5) -> tuple[int, int]:
-    """(steps per round, rounds): rounds of at most ``max_steps`` env steps (1 s of simulated time
-    at 50 Hz: the standing robot has not yet collapsed in the raw block), about ``env_steps`` in
-    all, and at least ``min_rounds`` of them for the median."""
-    steps = max(5, min(max_steps, env_steps // (num_envs * min_rounds)))
+def _schedule(num_envs: int, env_steps: int, steps: int = 50, min_rounds: int = 5) -> tuple[int, int]:
+    """(steps per round, rounds): rounds of ``steps`` env steps at every size (1 s of simulated
+    time at 50 Hz: the standing robot of (a) has settled from its reset and not yet collapsed, the
+    same regime at every size), about ``env_steps`` per mode in all and at least ``min_rounds``
+    rounds for the median."""
     return steps, max(min_rounds, -(-env_steps // (steps * num_envs)))
 
 
@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--num-envs", type=int, default=None, help="primary size (default: task.num_envs)")
     p.add_argument("--workers", type=int, default=None, help="CPU backend workers (default: sim.workers, auto = CPUs)")
     p.add_argument("--sizes", default="64,256,1024", help="comma-separated env counts for the scaling table")
-    p.add_argument("--env-steps", type=int, default=24_000, help="env steps per mode and size (all rounds)")
+    p.add_argument("--env-steps", type=int, default=24_000, help="env steps per mode and size, at least 5 rounds of 50 steps")
     p.add_argument("--task", default=None, help="override task.name (default: the spec's task)")
     p.add_argument(
         "--action-scale", type=float, default=1.0,
