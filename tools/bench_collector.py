@@ -118,7 +118,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--num-envs", type=int, default=None, help="primary size (default: task.num_envs)")
     p.add_argument("--workers", type=int, default=None, help="CPU backend workers (default: sim.workers, auto = CPUs)")
     p.add_argument("--sizes", default="64,256,1024", help="comma-separated env counts for the scaling table")
-    p.add_argument("--env-steps", type=int, default=24_000, help="env steps per mode and size, at least 5 rounds of 50 steps")
+    p.add_argument(
+        "--env-steps", type=int, default=24_000, help="env steps per mode and size (at least 5 rounds of 50 steps)"
+    )
     p.add_argument("--task", default=None, help="override task.name (default: the spec's task)")
     p.add_argument(
         "--action-scale", type=float, default=1.0,
