@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import multiprocessing as mp
 import queue
+import time
 import traceback
 from collections.abc import Callable
 from datetime import timedelta
@@ -357,6 +358,20 @@ def sc_graph_twin(rank: int, world: int, fail_rank: int | None) -> dict[str, Any
     return out
 
 
+def sc_finish(rank: int, world: int, late_rank: int | None, grace_s: float, delay_s: float) -> dict[str, Any]:
+    """The end-of-run barrier of a data-parallel apply; ``late_rank`` arrives ``delay_s`` late."""
+    from unilab.run.dp import finish_barrier
+
+    if rank == late_rank:
+        time.sleep(delay_s)
+    t0 = time.perf_counter()
+    try:
+        finish_barrier(None, grace_s)
+    except UnilabError as e:
+        return {"error": e.summary, "detail": e.detail, "waited_s": time.perf_counter() - t0}
+    return {"error": None, "waited_s": time.perf_counter() - t0}
+
+
 SCENARIOS: dict[str, Callable[..., dict[str, Any]]] = {
     f.__name__: f
     for f in (
@@ -370,6 +385,7 @@ SCENARIOS: dict[str, Callable[..., dict[str, Any]]] = {
         sc_flashsac_identical,
         sc_buffer_repair,
         sc_graph_twin,
+        sc_finish,
     )
 }
 
@@ -706,3 +722,21 @@ def test_learner_graph_capture_failure_on_one_rank_fails_every_rank(ranks: RankP
     assert "another rank" in r0["error"]
     assert "operation not permitted" in r1["error"]
     assert r0["stats"]["state"] == r1["stats"]["state"] == "failed"
+
+
+def test_a_rank_late_past_the_grace_window_fails_the_run_on_every_rank(tmp_path: Path) -> None:
+    """The ranks meet at the end of a run; one that never arrives in time (stuck or dead) must
+    fail the run with a clear error instead of leaving the others blocked in the final gather.
+    A fresh pair of ranks: a timed-out barrier leaves its process group unusable."""
+    pool = RankPool(WORLD, tmp_path / "store")
+    try:
+        on_time = pool.run("sc_finish", late_rank=None, grace_s=20.0, delay_s=0.0)
+        assert [r["error"] for r in on_time] == [None, None]
+        late = pool.run("sc_finish", late_rank=1, grace_s=1.0, delay_s=4.0)
+    finally:
+        pool.close()
+    first = late[0]
+    assert first["error"] == "the data-parallel ranks did not all finish within 1 s of each other"
+    assert "1" in first["detail"]  # gloo names the rank that did not arrive
+    assert first["waited_s"] < 3.5  # rank 0 gave up at the grace window, not when rank 1 came
+    assert late[1]["error"] is not None

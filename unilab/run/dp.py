@@ -13,6 +13,7 @@ import torch
 import torch.distributed as dist
 
 from unilab.dist import BufferSync, GradSync, broadcast_parameters, param_digest
+from unilab.errors import UnilabError
 from unilab.learn.replay import Batch
 from unilab.plan.models import Plan
 
@@ -72,12 +73,26 @@ class DpContext:
         return bool(self._flag.item())
 
     def finish_within(self, grace_s: float) -> None:
-        """Wait for every rank to reach the end of its work, at most `grace_s` seconds; a rank that
-        overruns the grace window (or died) fails the run, named by gloo's monitored barrier."""
-        dist.monitored_barrier(group=self.control, timeout=timedelta(seconds=grace_s), wait_all_ranks=True)
+        """Wait for every rank to reach the end of its work, at most ``grace_s`` seconds: a rank
+        that died or overruns the window fails the run, named by gloo's monitored barrier, instead
+        of leaving the others blocked in the final gather for ever."""
+        finish_barrier(self.control, grace_s)
 
     def digest(self) -> str:
         return param_digest(self.modules(self.learner))
 
     def wire_summary(self) -> dict[str, Any]:
         return self.grad_sync.summary() if self.grad_sync is not None else {}
+
+
+def finish_barrier(group: Any, grace_s: float) -> None:
+    """The end-of-run meeting of all ranks on a gloo ``group`` (None: the default group)."""
+    try:
+        dist.monitored_barrier(group=group, timeout=timedelta(seconds=grace_s), wait_all_ranks=True)
+    except RuntimeError as exc:
+        raise UnilabError(
+            f"the data-parallel ranks did not all finish within {grace_s:.0f} s of each other",
+            detail=f"gloo: {str(exc).strip().splitlines()[0]}",
+            fix="see that rank's first error in the run's events.jsonl or the launcher's output; "
+            "a rank stuck in a slow step or killed by the OS ends the run this way",
+        ) from exc

@@ -156,6 +156,8 @@ def run_rank(job: RankJob, stop: StopFlag) -> int:
                 "transitions_produced": pr.transitions_produced,
             },
         )
+        if dp is not None:
+            dp.finish_within(GRACE_S)
         finals = _gather(mine, world)
         digests = [d for d, _ in finals]
         if rec is not None:
