@@ -4,8 +4,9 @@
     python tools/bench_collector.py --spec specs/g1.toml --num-envs 256 --workers 2 --sizes 64,256,1024
 
 (a) raw physics: ``backend.step`` with constant controls (the standing pose), no task code;
-(b) the full collector (task ``g1_walk`` unless ``--task``) with uniform random actions from a
-    pre-drawn pool (drawing actions is the learner's cost, not the collector's);
+(b) the full collector (the spec's task, ``g1_walk`` for specs/g1.toml; ``--task`` overrides it) with
+    uniform random actions from a pre-drawn pool (drawing actions is the learner's cost, not the
+    collector's);
 (c) raw physics replaying exactly the backend calls (controls, resets) the collector made in (b):
     the same physics work as (b) without the task, so (c)/(b)-1 is the cost of the task and
     collector code alone, while (a)/(b)-1 also counts the costlier contacts random actions cause.
