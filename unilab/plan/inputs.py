@@ -3,11 +3,15 @@ time without importing mujoco, so a bad file is a plan-time error, not a crash m
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from unilab.errors import UnilabError
+
+if TYPE_CHECKING:
+    from unilab.plan.models import TaskPlan
 
 
 def resolve_input_path(ref: str, spec_dir: Path) -> Path:
@@ -46,3 +50,50 @@ def inspect_task_motion(motion: str | None, spec_dir: Path, robot: Any) -> Any:
         return inspect_motion(path, num_joints=29, num_bodies=num_bodies)
     except UnilabError as exc:
         return exc
+
+
+def file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def planned_task(task: TaskPlan) -> TaskPlan:
+    """The task with its file inputs as the plan recorded them (absolute, or relative to the
+    working directory the plan was made in), so a saved plan runs the files it names whatever
+    directory its spec was in."""
+    updates: dict[str, Any] = {}
+    if task.robot_mjcf is not None and task.robot.sha256 is not None:
+        updates["robot_mjcf"] = task.robot.source
+    if task.motion is not None and task.reference_motion is not None:
+        updates["motion"] = task.reference_motion.source
+    return task.model_copy(update=updates)
+
+
+def check_planned_inputs(task: TaskPlan, cwd: Path) -> None:
+    """Refuse to run a plan whose input files are gone or changed since it was made: the plan
+    (and the manifest that embeds it) would describe files other than the ones that ran."""
+    files: list[tuple[str, str, str]] = []
+    if task.robot_mjcf is not None and task.robot.sha256 is not None:
+        files.append(("task.robot_mjcf", task.robot.source, task.robot.sha256))
+    m = task.reference_motion
+    if task.motion is not None and m is not None and not m.source.startswith("builtin:"):
+        files.append(("task.motion", m.source, m.sha256))
+    for key, source, digest in files:
+        path = resolve_input_path(source, cwd)
+        try:
+            actual = file_sha256(path)
+        except OSError as exc:
+            raise UnilabError(
+                f"{key}: the plan's file {source} cannot be read from {cwd}: {exc.strerror}",
+                detail="relative paths in a plan are taken against the working directory it was made in",
+                fix="run `unilab apply` from that directory, or re-plan: unilab plan SPEC --out PLAN.toml",
+            ) from None
+        if actual != digest:
+            raise UnilabError(
+                f"{key}: {source} changed since the plan was made (sha256 {actual[:12]}, planned {digest[:12]})",
+                detail="a plan names the exact files it runs; this one would run a different file",
+                fix="re-plan against the current file: unilab plan SPEC --out PLAN.toml (or apply the spec)",
+            )

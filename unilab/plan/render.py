@@ -99,4 +99,13 @@ def is_plan_file(path: Path) -> bool:
         head = path.read_text(encoding="utf-8", errors="replace")[:4096]
     except OSError:
         return False
-    return "plan_id" in head.split("[", 1)[0] or head.lstrip().startswith('{\n  "plan_id"')
+    if head.lstrip().startswith('{\n  "plan_id"'):
+        return True
+    for line in head.splitlines():
+        line = line.strip()
+        if line.startswith("["):  # the first table: past the top-level keys
+            return False
+        # A key, not a comment that happens to mention plan_id.
+        if line.split("=", 1)[0].strip() == "plan_id" and "=" in line:
+            return True
+    return False

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from unilab.errors import UnilabError
 from unilab.host.facts import HostFacts
+from unilab.plan.inputs import check_planned_inputs
 from unilab.plan.models import Plan
 from unilab.run.atomic import write_text_atomic
 
@@ -74,6 +75,7 @@ def run_apply(req: ApplyRequest) -> int:
     from unilab.plan.render import render
 
     plan = req.plan
+    check_planned_inputs(plan.task, Path.cwd())
     checkpoint = None
     if req.resume_dir is not None:
         checkpoint = resolve_resume(plan, req.resume_dir)

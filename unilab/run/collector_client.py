@@ -15,6 +15,7 @@ import torch.multiprocessing as tmp
 
 from unilab.collect.timing import PHASES
 from unilab.errors import UnilabError
+from unilab.plan.inputs import planned_task
 from unilab.plan.models import Plan
 from unilab.run import channel as ch
 from unilab.run.collector_proc import CollectorConfig, collector_main
@@ -73,9 +74,9 @@ class CollectorClient:
         p, rp = self.plan, self.rp
         cfg = CollectorConfig(
             rank=self.rank,
-            task=p.task,
+            task=planned_task(p.task),
             sim=p.sim,
-            spec_dir=str(self.spec_dir),
+            spec_dir=str(Path.cwd()),  # the plan's input paths are relative to it (see planned_task)
             num_envs=p.task.num_envs,
             workers=p.sim.workers_per_rank,
             cpu_ids=list(rp.collector_cpu_ids),

@@ -1,0 +1,84 @@
+"""Saved plans as files a user moves around: told apart from specs, their input files (robot MJCF,
+motion) found from the directory the plan was made in and refused when changed since."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.test_cli import assert_clean_error, unilab
+from unilab.plan.render import is_plan_file
+from unilab.tasks.motion_file import BUILTIN_DIR
+
+SPEC = """\
+# A spec that is not a plan, though this comment mentions plan_id = "x".
+schema_version = 1
+[run]
+name = "track"
+total_env_steps = 256
+output_dir = "runs"
+[task]
+name = "g1_motion_tracking"
+num_envs = 4
+motion = "clip.npz"
+[sim]
+backend = "mujoco"
+workers = 1
+[algo]
+name = "sac"
+batch_size = 32
+hidden_dims = [32]
+warmup_env_steps = 64
+[training]
+devices = "cpu"
+"""
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    """A spec in a subdirectory with its motion next to it, planned from the project root."""
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "track.toml").write_text(SPEC)
+    shutil.copy(BUILTIN_DIR / "g1_squat.npz", tmp_path / "sub" / "clip.npz")
+    r = unilab("plan", "sub/track.toml", "--out", "sub/track.plan.toml", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    return tmp_path
+
+
+def test_a_comment_mentioning_plan_id_does_not_make_a_spec_a_plan(project: Path) -> None:
+    assert not is_plan_file(project / "sub" / "track.toml")
+    assert is_plan_file(project / "sub" / "track.plan.toml")
+    r = unilab("plan", "sub/track.toml", "--format", "json", "--out", "p.json", cwd=project)
+    assert r.returncode == 0, r.stderr
+    assert is_plan_file(project / "p.json")
+
+
+def test_a_saved_plan_runs_the_motion_it_names_from_the_directory_it_was_made_in(project: Path) -> None:
+    plan_text = (project / "sub" / "track.plan.toml").read_text()
+    assert 'source = "sub/clip.npz"' in plan_text  # relative to where `unilab plan` ran
+    r = unilab("apply", "sub/track.plan.toml", "--quiet", cwd=project)
+    assert r.returncode == 0, r.stdout + r.stderr
+    (run_dir,) = (project / "runs").iterdir()
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["status"] == "succeeded"
+
+
+def test_a_saved_plan_whose_motion_changed_is_refused_before_any_run_directory(project: Path) -> None:
+    clip = project / "sub" / "clip.npz"
+    clip.write_bytes(clip.read_bytes() + b"\0")  # any change to the bytes the plan digested
+    r = unilab("apply", "sub/track.plan.toml", cwd=project)
+    assert_clean_error(r)
+    assert "task.motion: sub/clip.npz changed since the plan was made" in r.stderr
+    assert "unilab plan SPEC" in r.stderr
+    assert not (project / "runs").exists()
+
+
+def test_a_saved_plan_applied_from_another_directory_names_where_paths_are_taken(project: Path) -> None:
+    r = unilab("apply", str(project / "sub" / "track.plan.toml"), cwd=project / "sub")
+    assert_clean_error(r)
+    assert "task.motion: the plan's file sub/clip.npz cannot be read from" in r.stderr
+    assert "working directory it was made in" in r.stderr
+    assert not (project / "sub" / "runs").exists()
