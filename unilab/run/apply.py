@@ -88,7 +88,11 @@ def run_apply(req: ApplyRequest) -> int:
             raise UnilabError(
                 f"cannot create run directory {run_dir}: {exc.strerror}", fix="check run.output_dir and its permissions"
             ) from None
-        write_text_atomic(run_dir / "plan.toml", render(plan), "plan")
+        try:
+            write_text_atomic(run_dir / "plan.toml", render(plan), "plan")
+        except BaseException:
+            shutil.rmtree(run_dir, ignore_errors=True)  # e.g. a full disk: no empty run directory left
+            raise
     try:
         if plan.topology.world_size == 1:
             from unilab.run.rank_run import RankJob, run_rank
@@ -97,12 +101,17 @@ def run_apply(req: ApplyRequest) -> int:
             stop = StopFlag()
             stop.install()
             try:
-                return run_rank(RankJob(plan, 0, run_dir, req.spec_dir, checkpoint, req.progress), stop)
+                code = run_rank(RankJob(plan, 0, run_dir, req.spec_dir, checkpoint, req.progress), stop)
             finally:
                 stop.restore()
-        from unilab.run.launch import launch_ranks
+        else:
+            from unilab.run.launch import launch_ranks
 
-        code = launch_ranks(plan, run_dir, req.spec_dir, checkpoint, req.progress)
+            code = launch_ranks(plan, run_dir, req.spec_dir, checkpoint, req.progress)
+        if req.resume_dir is None and not (run_dir / "manifest.json").exists():
+            # Stopped before the collector started: nothing ran, so no run directory is left.
+            shutil.rmtree(run_dir, ignore_errors=True)
+            print("stopped before the run started; no run directory was kept", file=sys.stderr)
         return code
     except BaseException:
         if req.resume_dir is None and not (run_dir / "manifest.json").exists():

@@ -19,6 +19,7 @@ from unilab.plan.inputs import planned_task
 from unilab.plan.models import Plan
 from unilab.run import channel as ch
 from unilab.run.collector_proc import CollectorConfig, collector_main
+from unilab.run.stop import signals_ignored
 
 HELLO_TIMEOUT_S = 600.0  # building a MuJoCo Warp collector compiles kernels on first use
 WAIT_SLICE_S = 0.2
@@ -96,7 +97,10 @@ class CollectorClient:
             args=(cfg, self.hello_q, self.err_q, self.obs_ready, self.act_ready, self.stop),
             daemon=False,
         )
-        self.proc.start()
+        # Born with SIGINT ignored (kept across exec): a Ctrl-C during its imports is the learner's to
+        # handle, not a traceback from a child that dies before it can report.
+        with signals_ignored(signal.SIGINT):
+            self.proc.start()
         deadline = time.monotonic() + HELLO_TIMEOUT_S
         while True:
             self.check()

@@ -5,6 +5,7 @@ torch.distributed elastic worker (or torchrun process) for several."""
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +21,7 @@ from unilab.run.events import EventLog
 from unilab.run.offpolicy import OffPolicyRank, RankHooks
 from unilab.run.progress import ProgressLine
 from unilab.run.recorder import RunRecorder
-from unilab.run.stop import StopFlag
+from unilab.run.stop import StopFlag, signals_ignored
 
 if TYPE_CHECKING:
     from unilab.run.onpolicy import OnPolicyRank
@@ -192,9 +193,10 @@ def run_rank(job: RankJob, stop: StopFlag) -> int:
         first_error = FirstError(where=f"rank{rank}.learner", message=f"{type(exc).__name__}: {exc}")
         raise
     finally:
-        runner.close()
-        if rec is not None and events is not None:
-            _finish(rec, events, status, first_error, started)
+        with signals_ignored(signal.SIGINT, signal.SIGTERM):  # a further Ctrl-C must not cut the record short
+            runner.close()
+            if rec is not None and events is not None:
+                _finish(rec, events, status, first_error, started)
     if rec is not None and started:
         summarize(rec, status)
     return code

@@ -4,6 +4,9 @@ final checkpoint. A second signal falls through to the default handler (stop at 
 from __future__ import annotations
 
 import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 
@@ -27,3 +30,20 @@ class StopFlag:
 
     def __call__(self) -> bool:
         return self.signal is not None
+
+
+@contextmanager
+def signals_ignored(*signums: int) -> Iterator[None]:
+    """Ignore ``signums`` inside the block (main thread only; elsewhere a no-op): a further Ctrl-C
+    while the run records its end, or while a child process is being born, would otherwise leave a
+    manifest that still says "running" or a child that dies mid-import with a traceback."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    sigs = signums or (signal.SIGINT,)
+    old = {s: signal.signal(s, signal.SIG_IGN) for s in sigs}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
