@@ -108,6 +108,14 @@ CASES = [
     Case(
         "devices.cpu-blocks",
         "cpu_laptop",
+        {"training__collector_cpu_ids": [[1, 0, 1]]},
+        True,
+        "CPUs [1] appear more than once in the block of rank 0",
+        "training.collector_cpu_ids[0] = [0, 1]",
+    ),
+    Case(
+        "devices.cpu-blocks",
+        "cpu_laptop",
         {"training__devices": ["cpu", "cpu"], "training__collector_cpu_ids": [[1], [0]]},
         False,
     ),
@@ -335,6 +343,35 @@ CASES = [
     ),
     Case("run.budget", "cpu_laptop", {"run__total_env_steps": 10}, True, "less than one step"),
     Case("run.budget", "cpu_laptop", {}, False),
+    Case(
+        "algo.buffer-size",
+        "cpu_laptop",
+        {"algo": {"name": "sac", "buffer_size": 15}},
+        True,
+        "replay capacity 15 is smaller than one env step of 16 envs",
+        "--set algo.buffer_size=16",
+    ),
+    Case("algo.buffer-size", "cpu_laptop", {"algo": {"name": "flashsac", "buffer_size": 16}}, False),
+    Case("algo.buffer-size", "cpu_laptop", {"algo": {"name": "ppo"}, "task__num_envs": 4096}, False),
+    Case(
+        "algo.critic-support",
+        "cpu_laptop",
+        {"algo": {"name": "sac", "critic": "c51", "v_min": 5.0, "v_max": 5}},
+        True,
+        "C51 critic support is empty: v_min 5.0 >= v_max 5.0",
+        "set algo.v_min below algo.v_max",
+    ),
+    # The scalar critic has no support, so its v_min/v_max are not checked.
+    Case("algo.critic-support", "cpu_laptop", {"algo": {"name": "sac", "v_min": 5.0, "v_max": -5.0}}, False),
+    Case(
+        "algo.critic-support",
+        "cpu_laptop",
+        {"algo": {"name": "flashsac", "v_min": 1.0}},
+        True,
+        "FlashSAC's critic support [1.0, 5.0] must contain 0",
+        "algo.v_min = -5.0 and algo.v_max = 5.0",
+    ),
+    Case("algo.critic-support", "cpu_laptop", {"algo": {"name": "flashsac", "v_min": -1, "v_max": 1}}, False),
 ]
 
 

@@ -3,9 +3,9 @@ on one machine (`unilab host --json > node.json`) and planned against on another
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 HOST_FACTS_SCHEMA_VERSION = 1
 
@@ -25,7 +25,17 @@ class OsFacts(_Facts):
 class CpuFacts(_Facts):
     model: str = Field(description="CPU model name.")
     logical_count: int = Field(ge=1, description="Logical CPUs in the machine.")
-    affinity: list[int] = Field(description="CPUs this process may run on (os.sched_getaffinity), sorted.")
+    affinity: list[Annotated[int, Field(ge=0)]] = Field(
+        description="CPUs this process may run on (os.sched_getaffinity), sorted."
+    )
+
+    @field_validator("affinity")
+    @classmethod
+    def _no_repeats(cls, v: list[int]) -> list[int]:
+        # A hand-edited facts file with a CPU twice would plan blocks that share a CPU.
+        if len(set(v)) != len(v):
+            raise ValueError(f"CPU ids repeat: {sorted(c for c in set(v) if v.count(c) > 1)}")
+        return v
 
 
 class GpuFacts(_Facts):

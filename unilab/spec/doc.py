@@ -19,6 +19,10 @@ are refused; every key not marked *required* has the default shown. Any key can 
 the command line with `--set key.path=VALUE` (TOML value syntax), e.g.
 `unilab plan specs/g1.toml --set task.num_envs=128 --set 'training.devices=["cpu","cpu"]'`.
 
+Values are not coerced: an `int` key takes a TOML integer (not `true`, `16.0` or `"16"`), a `bool`
+key takes `true`/`false` (not `1`), a `float` key takes a float or an integer, and `inf`/`nan` are
+refused everywhere.
+
 Whether the host can honour a request (MPS, GPUs, graphs, a bfloat16 wire...) is decided when the
 spec is compiled into a plan; see [rules.md](rules.md) for every rule.
 

@@ -8,13 +8,22 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator
 
 SPEC_SCHEMA_VERSION = 1
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # strict: TOML has real types, so `num_envs = true`, `"16"` or `normalize_observations = 1`
+    # is a mistake, not something to coerce (a TOML integer still fills a float key).
+    # allow_inf_nan=False: `inf`/`nan` are valid TOML but no key means them; a NaN range once
+    # trained to "succeeded" on all-NaN transitions.
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True, allow_inf_nan=False)
+
+
+# Strict mode wants a Python tuple; TOML gives a list. The items stay strict.
+Pair = Annotated[tuple[float, float], Strict(False)]
+Widths = Annotated[tuple[Annotated[int, Field(ge=1, le=65536)], ...], Strict(False)]
 
 
 class RunSpec(_Section):
@@ -40,9 +49,9 @@ class RunSpec(_Section):
 class CommandRanges(_Section):
     """`[task.commands]`: uniform ranges of the velocity command resampled each episode (g1_walk)."""
 
-    lin_vel_x: tuple[float, float] = Field((-0.5, 1.0), description="Forward velocity range, m/s.")
-    lin_vel_y: tuple[float, float] = Field((-0.3, 0.3), description="Lateral velocity range, m/s.")
-    ang_vel_z: tuple[float, float] = Field((-0.5, 0.5), description="Yaw rate range, rad/s.")
+    lin_vel_x: Pair = Field((-0.5, 1.0), description="Forward velocity range, m/s.")
+    lin_vel_y: Pair = Field((-0.3, 0.3), description="Lateral velocity range, m/s.")
+    ang_vel_z: Pair = Field((-0.5, 0.5), description="Yaw rate range, rad/s.")
 
     @field_validator("lin_vel_x", "lin_vel_y", "ang_vel_z")
     @classmethod
@@ -94,9 +103,7 @@ class SimSpec(_Section):
 
 class _AlgoBase(_Section):
     gamma: Annotated[float, Field(gt=0, le=1)] = Field(0.99, description="Discount factor.")
-    hidden_dims: tuple[Annotated[int, Field(ge=1, le=65536)], ...] = Field(
-        (256, 256), min_length=1, description="Hidden layer widths."
-    )
+    hidden_dims: Widths = Field((256, 256), min_length=1, description="Hidden layer widths.")
     max_grad_norm: Annotated[float, Field(gt=0)] | None = Field(None, description="Gradient norm clip; unset: none.")
     normalize_observations: bool = Field(True, description="Running mean/std observation normalization.")
 
@@ -151,16 +158,14 @@ class FlashSacSpec(_OffPolicyBase):
     alpha_init: Annotated[float, Field(gt=0)] = Field(0.01, description="Initial entropy temperature (the paper's).")
     v_min: float = Field(-5.0, description="Lowest support value of the distributional critic (the paper's).")
     v_max: float = Field(5.0, description="Highest support value of the distributional critic (the paper's).")
-    hidden_dims: tuple[Annotated[int, Field(ge=1, le=65536)], ...] = Field(
-        (256,), min_length=1, max_length=1, description="Residual stream width (one entry)."
-    )
+    hidden_dims: Widths = Field((256,), min_length=1, max_length=1, description="Residual stream width (one entry).")
 
 
 class PpoSpec(_AlgoBase):
     """`[algo]` with `name = "ppo"`: PPO through rsl-rl-lib's on-policy runner."""
 
     name: Literal["ppo"]
-    hidden_dims: tuple[Annotated[int, Field(ge=1, le=65536)], ...] = Field((256, 128, 64), min_length=1)
+    hidden_dims: Widths = Field((256, 128, 64), min_length=1)
     num_steps_per_env: Annotated[int, Field(ge=1)] = Field(24, description="Rollout length per env per iteration.")
     num_learning_epochs: Annotated[int, Field(ge=1)] = Field(5, description="Epochs over each rollout.")
     num_mini_batches: Annotated[int, Field(ge=1)] = Field(4, description="Minibatches per epoch.")
@@ -183,7 +188,8 @@ DeviceRef = Literal["cpu"] | Annotated[int, Field(ge=0)] | Annotated[str, Field(
 class TrainingSpec(_Section):
     """`[training]`: execution modes. Each is either honoured or refused at plan time."""
 
-    devices: DeviceRef | list[DeviceRef] = Field(
+    # min_length: an empty list has no rank to run (it used to divide by zero in the plan).
+    devices: DeviceRef | Annotated[list[DeviceRef], Field(min_length=1)] = Field(
         "cpu",
         description='`"cpu"`, `["cpu", "cpu"]` (CPU data parallel), GPU indices `[0, 1]` '
         "(as CUDA_VISIBLE_DEVICES orders them) or GPU UUIDs.",

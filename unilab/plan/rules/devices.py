@@ -105,7 +105,7 @@ def devices_torch_cuda(r: Rule, ctx: Context) -> list[Diagnostic]:
 @rule(
     "devices.cpu-blocks",
     "training.collector_cpu_ids",
-    "One collector CPU block per rank: non-empty, disjoint, inside the CPU affinity set.",
+    "One collector CPU block per rank: non-empty, no CPU twice, disjoint, inside the CPU affinity set.",
 )
 def devices_cpu_blocks(r: Rule, ctx: Context) -> list[Diagnostic]:
     aff = set(ctx.facts.cpu.affinity)
@@ -128,6 +128,16 @@ def devices_cpu_blocks(r: Rule, ctx: Context) -> list[Diagnostic]:
         key = f"training.collector_cpu_ids[{i}]"
         if not block:
             return [r.diag(f"block of rank {i} is empty", "give each rank at least one CPU", key)]
+        # A repeated CPU would count twice towards the block's size (sim.workers "auto").
+        twice = sorted({c for c in block if block.count(c) > 1})
+        if twice:
+            return [
+                r.diag(
+                    f"CPUs {twice} appear more than once in the block of rank {i}",
+                    f"list each CPU once: {key} = {sorted(set(block))}",
+                    key,
+                )
+            ]
         outside = sorted(set(block) - aff)
         if outside:
             return [

@@ -94,3 +94,52 @@ def run_budget(r: Rule, ctx: Context) -> list[Diagnostic]:
             )
         ]
     return []
+
+
+# The learners refuse these too (unilab/learn/replay.py, sac.py, flashsac.py) as a guard, but
+# by then `unilab apply` has made the run directory and started the collector.
+
+
+@rule(
+    "algo.buffer-size",
+    "algo.buffer_size",
+    "An off-policy replay buffer holds at least one env step of a rank's envs (`buffer_size >= task.num_envs`).",
+)
+def algo_buffer_size(r: Rule, ctx: Context) -> list[Diagnostic]:
+    algo, n = ctx.spec.algo, ctx.spec.task.num_envs
+    if algo.name != "ppo" and algo.buffer_size < n:
+        return [
+            r.diag(
+                f"replay capacity {algo.buffer_size} is smaller than one env step of {n} envs (task.num_envs)",
+                f"set algo.buffer_size >= {n} (e.g. --set algo.buffer_size={n}), or lower task.num_envs",
+            )
+        ]
+    return []
+
+
+@rule(
+    "algo.critic-support",
+    "algo.v_min",
+    "A distributional critic has a non-empty support, `v_min < v_max` (SAC with `critic = c51`); "
+    "FlashSAC's also contains 0, `v_min < 0 < v_max`.",
+)
+def algo_critic_support(r: Rule, ctx: Context) -> list[Diagnostic]:
+    algo = ctx.spec.algo
+    if algo.name == "sac" and algo.critic == "c51" and not algo.v_min < algo.v_max:
+        return [
+            r.diag(
+                f"C51 critic support is empty: v_min {algo.v_min} >= v_max {algo.v_max}",
+                "set algo.v_min below algo.v_max, e.g. --set algo.v_min=-20.0 --set algo.v_max=20.0",
+            )
+        ]
+    if algo.name == "flashsac" and not algo.v_min < 0 < algo.v_max:
+        key = "algo.v_min" if algo.v_min >= 0 else "algo.v_max"
+        return [
+            r.diag(
+                f"FlashSAC's critic support [{algo.v_min}, {algo.v_max}] must contain 0 (rewards are scaled to it)",
+                "set algo.v_min = -5.0 and algo.v_max = 5.0 (the paper's support): "
+                "--set algo.v_min=-5.0 --set algo.v_max=5.0",
+                key,
+            )
+        ]
+    return []
