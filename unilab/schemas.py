@@ -44,20 +44,31 @@ def rendered() -> dict[str, str]:
 
 
 def export(out_dir: Path) -> list[Path]:
-    out_dir.mkdir(parents=True, exist_ok=True)
+    """Write every schema atomically (a reader never sees half a file)."""
+    from unilab.errors import UnilabError
+    from unilab.run.atomic import write_text_atomic
+
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UnilabError(
+            f"cannot create schema directory {out_dir}: {exc.strerror or exc}",
+            fix="pass a writable directory with --out",
+        ) from None
     written = []
     for fname, text in rendered().items():
         p = out_dir / fname
-        p.write_text(text, encoding="utf-8")
+        write_text_atomic(p, text, "schema", fix=f"check that {out_dir} is writable and has free space")
         written.append(p)
     return written
 
 
 def drift(out_dir: Path) -> list[str]:
-    """Names of committed schema files that are missing or differ from the code."""
+    """Names of committed schema files that are missing or differ from the code (bytes compared,
+    so a binary or non-UTF-8 file simply differs)."""
     out = []
     for fname, text in rendered().items():
         p = out_dir / fname
-        if not p.exists() or p.read_text(encoding="utf-8") != text:
+        if not p.is_file() or p.read_bytes() != text.encode("utf-8"):
             out.append(fname)
     return out

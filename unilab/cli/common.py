@@ -1,8 +1,12 @@
-"""Shared CLI plumbing: reading specs or saved plans, host facts, atomic writes."""
+"""Shared CLI plumbing: reading specs or saved plans, host facts, atomic writes, and the
+one-paragraph errors for files that cannot be read or written."""
 
 from __future__ import annotations
 
+import errno
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -40,27 +44,101 @@ def read_host_facts(path: Path | None) -> HostFacts:
         ) from None
 
 
+_OS_FIX = {
+    errno.EACCES: "give this user access to it (check the file's and its directories' permissions)",
+    errno.EPERM: "give this user access to it (check the file's and its directories' permissions)",
+    errno.ENOSPC: "free disk space, or write somewhere else",
+    errno.EDQUOT: "free disk space (quota exceeded), or write somewhere else",
+    errno.EROFS: "write to a writable file system",
+    errno.EISDIR: "pass a file, not a directory",
+    errno.ENOTDIR: "check the path: one of its parents is a file, not a directory",
+    errno.ENOENT: "check the path",
+    errno.EEXIST: "choose a path that does not exist yet, or remove the existing one",
+}
+
+
+def file_error(exc: BaseException, path: Path | str | None = None, what: str = "file") -> UnilabError | None:
+    """The one-paragraph error for an OS error, a non-UTF-8 file or a too deeply nested document;
+    None for any other exception. `path` is used when the exception does not name one."""
+    if isinstance(exc, OSError):
+        where = exc.filename if exc.filename is not None else path
+        why = exc.strerror or type(exc).__name__
+        summary = f"cannot access {what} {where}: {why}" if where is not None else f"a file operation failed: {why}"
+        return UnilabError(summary, fix=_OS_FIX.get(exc.errno or 0, "check the path and its permissions"))
+    if isinstance(exc, UnicodeDecodeError):
+        where = f" {path}" if path is not None else ""
+        return UnilabError(
+            f"{what}{where} is not UTF-8 text (byte {exc.start}: {exc.reason})",
+            fix="pass a UTF-8 text file (a spec or a plan written by `unilab plan`), not a binary file",
+        )
+    if isinstance(exc, RecursionError):
+        where = f" {path}" if path is not None else ""
+        return UnilabError(
+            f"{what}{where} is nested too deeply to read",
+            fix="a unilab spec or plan nests a few levels at most: check the file for runaway [ or {",
+        )
+    return None
+
+
+@contextmanager
+def reading(path: Path, what: str) -> Iterator[None]:
+    """Turn OS, decoding and nesting errors while reading `path` into one clear paragraph."""
+    try:
+        yield
+    except (OSError, UnicodeDecodeError, RecursionError) as exc:
+        err = file_error(exc, path, what)
+        assert err is not None
+        raise err from None
+
+
 def plan_from_path(path: Path, overrides: list[str], host_facts: Path | None) -> Plan:
     """A spec is compiled against the host (or recorded facts); a saved plan is read back."""
     from unilab.plan.render import is_plan_file, load_plan
 
-    if path.exists() and path.is_file() and is_plan_file(path):
-        if overrides:
-            raise UnilabError(
-                f"{path} is a saved plan; --set applies to specs only", fix="put the override on the spec and re-plan"
-            )
-        return load_plan(path)
-    from unilab.plan.compile import compile_plan
-    from unilab.spec.load import load_spec
+    with reading(path, "spec or plan"):
+        if path.exists() and path.is_file() and is_plan_file(path):
+            if overrides:
+                raise UnilabError(
+                    f"{path} is a saved plan; --set applies to specs only",
+                    fix="put the override on the spec and re-plan",
+                )
+            return load_plan(path)
+        from unilab.spec.load import load_spec
 
-    loaded = load_spec(path, overrides)
+        loaded = load_spec(path, overrides)
+    from unilab.plan.compile import compile_plan
+
     return compile_plan(loaded.spec, read_host_facts(host_facts), loaded.spec_dir)
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Never a half-written file: see unilab.run.atomic."""
+def same_file(a: Path, b: Path) -> bool:
+    try:
+        return a.exists() and b.exists() and a.samefile(b)
+    except OSError:
+        return False
+
+
+def check_out_file(out: Path, inputs: list[Path], what: str) -> None:
+    """Refuse an --out that is a directory, sits in a missing directory, or is one of the inputs."""
+    if out.is_dir():
+        raise UnilabError(f"--out {out} is a directory", fix=f"pass a file name for the {what}, e.g. {out}/{what}.toml")
+    if not out.parent.is_dir():
+        raise UnilabError(
+            f"cannot write {out}: directory {out.parent} does not exist", fix=f"create it first (mkdir -p {out.parent})"
+        )
+    for src in inputs:
+        if same_file(out, src):
+            raise UnilabError(
+                f"--out {out} is the input file {src}: writing there would overwrite it",
+                fix="choose another --out file",
+            )
+
+
+def write_atomic(path: Path, text: str, inputs: list[Path] | None = None, what: str = "plan") -> None:
+    """Never a half-written file (see unilab.run.atomic), never the input file."""
     from unilab.run.atomic import write_text_atomic
 
-    if not path.parent.is_dir():
-        raise UnilabError(f"cannot write {path}: directory {path.parent} does not exist", fix="create it first")
-    write_text_atomic(path, text, "plan")
+    check_out_file(path, inputs or [], what)
+    write_text_atomic(
+        path, text, what, fix=f"check that {path.parent} is writable and has free space, or choose another --out"
+    )

@@ -14,16 +14,34 @@ from unilab.errors import UnilabError
 EXIT_OK, EXIT_ERROR, EXIT_DIFFERENT, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 
+def _plan_format(fmt: str | None, out: Path | None) -> str:
+    """A saved plan is read back by its extension (.json is JSON, anything else TOML), so --out
+    decides the format when --format is not given, and a mismatch is refused."""
+    if out is None:
+        return fmt or "toml"
+    by_ext = "json" if out.suffix.lower() == ".json" else "toml"
+    if fmt is not None and fmt != by_ext:
+        raise UnilabError(
+            f"--format {fmt} does not match --out {out}: a plan file ending in "
+            f"{out.suffix or '(no extension)'} is read back as {by_ext.upper()}",
+            fix=f"drop --format (the extension decides), or name the file {out.with_suffix('.' + fmt).name}",
+        )
+    return by_ext
+
+
 def _cmd_plan(args: argparse.Namespace) -> int:
-    from unilab.cli.common import plan_from_path, write_atomic
+    from unilab.cli.common import check_out_file, plan_from_path, write_atomic
     from unilab.plan.render import render
 
+    fmt = _plan_format(args.format, args.out)
+    if args.out is not None:
+        check_out_file(args.out, [args.spec], "plan")  # before compiling: refuse early
     plan = plan_from_path(args.spec, args.set, args.host_facts)
-    text = render(plan, args.format)
+    text = render(plan, fmt)
     if args.out is None:
         sys.stdout.write(text)
     else:
-        write_atomic(args.out, text)
+        write_atomic(args.out, text, [args.spec])
         print(f"plan {plan.plan_id} written to {args.out}")
     return EXIT_OK
 
@@ -90,8 +108,18 @@ def _cmd_host(args: argparse.Namespace) -> int:
 def _cmd_schema(args: argparse.Namespace) -> int:
     from unilab import schemas
 
+    if args.out.exists() and not args.out.is_dir():
+        raise UnilabError(f"--out {args.out} is not a directory", fix="pass the directory that holds the schema files")
     if args.check:
-        stale = schemas.drift(args.out)
+        if not args.out.is_dir():
+            raise UnilabError(
+                f"schema directory {args.out} does not exist",
+                fix=f"pass the directory of the committed schemas, or create it with `unilab schema --out {args.out}`",
+            )
+        from unilab.cli.common import reading
+
+        with reading(args.out, "schema file"):
+            stale = schemas.drift(args.out)
         if stale:
             raise UnilabError(
                 f"schemas under {args.out}/ differ from the code: {', '.join(stale)}",
@@ -117,7 +145,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Declarative training runtime for humanoid RL (Unitree G1). "
         "Write a TOML spec, review its plan, apply it.",
         epilog="Start with: unilab apply specs/g1.toml (or unilab plan specs/g1.toml to review the plan first). "
-        "Spec keys: docs/spec.md. Plan rules: docs/rules.md.",
+        "Spec keys: docs/spec.md. Plan rules: docs/rules.md. Exit codes: 0 success, 1 error (usage errors "
+        "included), 2 only from `unilab diff` when the plans differ, 130 interrupted.",
     )
     p.add_argument("--version", action="version", version=f"unilab {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
@@ -150,18 +179,29 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sp.add_argument("spec", type=Path, metavar="SPEC", help="run spec (.toml), or a saved plan to re-render")
     spec_opts(sp)
-    sp.add_argument("--out", type=Path, metavar="FILE", help="write the plan to FILE (atomically) instead of stdout")
-    sp.add_argument("--format", choices=("toml", "json"), default="toml", help="rendering (default: toml)")
+    sp.add_argument(
+        "--out",
+        type=Path,
+        metavar="FILE",
+        help="write the plan to FILE (atomically) instead of stdout; FILE must not be SPEC or a directory",
+    )
+    sp.add_argument(
+        "--format",
+        choices=("toml", "json"),
+        default=None,
+        help="rendering (default: json when FILE ends in .json, else toml); a plan file is read back by its "
+        "extension, so --format json needs a .json FILE and --format toml a non-.json one",
+    )
     sp.set_defaults(func=_cmd_plan)
 
     sp = sub.add_parser(
         "diff",
-        help="compare two plans key by key (exit 0 equal, 2 different, 1 error)",
+        help="compare two specs or saved plans key by key (exit 0 equal, 2 different, 1 error)",
         description="Compare A and B (each a spec, compiled for this host, or a saved plan) key by "
         "key. Exit code: 0 when equal, 2 when they differ, 1 on error.",
     )
-    sp.add_argument("a", type=Path, metavar="A")
-    sp.add_argument("b", type=Path, metavar="B")
+    sp.add_argument("a", type=Path, metavar="A", help="spec (.toml) or saved plan")
+    sp.add_argument("b", type=Path, metavar="B", help="spec (.toml) or saved plan")
     spec_opts(sp)
     sp.set_defaults(func=_cmd_diff)
 
@@ -197,20 +237,84 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+class _OutputError(Exception):
+    """Standard output cannot be written (a closed pipe, a full disk)."""
+
+    def __init__(self, cause: OSError) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+
+
+class _GuardedStdout:
+    """sys.stdout whose write errors are told apart from errors on the user's files."""
+
+    def __init__(self, inner) -> None:
+        self._inner = inner
+
+    def write(self, text: str) -> int:
+        try:
+            return self._inner.write(text)
+        except OSError as exc:
+            raise _OutputError(exc) from None
+
+    def flush(self) -> None:
+        try:
+            self._inner.flush()
+        except OSError as exc:
+            raise _OutputError(exc) from None
+
+    def __getattr__(self, name: str):
+        return getattr(self._inner, name)
+
+
+def _silence_stdout() -> None:
+    """After a failed write, point fd 1 at /dev/null so the exit-time flush has nothing to complain about."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+def _output_failed(exc: _OutputError) -> int:
+    _silence_stdout()
+    if isinstance(exc.cause, BrokenPipeError):  # `unilab rules | head -1`: the reader has what it wanted
+        return EXIT_ERROR
+    why = exc.cause.strerror or str(exc.cause)
+    print(f"error: cannot write to standard output: {why}", file=sys.stderr)
+    return EXIT_ERROR
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    real_stdout = sys.stdout
+    sys.stdout = _GuardedStdout(real_stdout)
     try:
-        args = parser.parse_args(argv)
-    except SystemExit as exc:  # usage errors (exit 2) and --help (exit 0), already printed by argparse
-        return int(exc.code or 0)
-    try:
-        return int(args.func(args))
+        try:
+            args = parser.parse_args(argv)
+        except SystemExit as exc:  # --help (exit 0) and usage errors, already printed by argparse
+            sys.stdout.flush()
+            return EXIT_OK if not exc.code else EXIT_ERROR  # exit 2 is reserved for `unilab diff`: plans differ
+        rc = int(args.func(args))
+        sys.stdout.flush()
+        return rc
+    except _OutputError as exc:
+        return _output_failed(exc)
     except UnilabError as exc:
         print(exc.render(), file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except (OSError, UnicodeDecodeError, RecursionError) as exc:  # a file the user named cannot be used
+        from unilab.cli.common import file_error
+
+        if os.environ.get("UNILAB_DEBUG"):
+            raise
+        err = file_error(exc)
+        print(err.render() if err else f"error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
     except Exception as exc:  # a bug: say so in one paragraph, keep the traceback behind a flag
         if os.environ.get("UNILAB_DEBUG"):
             raise
@@ -220,6 +324,8 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return EXIT_ERROR
+    finally:
+        sys.stdout = real_stdout
 
 
 if __name__ == "__main__":

@@ -21,17 +21,33 @@ def _command(args: argparse.Namespace) -> list[str]:
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
+    from unilab.cli.common import reading
+    from unilab.errors import UnilabError
+    from unilab.plan.render import is_plan_file
     from unilab.profile.arms import default_arms, parse_arms
     from unilab.profile.report import render_markdown
     from unilab.profile.session import ProfileRequest, run_profile
     from unilab.spec.load import load_spec
 
+    with reading(args.spec, "spec"):
+        if args.spec.is_file() and is_plan_file(args.spec):
+            raise UnilabError(
+                f"{args.spec} is a saved plan; `unilab profile` takes a spec",
+                detail="each arm changes spec keys and is planned anew, so a fixed plan cannot be profiled",
+                fix="pass the spec the plan was made from, e.g. `unilab profile specs/cartpole.toml`",
+            )
+        spec = load_spec(args.spec, args.set).spec  # spec errors come before anything else
+    if args.out is not None and (args.out.exists() or args.out.is_symlink()):
+        what = "directory" if args.out.is_dir() else "file"
+        raise UnilabError(
+            f"--out {args.out} already exists (a {what}); a profile writes a new directory",
+            fix="pass a path that does not exist yet, or leave --out out for <run.output_dir>/profile-<utc time>",
+        )
     if args.arm:
         arms = parse_arms(args.arm)
     else:
         import torch
 
-        spec = load_spec(args.spec, args.set).spec
         arms = default_arms(spec.sim.backend, torch.cuda.is_available() and spec.training.devices != "cpu")
     req = ProfileRequest(
         spec=args.spec,
@@ -61,7 +77,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         description="Run SPEC through `unilab apply` once per arm and repeat (arms interleaved: A B A B ...), "
         "measure each run over a window after its warm-up, and report per lifecycle phase the median and "
         "range over repeats, whether the phases add up to the iteration time, a host-sync inventory of the "
-        "collector, and a go/no-go line for an update-state graph. Writes runs/profile-<utc time>/ with "
+        "collector, and a go/no-go line for an update-state graph. Writes <run.output_dir>/profile-<utc time>/ "
+        "(run.output_dir defaults to runs) with "
         "profile.json, profile.md and profile.png. Default arms: physics graph off vs on (CUDA MuJoCo Warp), "
         "else one vs two CPU physics workers.",
     )
@@ -99,6 +116,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     sp.add_argument(
         "--threshold", type=float, default=0.15, metavar="SHARE", help="go/no-go non-physics share (default 0.15)"
     )
-    sp.add_argument("--out", type=Path, metavar="DIR", help="profile directory (default: runs/profile-<utc time>)")
+    sp.add_argument(
+        "--out",
+        type=Path,
+        metavar="DIR",
+        help="new profile directory, must not exist (default: <run.output_dir>/profile-<utc time>)",
+    )
     sp.add_argument("--run-timeout", type=float, default=600.0, metavar="S", help="limit per run (default 600)")
     sp.set_defaults(func=cmd_profile)

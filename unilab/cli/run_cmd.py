@@ -10,17 +10,21 @@ from unilab.errors import UnilabError
 
 def _resolve(target: Path, overrides: list[str]):
     """A spec is planned against this host; a saved plan is re-checked against it (stale-plan refusal)."""
+    from unilab.cli.common import reading
     from unilab.host.probe import probe_host
     from unilab.plan.fingerprint import compare_fingerprint
     from unilab.plan.render import is_plan_file, load_plan
 
     facts = probe_host()
-    if target.is_file() and is_plan_file(target):
+    with reading(target, "spec or plan"):
+        is_plan = target.is_file() and is_plan_file(target)
+        plan = load_plan(target) if is_plan and not overrides else None
+    if is_plan:
         if overrides:
             raise UnilabError(
                 f"{target} is a saved plan; --set applies to specs only", fix="put the override on the spec and re-plan"
             )
-        plan = load_plan(target)
+        assert plan is not None
         changes = compare_fingerprint(plan.host_facts, facts)
         if changes:
             more = f" (and {len(changes) - 1} more)" if len(changes) > 1 else ""
@@ -33,7 +37,8 @@ def _resolve(target: Path, overrides: list[str]):
     from unilab.plan.compile import compile_plan
     from unilab.spec.load import load_spec
 
-    loaded = load_spec(target, overrides)
+    with reading(target, "spec"):
+        loaded = load_spec(target, overrides)
     return compile_plan(loaded.spec, facts, loaded.spec_dir), loaded.spec_dir, facts
 
 
@@ -66,9 +71,10 @@ def add_parsers(sub: argparse._SubParsersAction, spec_opts) -> None:
     sp = sub.add_parser(
         "apply",
         help="run a spec or a saved plan (the main job)",
-        description="Plan TARGET (a spec) for this host, or re-check a saved plan against it (a stale plan is "
-        "refused), then train. The run directory runs/<name>-<utc time>/ gets plan.toml, manifest.json, "
-        "events.jsonl, tensorboard/ and checkpoints/. Ctrl-C stops gracefully (final checkpoint, exit 130).",
+        description="Plan SPEC for this host, or re-check a saved PLAN against it (a stale plan is "
+        "refused), then train. The run directory <run.output_dir>/<run.name>-<utc time>/ (run.output_dir "
+        "defaults to runs) gets plan.toml, manifest.json, events.jsonl, tensorboard/ and checkpoints/. "
+        "Ctrl-C stops gracefully (final checkpoint, exit 130).",
     )
     sp.add_argument("target", type=Path, metavar="SPEC|PLAN", help="run spec (.toml) or saved plan")
     sp.add_argument(
@@ -84,7 +90,9 @@ def add_parsers(sub: argparse._SubParsersAction, spec_opts) -> None:
         metavar="RUN_DIR",
         help="continue RUN_DIR from its last checkpoint (same plan id required)",
     )
-    sp.add_argument("--quiet", action="store_true", help="no progress line")
+    sp.add_argument(
+        "--quiet", action="store_true", help="print only the final summary (no start lines, no progress line)"
+    )
     sp.set_defaults(func=cmd_apply)
 
     sp = sub.add_parser("manifest", help="check a run manifest against the manifest schema")
@@ -101,5 +109,11 @@ def add_parsers(sub: argparse._SubParsersAction, spec_opts) -> None:
     )
     sp.add_argument("run_dir", type=Path, metavar="RUN_DIR")
     sp.add_argument("--format", choices=("onnx",), default="onnx")
-    sp.add_argument("--out", type=Path, metavar="FILE", help="default: RUN_DIR/policy.onnx")
+    sp.add_argument(
+        "--out",
+        type=Path,
+        metavar="FILE",
+        help="written atomically (default: RUN_DIR/policy.onnx); inside RUN_DIR only a previous export "
+        "(*.onnx) may be replaced",
+    )
     sp.set_defaults(func=cmd_export)

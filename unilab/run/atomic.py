@@ -20,7 +20,11 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def write_atomic(path: Path, write: Callable[[IO[bytes]], None], what: str) -> None:
+RUN_FILE_FIX = "free disk space (or choose another run.output_dir) and resume with --resume RUN_DIR"
+
+
+def write_atomic(path: Path, write: Callable[[IO[bytes]], None], what: str, fix: str = RUN_FILE_FIX) -> None:
+    """`fix` is the advice on failure; the default suits files of a run directory."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         with open(tmp, "wb") as f:
@@ -35,9 +39,9 @@ def write_atomic(path: Path, write: Callable[[IO[bytes]], None], what: str) -> N
         raise UnilabError(
             f"cannot write {what} {path}: {why}",
             detail="the previous version of the file, if any, is unchanged",
-            fix="free disk space (or choose another run.output_dir) and resume with --resume RUN_DIR",
+            fix=fix,
         ) from exc
 
 
-def write_text_atomic(path: Path, text: str, what: str) -> None:
-    write_atomic(path, lambda f: f.write(text.encode("utf-8")), what)
+def write_text_atomic(path: Path, text: str, what: str, fix: str = RUN_FILE_FIX) -> None:
+    write_atomic(path, lambda f: f.write(text.encode("utf-8")), what, fix)

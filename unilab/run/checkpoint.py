@@ -50,6 +50,12 @@ def load_checkpoint(path: Path, *, plan_id: str | None) -> dict[str, Any]:
         raise UnilabError(f"checkpoint {path} does not exist", fix="pass a run directory that holds checkpoints/")
     try:
         blob = torch.load(path, map_location="cpu", weights_only=True)
+    except PermissionError as exc:  # an intact checkpoint may sit behind wrong permissions: never say delete it
+        raise UnilabError(
+            f"checkpoint {path} cannot be read: {exc.strerror or 'permission denied'}",
+            detail="the file itself was not checked; it may well be intact",
+            fix=f"give this user read access to {path} (and its directory), then retry",
+        ) from None
     except (RuntimeError, pickle.UnpicklingError, zipfile.BadZipFile, EOFError, ValueError, OSError) as exc:
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
         raise UnilabError(

@@ -4,6 +4,8 @@ observations as the task produces them; output `action` [batch, act_dim] in [-1,
 
 from __future__ import annotations
 
+import io
+import os
 from pathlib import Path
 
 import torch
@@ -27,19 +29,48 @@ class DeployPolicy(nn.Module):
         return torch.tanh(mean)
 
 
+def _unreadable(path: Path, exc: OSError) -> UnilabError:
+    return UnilabError(
+        f"cannot read {exc.filename or path}: {exc.strerror or exc}",
+        fix="give this user read access to the run directory and its files, then retry",
+    )
+
+
+def _read_plan(run_dir: Path):
+    from unilab.plan.render import load_plan
+
+    plan_path = run_dir / "plan.toml"
+    try:
+        if not run_dir.is_dir():
+            raise UnilabError(f"run directory {run_dir} does not exist", fix="pass a run directory (RUN_DIR)")
+        if not plan_path.is_file():
+            raise UnilabError(f"{run_dir} is not a unilab run directory (no plan.toml)", fix="pass a run directory")
+        plan_path.read_bytes()  # a permission problem is named here, not as "not a plan"
+        return load_plan(plan_path)
+    except OSError as exc:
+        raise _unreadable(plan_path, exc) from None
+    except (UnicodeDecodeError, RecursionError):
+        raise UnilabError(
+            f"{plan_path} is not a unilab plan (not UTF-8 TOML)",
+            fix="export a run directory written by `unilab apply`; its plan.toml must not be edited",
+        ) from None
+
+
 def load_policy(run_dir: Path) -> tuple[DeployPolicy, int]:
     """The deployable policy of the newest checkpoint in `run_dir`, and its observation size."""
     from unilab.learn.normalizer import ObsNormalizer
-    from unilab.plan.render import load_plan
     from unilab.run.checkpoint import list_checkpoints, load_checkpoint
     from unilab.run.learners import make_offpolicy_learner
 
-    plan_path = run_dir / "plan.toml"
-    if not plan_path.is_file():
-        raise UnilabError(f"{run_dir} is not a unilab run directory (no plan.toml)", fix="pass a run directory")
-    plan = load_plan(plan_path)
+    plan = _read_plan(run_dir)
     if plan.algo.name == "ppo":
         raise UnilabError("exporting PPO policies is not supported yet", fix="export a sac or flashsac run")
+    try:
+        os.listdir(run_dir / "checkpoints")  # glob() hides a permission error as "no checkpoint"
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        raise _unreadable(run_dir / "checkpoints", exc) from None
     ckpts = list_checkpoints(run_dir / "checkpoints")
     if not ckpts:
         raise UnilabError(f"{run_dir}/checkpoints holds no checkpoint", fix="export a run that wrote a checkpoint")
@@ -59,15 +90,46 @@ def load_policy(run_dir: Path) -> tuple[DeployPolicy, int]:
     return DeployPolicy(actor, mean, inv_std, norm.clip, flash=plan.algo.name == "flashsac").eval(), obs_dim
 
 
+def check_export_out(run_dir: Path, out: Path) -> None:
+    """Refuse an --out that cannot be written or would destroy something: a directory, a missing
+    parent, or an existing file of the run directory other than a previous export (*.onnx)."""
+    if out.is_dir():
+        raise UnilabError(f"--out {out} is a directory", fix=f"pass a file name, e.g. --out {out / 'policy.onnx'}")
+    if not out.parent.is_dir():
+        raise UnilabError(
+            f"cannot write {out}: directory {out.parent} does not exist", fix=f"create it first (mkdir -p {out.parent})"
+        )
+    if out.exists() and out.suffix.lower() != ".onnx":
+        try:
+            inside = out.resolve().is_relative_to(run_dir.resolve())
+        except OSError:
+            inside = True
+        if inside:
+            raise UnilabError(
+                f"--out {out} is a file of the run directory {run_dir}: exporting there would overwrite it",
+                fix="choose a new file name ending in .onnx (default: RUN_DIR/policy.onnx)",
+            )
+
+
 def export_onnx(run_dir: Path, out: Path | None) -> Path:
-    policy, obs_dim = load_policy(run_dir)
+    from unilab.run.atomic import write_atomic
+
+    _read_plan(run_dir)  # a missing or unreadable run directory is named first
     out = out or run_dir / "policy.onnx"
+    try:
+        check_export_out(run_dir, out)  # before building the model: refuse early
+    except OSError as exc:
+        raise UnilabError(
+            f"cannot use --out {exc.filename or out}: {exc.strerror or exc}", fix="check the path and its permissions"
+        ) from None
+    policy, obs_dim = load_policy(run_dir)
     example = torch.zeros(1, obs_dim)
+    buf = io.BytesIO()
     try:
         torch.onnx.export(
             policy,
             (example,),
-            str(out),
+            buf,
             input_names=["obs"],
             output_names=["action"],
             dynamic_axes={"obs": {0: "batch"}, "action": {0: "batch"}},
@@ -78,4 +140,11 @@ def export_onnx(run_dir: Path, out: Path | None) -> Path:
             f"ONNX export failed: {type(exc).__name__}: {str(exc).splitlines()[0][:300]}",
             fix="report this with the run's plan.toml",
         ) from None
+    data = buf.getvalue()
+    write_atomic(
+        out,
+        lambda f: f.write(data),
+        "ONNX model",
+        fix=f"check that {out.parent} is writable and has free space, or choose another --out",
+    )
     return out
