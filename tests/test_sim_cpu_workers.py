@@ -191,9 +191,12 @@ def test_bad_worker_arguments_are_refused():
         MujocoCpuBackend(xml, 2, DECIMATION, None, workers=3)
 
 
-def test_diagnostics_report_workers_and_mujoco_warnings():
-    with MujocoCpuBackend(small_humanoid_xml(), 4, DECIMATION, None, workers=2) as b:
-        b.step(torch.full((4, b.dims.nu), float("nan")))  # MuJoCo warns about bad ctrl and zeroes it
-        diag = b.diagnostics()
-        assert diag["workers"] == 2 and diag["worker_pids"] == b.worker_pids()
-        assert diag["mujoco_warnings"]["badctrl"] >= 4
+def test_diagnostics_report_workers_and_mujoco_warnings(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the workers inherit it
+    for workers in (2, 1):  # worker processes, and the in-process stepper
+        with MujocoCpuBackend(small_humanoid_xml(), 4, DECIMATION, None, workers=workers) as b:
+            b.step(torch.full((4, b.dims.nu), float("nan")))  # MuJoCo warns about bad ctrl and zeroes it
+            diag = b.diagnostics()
+            assert diag["workers"] == workers and diag["worker_pids"] == b.worker_pids()
+            assert diag["mujoco_warnings"]["badctrl"] >= 4
+    assert not (tmp_path / "MUJOCO_LOG.TXT").exists()  # counted, not written into the user's directory

@@ -17,9 +17,16 @@ from unilab.sim.state_layout import NUM_WARNINGS
 from unilab.sim.world_params import WorldParamTargets
 
 
+def _counted_only(text: str) -> None:
+    """MuJoCo's warnings are counted per world (``MjData.warning``, reported in the diagnostics and
+    the manifest); without a handler MuJoCo would also append each one's text to MUJOCO_LOG.TXT in
+    the user's working directory."""
+
+
 class WorldStepper:
     def __init__(self, model: mujoco.MjModel, views: dict[str, np.ndarray], decimation: int) -> None:
         """``views``: the state block's numpy arrays restricted to this slice's rows."""
+        mujoco.set_mju_user_warning(_counted_only)
         self._m = model
         self._v = views
         self._decimation = decimation
