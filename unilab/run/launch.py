@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import sys
 from datetime import timedelta
@@ -43,11 +44,17 @@ def rank_entry(
 ) -> int:
     """The entry point of every rank process (decorated with @record: an exception becomes the
     elastic error file the launcher reports)."""
+    # Out of the terminal's process group: a Ctrl-C reaches the launcher, which forwards one SIGINT
+    # to every rank, instead of two (the terminal's, then the launcher's) cutting a graceful stop short.
+    try:
+        os.setpgid(0, 0)
+    except OSError:
+        pass
     import torch
     import torch.distributed as dist
 
     from unilab.plan.render import load_plan
-    from unilab.run.rank_run import RankJob, run_rank
+    from unilab.run.rank_run import EXIT_INTERRUPTED, RankJob, run_rank
     from unilab.run.stop import StopFlag
 
     rank = int(os.environ["RANK"])
@@ -73,10 +80,18 @@ def rank_entry(
             resume_checkpoint=Path(resume_checkpoint) if resume_checkpoint else None,
             progress=progress,
         )
-        return run_rank(job, stop)
+        code = run_rank(job, stop)
     finally:
         stop.restore()
         dist.destroy_process_group()
+    if code == EXIT_INTERRUPTED and stop.signal == signal.SIGINT:
+        # The SIGINT came from the launcher shutting the ranks down after a Ctrl-C: it no longer
+        # reads their return values, and returning would wait for it to do so until it SIGKILLs us
+        # (30 s). The run is already recorded (manifest, final checkpoint), so leave now.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
 
 
 def launch_ranks(plan: Plan, run_dir: Path, spec_dir: Path, resume_checkpoint: Path | None, progress: bool) -> int:
@@ -104,6 +119,7 @@ def launch_ranks(plan: Plan, run_dir: Path, spec_dir: Path, resume_checkpoint: P
         str(resume_checkpoint) if resume_checkpoint else None,
         progress,
     )
+    _quiet_launcher_logs()
     try:
         results = elastic_launch(cfg, rank_entry)(*args)
     except ChildFailedError as exc:
@@ -120,16 +136,29 @@ def launch_ranks(plan: Plan, run_dir: Path, spec_dir: Path, resume_checkpoint: P
     return max((int(c or 0) for c in results.values()), default=0)
 
 
+def _quiet_launcher_logs() -> None:
+    """The elastic launcher logs a failed rank's whole traceback (and its shutdown steps) to
+    stderr; unilab reports the first failure itself, in one paragraph, from the rank's error file.
+    UNILAB_DEBUG=1 keeps torch's logs."""
+    if os.environ.get("UNILAB_DEBUG"):
+        return
+    import logging
+
+    for name in list(logging.root.manager.loggerDict):
+        if name.startswith(("torch.distributed.elastic", "torch.distributed.launcher", "torch.multiprocessing")):
+            logging.getLogger(name).setLevel(logging.CRITICAL)
+
+
 def _failure_message(failure: Any) -> str:
     data = failure.error_file_data
     if isinstance(data, dict):
         msg = data.get("message", data)
         if isinstance(msg, dict):
             msg = msg.get("message", str(msg))
-        return str(msg).strip().splitlines()[0]
+        text = str(msg).strip()
+        if text and text != "<NONE>":  # torch's placeholder when the rank left no error file
+            return text.splitlines()[0]
     if failure.exitcode is not None and failure.exitcode < 0:
-        import signal
-
         return f"killed by {signal.Signals(-failure.exitcode).name}"
     return failure.message or f"exited with code {failure.exitcode}"
 
