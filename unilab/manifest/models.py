@@ -115,15 +115,20 @@ class DataParallelEvidence(_M):
 
 
 class Counters(_M):
-    env_steps: int = Field(0, description="Env steps of all envs of all ranks.")
+    env_steps: int = Field(0, description="Env steps of all envs of all ranks, since the run began (resumes included).")
     syncs: int = Field(0, description="Collector/learner synchronisations per rank (K env steps of every env each).")
     updates: int = Field(0, description="Update cycles per rank (every rank takes the same ones).")
     episodes: int = 0
     nonfinite_resets: int = 0
     skipped_updates: int = Field(0, description="Optimizer steps skipped because a loss was non-finite.")
-    transitions_produced: int = 0
-    transitions_stored: int = 0
-    dropped_transitions: int = Field(0, description="Produced but not stored; the runtime's invariant is 0.")
+    # The transition counts audit one process's replay buffer, which a resume starts afresh.
+    transitions_produced: int = Field(
+        0, description="Transitions the collectors produced in this session (a resumed run: since its resume)."
+    )
+    transitions_stored: int = Field(0, description="Transitions stored in the replay buffers in this session.")
+    dropped_transitions: int = Field(
+        0, description="Produced but neither stored nor non-finite, this session; the runtime's invariant is 0."
+    )
 
 
 class Timing(_M):
