@@ -86,6 +86,30 @@ def test_cli_refuses_an_arm_the_host_cannot_plan(tmp_path: Path, capsys: pytest.
     assert not out.exists()  # refused before the first run
 
 
+@pytest.mark.parametrize(
+    ("flag", "value", "says"),
+    [("--threshold", "nan", "must be finite"), ("--threshold", "2", "in (0, 1]"), ("--run-timeout", "-1", "> 0")],
+)
+def test_cli_refuses_bad_limits(
+    tmp_path: Path, capsys: pytest.CaptureFixture, flag: str, value: str, says: str
+) -> None:
+    out = tmp_path / "p"
+    assert main(["profile", str(SPEC), flag, value, "--out", str(out)]) == 1
+    assert says in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_a_run_past_its_timeout_is_stopped_and_recorded_as_interrupted(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    out = tmp_path / "p"
+    argv = ["profile", str(SPEC), "--repeats", "1", "--warmup", "64", "--window", "100000", "--host-sync-steps", "0"]
+    assert main([*argv, "--run-timeout", "8", "--out", str(out)]) == 1
+    assert "did not finish within 8 s and was stopped" in capsys.readouterr().err
+    (manifest,) = (out / "arms").glob("*/*/manifest.json")
+    assert json.loads(manifest.read_text())["status"] == "interrupted"  # Ctrl-C'd, not SIGKILLed
+
+
 # ------------------------------------------------------------------------------ phase timer
 def test_phase_timer_separates_cpu_time_from_waiting() -> None:
     import time

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 from pathlib import Path
 
 
@@ -70,6 +71,30 @@ def cmd_profile(args: argparse.Namespace) -> int:
     return 0
 
 
+def _finite(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not math.isfinite(v):
+        raise argparse.ArgumentTypeError(f"must be finite, got {text!r}")
+    return v
+
+
+def _share(text: str) -> float:
+    v = _finite(text)
+    if not 0 < v <= 1:
+        raise argparse.ArgumentTypeError(f"must be in (0, 1], got {text!r}")
+    return v
+
+
+def _seconds(text: str) -> float:
+    v = _finite(text)
+    if v <= 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text!r}")
+    return v
+
+
 def add_parser(sub: argparse._SubParsersAction) -> None:
     sp = sub.add_parser(
         "profile",
@@ -114,7 +139,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="collector steps for the host-sync inventory; 0 skips it (default 128)",
     )
     sp.add_argument(
-        "--threshold", type=float, default=0.15, metavar="SHARE", help="go/no-go non-physics share (default 0.15)"
+        "--threshold",
+        type=_share,
+        default=0.15,
+        metavar="SHARE",
+        help="go/no-go non-physics share, in (0, 1] (default 0.15)",
     )
     sp.add_argument(
         "--out",
@@ -122,5 +151,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         metavar="DIR",
         help="new profile directory, must not exist (default: <run.output_dir>/profile-<utc time>)",
     )
-    sp.add_argument("--run-timeout", type=float, default=600.0, metavar="S", help="limit per run (default 600)")
+    sp.add_argument(
+        "--run-timeout",
+        type=_seconds,
+        default=600.0,
+        metavar="S",
+        help="limit per run, seconds > 0; a run past it is stopped as by Ctrl-C (default 600)",
+    )
     sp.set_defaults(func=cmd_profile)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -88,17 +89,35 @@ class RunOutcome:
     window_s: float  # from the warm-up manifest's event to the loop's last iteration event
 
 
+STOP_GRACE_S = 60.0  # for a stopped run to write its final checkpoint and manifest
+
+
 def run_apply_subprocess(cmd: list[str], out_dir: Path, timeout_s: float, log: Path) -> RunOutcome:
     out_dir.mkdir(parents=True, exist_ok=True)
     with log.open("w", encoding="utf-8") as fh:
+        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT)
         try:
-            proc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, timeout=timeout_s, check=False)
+            proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
+            # Ctrl-C it, as a user would: the run stops with a final checkpoint and its manifest
+            # says interrupted, instead of a SIGKILL leaving one that still says running.
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(timeout=STOP_GRACE_S)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
             raise UnilabError(
-                f"a profiled run did not finish within {timeout_s:.0f} s",
+                f"a profiled run did not finish within {timeout_s:g} s and was stopped",
                 detail=f"command: {' '.join(cmd)}; its output: {log}",
                 fix="shorten --warmup/--window, or raise --run-timeout",
             ) from None
+        except BaseException:  # Ctrl-C of the profile itself: the child got it too; let it finish its record
+            try:
+                proc.wait(timeout=STOP_GRACE_S)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+            raise
     dirs = sorted(p for p in out_dir.iterdir() if p.is_dir())
     tail = log.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-8:]
     if proc.returncode != 0 or len(dirs) != 1:
