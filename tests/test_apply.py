@@ -117,6 +117,26 @@ def test_apply_leaves_a_complete_run_directory_and_resumes(tmp_path: Path) -> No
         ).returncode
         == 0
     )
+    # The same manifest, tampered with, is refused: the schema pins what the runtime writes.
+    from unilab.errors import UnilabError
+    from unilab.run.manifest_io import validate_manifest_file
+
+    tampered = tmp_path / "tampered.json"
+    for path, value, says in [
+        (("counters", "env_steps"), -5, "counters/env_steps"),
+        (("plan_id",), "nope", "plan_id"),
+        (("started_at",), "yesterday", "started_at"),
+        (("checkpoints", 0, "sha256"), "zz", "checkpoints/0/sha256"),
+    ]:
+        bad = json.loads(json.dumps(manifest))
+        node = bad
+        for k in path[:-1]:
+            node = node[k]
+        node[path[-1]] = value
+        tampered.write_text(json.dumps(bad))
+        with pytest.raises(UnilabError, match=says) as exc:
+            validate_manifest_file(tampered)
+        assert "only `unilab apply` writes manifests" in exc.value.fix
     assert marked_pids(mark) == []
 
     # The exported policy (actor + normalizer) gives the torch actor's actions under onnxruntime.

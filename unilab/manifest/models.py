@@ -8,6 +8,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 MANIFEST_SCHEMA_VERSION = 1
+SHA256 = r"^sha256:[0-9a-f]{64}$"
+UTC_TIME = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?Z$"
 
 
 class _M(BaseModel):
@@ -115,17 +117,21 @@ class DataParallelEvidence(_M):
 
 
 class Counters(_M):
-    env_steps: int = Field(0, description="Env steps of all envs of all ranks, since the run began (resumes included).")
-    syncs: int = Field(0, description="Collector/learner synchronisations per rank (K env steps of every env each).")
-    updates: int = Field(0, description="Update cycles per rank (every rank takes the same ones).")
-    episodes: int = 0
-    nonfinite_resets: int = 0
-    skipped_updates: int = Field(0, description="Optimizer steps skipped because a loss was non-finite.")
+    env_steps: int = Field(
+        0, ge=0, description="Env steps of all envs of all ranks, since the run began (resumes included)."
+    )
+    syncs: int = Field(
+        0, ge=0, description="Collector/learner synchronisations per rank (K env steps of every env each)."
+    )
+    updates: int = Field(0, ge=0, description="Update cycles per rank (every rank takes the same ones).")
+    episodes: int = Field(0, ge=0)
+    nonfinite_resets: int = Field(0, ge=0)
+    skipped_updates: int = Field(0, ge=0, description="Optimizer steps skipped because a loss was non-finite.")
     # The transition counts audit one process's replay buffer, which a resume starts afresh.
     transitions_produced: int = Field(
-        0, description="Transitions the collectors produced in this session (a resumed run: since its resume)."
+        0, ge=0, description="Transitions the collectors produced in this session (a resumed run: since its resume)."
     )
-    transitions_stored: int = Field(0, description="Transitions stored in the replay buffers in this session.")
+    transitions_stored: int = Field(0, ge=0, description="Transitions stored in the replay buffers in this session.")
     dropped_transitions: int = Field(
         0, description="Produced but neither stored nor non-finite, this session; the runtime's invariant is 0."
     )
@@ -165,8 +171,8 @@ class Metrics(_M):
 
 class CheckpointRecord(_M):
     path: str
-    env_steps: int
-    sha256: str
+    env_steps: int = Field(ge=0)
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$", description="Of the checkpoint file's bytes.")
 
 
 class FirstError(_M):
@@ -179,14 +185,14 @@ class Manifest(_M):
 
     schema_version: Literal[1] = 1
     run_id: str
-    plan_id: str
-    spec_digest: str
+    plan_id: str = Field(pattern=SHA256, description="The plan's content address.")
+    spec_digest: str = Field(pattern=SHA256)
     task: str
     algo: str
     status: Literal["running", "succeeded", "failed", "interrupted"]
-    started_at: str = Field(description="UTC, ISO 8601.")
-    updated_at: str
-    finished_at: str | None = None
+    started_at: str = Field(pattern=UTC_TIME, description="UTC, ISO 8601.")
+    updated_at: str = Field(pattern=UTC_TIME)
+    finished_at: str | None = Field(None, pattern=UTC_TIME)
     resumed_from: str | None = Field(None, description="Checkpoint this run continued from.")
     provenance: Provenance
     topology: Topology

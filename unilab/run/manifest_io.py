@@ -62,7 +62,7 @@ def _validator() -> jsonschema.protocols.Validator:
     return cls(schema)
 
 
-def validate_manifest_data(data: Any, source: str) -> None:
+def validate_manifest_data(data: Any, source: str, fix: str = "") -> None:
     errors = sorted(_validator().iter_errors(data), key=lambda e: list(e.absolute_path))
     if errors:
         e = errors[0]
@@ -70,6 +70,7 @@ def validate_manifest_data(data: Any, source: str) -> None:
         raise UnilabError(
             f"{source} does not match schemas/manifest.v1.json: {where}: {e.message[:300]}",
             detail=f"{len(errors)} violation(s) in all",
+            fix=fix,
         )
 
 
@@ -88,5 +89,10 @@ def validate_manifest_file(path: Path) -> Manifest:
         raise UnilabError(f"{path} does not exist", fix="pass RUN_DIR/manifest.json") from None
     except (OSError, ValueError) as exc:
         raise UnilabError(f"{path} is not readable JSON: {exc}") from None
-    validate_manifest_data(data, str(path))
+    validate_manifest_data(
+        data,
+        str(path),
+        fix="only `unilab apply` writes manifests: this one was edited or made elsewhere (every manifest "
+        "a run wrote is also in its events.jsonl, as a `manifest` event)",
+    )
     return Manifest.model_validate(data)
