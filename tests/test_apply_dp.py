@@ -11,6 +11,7 @@ import sys
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import jsonschema
 import pytest
@@ -117,26 +118,23 @@ def test_torchrun_entry_runs_two_ranks(tmp_path: Path) -> None:
     assert m["status"] == "succeeded" and m["data_parallel"]["params_identical"]
 
 
-def test_sigkill_of_rank1_fails_the_run_naming_it(tmp_path: Path) -> None:
-    mark = uuid.uuid4().hex
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "unilab",
-            "apply",
-            str(ROOT / "specs/g1_dp2_cpu.toml"),
-            "--quiet",
-            *DP,
-            "--set",
-            "run.total_env_steps=200000",
-        ],
+def _long_dp_apply(tmp_path: Path, mark: str, **popen: Any) -> subprocess.Popen[str]:
+    """A two-rank apply far longer than any test waits, for tests that stop it from outside."""
+    cmd = [sys.executable, "-m", "unilab", "apply", str(ROOT / "specs/g1_dp2_cpu.toml"), "--quiet", *DP]
+    return subprocess.Popen(
+        [*cmd, "--set", "run.total_env_steps=200000"],
         cwd=tmp_path,
         env=_env(tmp_path, mark),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        **popen,
     )
+
+
+def test_sigkill_of_rank1_fails_the_run_naming_it(tmp_path: Path) -> None:
+    mark = uuid.uuid4().hex
+    proc = _long_dp_apply(tmp_path, mark)
     run_dir = _wait_for_checkpoint(tmp_path, timeout=180)
     rank1 = json.loads((run_dir / "manifest.json").read_text())["ranks"][1]["learner_pid"]
     os.kill(rank1, signal.SIGKILL)
@@ -159,25 +157,7 @@ def test_ctrl_c_stops_two_ranks_promptly_and_records_the_interruption(tmp_path: 
     once, every rank: they stop after the same sync, write the manifest and exit, instead of the
     launcher's 30 s wait and SIGKILL."""
     mark = uuid.uuid4().hex
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "unilab",
-            "apply",
-            str(ROOT / "specs/g1_dp2_cpu.toml"),
-            "--quiet",
-            *DP,
-            "--set",
-            "run.total_env_steps=200000",
-        ],
-        cwd=tmp_path,
-        env=_env(tmp_path, mark),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
+    proc = _long_dp_apply(tmp_path, mark, start_new_session=True)
     run_dir = _wait_for_checkpoint(tmp_path, timeout=180)
     os.killpg(proc.pid, signal.SIGINT)
     t0 = time.monotonic()

@@ -3,7 +3,6 @@ time without importing mujoco, so a bad file is a plan-time error, not a crash m
 
 from __future__ import annotations
 
-import hashlib
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -52,14 +51,6 @@ def inspect_task_motion(motion: str | None, spec_dir: Path, robot: Any) -> Any:
         return exc
 
 
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def planned_task(task: TaskPlan) -> TaskPlan:
     """The task with its file inputs as the plan recorded them (absolute, or relative to the
     working directory the plan was made in), so a saved plan runs the files it names whatever
@@ -81,6 +72,8 @@ def check_planned_inputs(task: TaskPlan, cwd: Path) -> None:
     m = task.reference_motion
     if task.motion is not None and m is not None and not m.source.startswith("builtin:"):
         files.append(("task.motion", m.source, m.sha256))
+    from unilab.tasks.motion_file import file_sha256  # the digest the plan recorded for both kinds
+
     for key, source, digest in files:
         path = resolve_input_path(source, cwd)
         try:

@@ -110,7 +110,8 @@ def resolve_motion(ref: str, spec_dir: Path) -> Path:
     return path
 
 
-def _sha256(path: Path) -> str:
+def file_sha256(path: Path) -> str:
+    """Hex sha256 of a file's bytes, read in 1 MiB chunks (clips can be large)."""
     h = hashlib.sha256()
     with path.open("rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
@@ -246,7 +247,7 @@ def inspect_motion(path: Path, num_joints: int = 29, num_bodies: int | None = No
     path = Path(path)
     raw = _read_npz(path)
     t, fps, b, _ = _validate(path, raw, num_joints, num_bodies)
-    return MotionInfo(num_frames=t, fps=fps, num_bodies=b, sha256=_sha256(path))
+    return MotionInfo(num_frames=t, fps=fps, num_bodies=b, sha256=file_sha256(path))
 
 
 def load_motion(path: Path, num_joints: int = 29, num_bodies: int | None = None) -> Motion:
@@ -264,5 +265,5 @@ def load_motion(path: Path, num_joints: int = 29, num_bodies: int | None = None)
             fix="store unit quaternions (w, x, y, z)",
         )
     out["body_quat_w"] = out["body_quat_w"] / norms
-    info = MotionInfo(num_frames=t, fps=fps, num_bodies=b, sha256=_sha256(path))
+    info = MotionInfo(num_frames=t, fps=fps, num_bodies=b, sha256=file_sha256(path))
     return Motion(info=info, **out)
