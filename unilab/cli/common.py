@@ -87,7 +87,8 @@ def reading(path: Path, what: str) -> Iterator[None]:
         yield
     except (OSError, UnicodeDecodeError, RecursionError) as exc:
         err = file_error(exc, path, what)
-        assert err is not None
+        if err is None:  # file_error covers every class caught above; never silence one it does not
+            raise
         raise err from None
 
 
