@@ -18,13 +18,13 @@ def _resolve(target: Path, overrides: list[str]):
     facts = probe_host()
     with reading(target, "spec or plan"):
         is_plan = target.is_file() and is_plan_file(target)
-        plan = load_plan(target) if is_plan and not overrides else None
     if is_plan:
         if overrides:
             raise UnilabError(
                 f"{target} is a saved plan; --set applies to specs only", fix="put the override on the spec and re-plan"
             )
-        assert plan is not None
+        with reading(target, "plan"):
+            plan = load_plan(target)
         changes = compare_fingerprint(plan.host_facts, facts)
         if changes:
             more = f" (and {len(changes) - 1} more)" if len(changes) > 1 else ""
