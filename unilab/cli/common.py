@@ -121,12 +121,9 @@ def same_file(a: Path, b: Path) -> bool:
 
 def check_out_file(out: Path, inputs: list[Path], what: str) -> None:
     """Refuse an --out that is a directory, sits in a missing directory, or is one of the inputs."""
-    if out.is_dir():
-        raise UnilabError(f"--out {out} is a directory", fix=f"pass a file name for the {what}, e.g. {out}/{what}.toml")
-    if not out.parent.is_dir():
-        raise UnilabError(
-            f"cannot write {out}: directory {out.parent} does not exist", fix=f"create it first (mkdir -p {out.parent})"
-        )
+    from unilab.run.atomic import check_out_path
+
+    check_out_path(out, f"{what}.toml")
     for src in inputs:
         if same_file(out, src):
             raise UnilabError(
@@ -135,11 +132,11 @@ def check_out_file(out: Path, inputs: list[Path], what: str) -> None:
             )
 
 
-def write_atomic(path: Path, text: str, inputs: list[Path] | None = None, what: str = "plan") -> None:
-    """Never a half-written file (see unilab.run.atomic), never the input file."""
+def write_atomic(path: Path, text: str, what: str = "plan") -> None:
+    """Never a half-written file (see unilab.run.atomic); the caller checked ``path`` with
+    ``check_out_file`` before doing the work."""
     from unilab.run.atomic import write_text_atomic
 
-    check_out_file(path, inputs or [], what)
     write_text_atomic(
         path, text, what, fix=f"check that {path.parent} is writable and has free space, or choose another --out"
     )

@@ -41,7 +41,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     if args.out is None:
         sys.stdout.write(text)
     else:
-        write_atomic(args.out, text, [args.spec])
+        write_atomic(args.out, text)
         print(f"plan {plan.plan_id} written to {args.out}")
     return EXIT_OK
 

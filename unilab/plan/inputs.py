@@ -51,30 +51,31 @@ def inspect_task_motion(motion: str | None, spec_dir: Path, robot: Any) -> Any:
         return exc
 
 
+def _user_files(task: TaskPlan) -> list[tuple[str, str, str]]:
+    """(spec key, path as the plan recorded it, sha256) of each user file the task reads."""
+    files: list[tuple[str, str, str]] = []
+    if task.robot_mjcf is not None and task.robot.sha256 is not None:
+        files.append(("robot_mjcf", task.robot.source, task.robot.sha256))
+    m = task.reference_motion
+    if task.motion is not None and m is not None and not m.source.startswith("builtin:"):
+        files.append(("motion", m.source, m.sha256))
+    return files
+
+
 def planned_task(task: TaskPlan) -> TaskPlan:
     """The task with its file inputs as the plan recorded them (absolute, or relative to the
     working directory the plan was made in), so a saved plan runs the files it names whatever
     directory its spec was in."""
-    updates: dict[str, Any] = {}
-    if task.robot_mjcf is not None and task.robot.sha256 is not None:
-        updates["robot_mjcf"] = task.robot.source
-    if task.motion is not None and task.reference_motion is not None:
-        updates["motion"] = task.reference_motion.source
-    return task.model_copy(update=updates)
+    return task.model_copy(update={key: source for key, source, _ in _user_files(task)})
 
 
 def check_planned_inputs(task: TaskPlan, cwd: Path) -> None:
     """Refuse to run a plan whose input files are gone or changed since it was made: the plan
     (and the manifest that embeds it) would describe files other than the ones that ran."""
-    files: list[tuple[str, str, str]] = []
-    if task.robot_mjcf is not None and task.robot.sha256 is not None:
-        files.append(("task.robot_mjcf", task.robot.source, task.robot.sha256))
-    m = task.reference_motion
-    if task.motion is not None and m is not None and not m.source.startswith("builtin:"):
-        files.append(("task.motion", m.source, m.sha256))
     from unilab.tasks.motion_file import file_sha256  # the digest the plan recorded for both kinds
 
-    for key, source, digest in files:
+    for field, source, digest in _user_files(task):
+        key = f"task.{field}"
         path = resolve_input_path(source, cwd)
         try:
             actual = file_sha256(path)

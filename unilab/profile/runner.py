@@ -92,6 +92,15 @@ class RunOutcome:
 STOP_GRACE_S = 60.0  # for a stopped run to write its final checkpoint and manifest
 
 
+def _wait_or_kill(proc: subprocess.Popen[bytes]) -> None:
+    """Give a stopping run STOP_GRACE_S to finish its record, then kill it."""
+    try:
+        proc.wait(timeout=STOP_GRACE_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 def run_apply_subprocess(cmd: list[str], out_dir: Path, timeout_s: float, log: Path) -> RunOutcome:
     out_dir.mkdir(parents=True, exist_ok=True)
     with log.open("w", encoding="utf-8") as fh:
@@ -102,21 +111,14 @@ def run_apply_subprocess(cmd: list[str], out_dir: Path, timeout_s: float, log: P
             # Ctrl-C it, as a user would: the run stops with a final checkpoint and its manifest
             # says interrupted, instead of a SIGKILL leaving one that still says running.
             proc.send_signal(signal.SIGINT)
-            try:
-                proc.wait(timeout=STOP_GRACE_S)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            _wait_or_kill(proc)
             raise UnilabError(
                 f"a profiled run did not finish within {timeout_s:g} s and was stopped",
                 detail=f"command: {' '.join(cmd)}; its output: {log}",
                 fix="shorten --warmup/--window, or raise --run-timeout",
             ) from None
         except BaseException:  # Ctrl-C of the profile itself: the child got it too; let it finish its record
-            try:
-                proc.wait(timeout=STOP_GRACE_S)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+            _wait_or_kill(proc)
             raise
     dirs = sorted(p for p in out_dir.iterdir() if p.is_dir())
     tail = log.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-8:]

@@ -71,6 +71,15 @@ def resolve_resume(plan: Plan, run_dir: Path) -> Path:
     return ckpts[-1]
 
 
+def _drop_if_nothing_ran(run_dir: Path, resume_dir: Path | None) -> bool:
+    """A new run directory without a manifest holds nothing that ran: remove it, leaving no
+    half-made run directory. True when it was removed."""
+    if resume_dir is not None or (run_dir / "manifest.json").exists():
+        return False
+    shutil.rmtree(run_dir, ignore_errors=True)
+    return True
+
+
 def run_apply(req: ApplyRequest) -> int:
     from unilab.plan.render import render
 
@@ -108,14 +117,10 @@ def run_apply(req: ApplyRequest) -> int:
             from unilab.run.launch import launch_ranks
 
             code = launch_ranks(plan, run_dir, req.spec_dir, checkpoint, req.progress)
-        if req.resume_dir is None and not (run_dir / "manifest.json").exists():
-            # Stopped before the collector started: nothing ran, so no run directory is left.
-            shutil.rmtree(run_dir, ignore_errors=True)
+        if _drop_if_nothing_ran(run_dir, req.resume_dir):  # stopped before the collector started
             print("stopped before the run started; no run directory was kept", file=sys.stderr)
         return code
     except BaseException:
-        if req.resume_dir is None and not (run_dir / "manifest.json").exists():
-            shutil.rmtree(run_dir, ignore_errors=True)  # nothing ran: leave no half-made run directory
-        elif (run_dir / "manifest.json").exists():
+        if not _drop_if_nothing_ran(run_dir, req.resume_dir) and (run_dir / "manifest.json").exists():
             print(f"run directory (manifest and last checkpoint): {run_dir}", file=sys.stderr)
         raise

@@ -45,3 +45,14 @@ def write_atomic(path: Path, write: Callable[[IO[bytes]], None], what: str, fix:
 
 def write_text_atomic(path: Path, text: str, what: str, fix: str = RUN_FILE_FIX) -> None:
     write_atomic(path, lambda f: f.write(text.encode("utf-8")), what, fix)
+
+
+def check_out_path(out: Path, example: str) -> None:
+    """Refuse an --out that cannot become a file: a directory, or one in a missing directory.
+    ``example`` is a file name to suggest in place of a directory."""
+    if out.is_dir():
+        raise UnilabError(f"--out {out} is a directory", fix=f"pass a file name, e.g. --out {out / example}")
+    if not out.parent.is_dir():
+        raise UnilabError(
+            f"cannot write {out}: directory {out.parent} does not exist", fix=f"create it first (mkdir -p {out.parent})"
+        )

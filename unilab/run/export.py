@@ -12,6 +12,8 @@ import torch
 from torch import nn
 
 from unilab.errors import UnilabError
+from unilab.plan.models import Plan
+from unilab.run.atomic import check_out_path, write_atomic
 
 
 class DeployPolicy(nn.Module):
@@ -36,7 +38,7 @@ def _unreadable(path: Path, exc: OSError) -> UnilabError:
     )
 
 
-def _read_plan(run_dir: Path):
+def _read_plan(run_dir: Path) -> Plan:
     from unilab.plan.render import load_plan
 
     plan_path = run_dir / "plan.toml"
@@ -56,13 +58,14 @@ def _read_plan(run_dir: Path):
         ) from None
 
 
-def load_policy(run_dir: Path) -> tuple[DeployPolicy, int]:
-    """The deployable policy of the newest checkpoint in `run_dir`, and its observation size."""
+def load_policy(run_dir: Path, plan: Plan | None = None) -> tuple[DeployPolicy, int]:
+    """The deployable policy of the newest checkpoint in `run_dir`, and its observation size
+    (``plan``: the run's plan when the caller already read it)."""
     from unilab.learn.normalizer import ObsNormalizer
     from unilab.run.checkpoint import list_checkpoints, load_checkpoint
     from unilab.run.learners import make_offpolicy_learner
 
-    plan = _read_plan(run_dir)
+    plan = plan or _read_plan(run_dir)
     if plan.algo.name == "ppo":
         raise UnilabError("exporting PPO policies is not supported yet", fix="export a sac or flashsac run")
     try:
@@ -93,12 +96,7 @@ def load_policy(run_dir: Path) -> tuple[DeployPolicy, int]:
 def check_export_out(run_dir: Path, out: Path) -> None:
     """Refuse an --out that cannot be written or would destroy something: a directory, a missing
     parent, or an existing file of the run directory other than a previous export (*.onnx)."""
-    if out.is_dir():
-        raise UnilabError(f"--out {out} is a directory", fix=f"pass a file name, e.g. --out {out / 'policy.onnx'}")
-    if not out.parent.is_dir():
-        raise UnilabError(
-            f"cannot write {out}: directory {out.parent} does not exist", fix=f"create it first (mkdir -p {out.parent})"
-        )
+    check_out_path(out, "policy.onnx")
     if out.exists() and out.suffix.lower() != ".onnx":
         try:
             inside = out.resolve().is_relative_to(run_dir.resolve())
@@ -112,9 +110,7 @@ def check_export_out(run_dir: Path, out: Path) -> None:
 
 
 def export_onnx(run_dir: Path, out: Path | None) -> Path:
-    from unilab.run.atomic import write_atomic
-
-    _read_plan(run_dir)  # a missing or unreadable run directory is named first
+    plan = _read_plan(run_dir)  # a missing or unreadable run directory is named first
     out = out or run_dir / "policy.onnx"
     try:
         check_export_out(run_dir, out)  # before building the model: refuse early
@@ -122,7 +118,7 @@ def export_onnx(run_dir: Path, out: Path | None) -> Path:
         raise UnilabError(
             f"cannot use --out {exc.filename or out}: {exc.strerror or exc}", fix="check the path and its permissions"
         ) from None
-    policy, obs_dim = load_policy(run_dir)
+    policy, obs_dim = load_policy(run_dir, plan)
     example = torch.zeros(1, obs_dim)
     buf = io.BytesIO()
     try:
