@@ -109,6 +109,8 @@ def test_unreadable_spec_or_plan(tmp_path: Path, saved_plan: Path, cmd: str) -> 
             r = unilab_unprivileged(*args)
         assert_io_error(r, str(target))
         assert "Permission denied" in r.stderr
+        # A file that cannot be opened is not known to be a spec: it is not called one.
+        assert "spec file" not in r.stderr, r.stderr
 
 
 def test_unreadable_run_dir_export(tmp_path: Path, run_dir: Path) -> None:

@@ -94,11 +94,9 @@ def load_plan(path: Path) -> Plan:
 
 
 def is_plan_file(path: Path) -> bool:
-    """A saved plan starts with plan_id; a spec starts with schema_version."""
-    try:
-        head = path.read_text(encoding="utf-8", errors="replace")[:4096]
-    except OSError:
-        return False
+    """A saved plan starts with plan_id; a spec starts with schema_version. An OS error (say, no
+    read permission) propagates: the caller reports it for "spec or plan", not as a spec's."""
+    head = path.read_text(encoding="utf-8", errors="replace")[:4096]
     if head.lstrip().startswith('{\n  "plan_id"'):
         return True
     for line in head.splitlines():
