@@ -6,6 +6,7 @@ user is a bug.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 
@@ -46,7 +47,18 @@ class UnilabError(Exception):
 
 
 class SpecError(UnilabError):
-    """The spec file cannot be read or does not validate."""
+    """The spec file cannot be read or does not validate (then one diagnostic per broken key)."""
+
+    def __init__(
+        self, summary: str, *, detail: str = "", fix: str = "", diagnostics: Sequence[Diagnostic] = ()
+    ) -> None:
+        super().__init__(summary, detail=detail, fix=fix)
+        self.diagnostics = list(diagnostics)
+
+    def render(self) -> str:
+        if not self.diagnostics:
+            return super().render()
+        return "\n".join([f"error: {self.summary}"] + [d.render() for d in self.diagnostics])
 
 
 class PlanRefused(UnilabError):

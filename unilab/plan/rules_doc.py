@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from unilab.plan.rules import RULES
+from unilab.spec.diagnose import SPEC_RULES
 
 
 def render_markdown() -> str:
@@ -22,13 +23,22 @@ def render_markdown() -> str:
     lines += [f"| `{r.id}` | `{r.key_path}` | {r.requires} |" for r in RULES]
     lines += [
         "",
-        "Besides these, the spec itself is validated (types, ranges, unknown keys) before any rule runs, and",
-        "`algo.ppo-offpolicy-keys` refuses off-policy keys (e.g. `batch_size`) in a PPO `[algo]` section.",
+        "## Spec checks",
         "",
+        "Before any plan rule runs, the spec itself is checked. Each broken key is reported the same way, with",
+        "its id, its key path, what the value must be, and the fix (the key's default, or the nearest valid key for",
+        "a misspelt one); a value given with `--set` gets a `--set` fix.",
+        "",
+        "| id | requires |",
+        "| --- | --- |",
     ]
+    lines += [f"| `{r.id}` | {r.requires} |" for r in SPEC_RULES]
+    lines.append("")
     return "\n".join(lines)
 
 
 def render_text() -> str:
-    width = max(len(r.id) for r in RULES)
-    return "".join(f"{r.id:<{width}}  {r.key_path}\n{'':<{width}}  {r.requires}\n" for r in RULES)
+    width = max(len(r.id) for r in (*RULES, *SPEC_RULES))
+    plan = "".join(f"{r.id:<{width}}  {r.key_path}\n{'':<{width}}  {r.requires}\n" for r in RULES)
+    spec = "".join(f"{r.id:<{width}}  {r.requires}\n" for r in SPEC_RULES)
+    return f"{plan}\nspec checks (before the plan rules):\n{spec}"

@@ -6,7 +6,6 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-import re
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +14,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from unilab.errors import Diagnostic, PlanRefused, SpecError
+from unilab.spec.diagnose import format_validation_error
 from unilab.spec.models import Spec
 
 # Keys that only mean something to off-policy learners; a PPO spec that sets them is refused
@@ -86,88 +86,6 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
     return out
 
 
-_KEY = re.compile(r"^[a-z_][a-z0-9_]*$")
-# Pydantic names the member of a plain union it tried in the error location: "constrained-int",
-# "literal['auto']", "list[union[...]]", or a bare type name. Spec keys are snake_case
-# identifiers, so anything else in a location is such a tag and means nothing to the user.
-_BRANCH_TAGS = frozenset({"int", "float", "str", "bool", "list", "tuple", "dict", "none"})
-_ALGO_TAGS = ("sac", "flashsac", "ppo")  # the discriminated [algo] union puts its tag in the location
-_TABLE_ERRORS = ("model_type", "model_attributes_type", "dict_type")
-
-
-def _loc(loc: tuple[Any, ...], unknown_key: bool = False) -> str:
-    """`("training", "devices", "list[...]", 0, "constrained-int")` -> `training.devices[0]`."""
-    out = ""
-    for i, p in enumerate(loc):
-        if isinstance(p, int):
-            out += f"[{p}]"
-        elif unknown_key and i == len(loc) - 1:
-            out += f".{p}" if out else str(p)  # the user's own (unknown) key, spelled as written
-        elif (i == 1 and loc[0] == "algo" and p in _ALGO_TAGS) or not _KEY.match(p) or p in _BRANCH_TAGS:
-            continue
-        else:
-            out += f".{p}" if out else p
-    return out or "(top level)"
-
-
-def _message(err: Any) -> str:
-    if err["type"] == "extra_forbidden":
-        return "unknown key (see docs/spec.md for the keys this section takes)"
-    if err["type"] == "missing":
-        return "required key is missing"
-    if err["type"] in _TABLE_ERRORS:
-        return "must be a table (a [section] or { key = value, ... })"
-    return str(err["msg"]).replace(" after validation", "")
-
-
-def _rank(err: Any) -> int:
-    """0: the input had the right type but broke a constraint (the useful message); 1: it is not
-    one of the listed literals; 2: it has the wrong type for this union member."""
-    t = str(err["type"])
-    if t == "literal_error":
-        return 1
-    if t.endswith(("_type", "_parsing")) or t in _TABLE_ERRORS:
-        return 2
-    return 0
-
-
-def _one_line(errs: list[Any]) -> tuple[str, Any]:
-    """One message for one key: a union reports every member it tried; a constraint the
-    value's own type broke says most, else the members' expectations are listed together."""
-    best = min(errs, key=_rank)
-    if _rank(best) == 0 or len(errs) == 1:
-        return _message(best), best
-    wants: list[str] = []
-    for e in errs:
-        w = _message(e).removeprefix("Input should be ")
-        if w not in wants:
-            wants.append(w)
-    text = ", ".join(wants[:-1]) + f" or {wants[-1]}" if len(wants) > 1 else wants[0]
-    return f"Input should be {text}", best
-
-
-def format_validation_error(exc: ValidationError, source: str) -> SpecError:
-    by_key: dict[str, list[Any]] = {}
-    for err in exc.errors(include_url=False):
-        by_key.setdefault(_loc(tuple(err["loc"]), err["type"] == "extra_forbidden"), []).append(err)
-    lines = []
-    for where, errs in by_key.items():
-        # An error inside a key explains the one on the key itself: `hidden_dims = [0]` also
-        # reports "at least 1 item, not 0" (pydantic drops the failed item), which is false.
-        if any(k.startswith((where + ".", where + "[")) for k in by_key if k != where):
-            continue
-        msg, err = _one_line(errs)
-        given = err.get("input")
-        shown = "" if err["type"] in ("missing", "extra_forbidden") or isinstance(given, dict) else f" (got {given!r})"
-        lines.append(f"  {where}: {msg}{shown}")
-    n = len(lines)
-    return SpecError(
-        f"{source}: {n} invalid value{'s' if n != 1 else ''}",
-        detail="\n".join(lines),
-        fix="correct the keys above; every key and its default is listed in docs/spec.md",
-    )
-
-
 def check_ppo_offpolicy_keys(data: dict[str, Any]) -> list[Diagnostic]:
     algo = data.get("algo")
     if not isinstance(algo, dict) or algo.get("name") != "ppo":
@@ -184,13 +102,21 @@ def check_ppo_offpolicy_keys(data: dict[str, Any]) -> list[Diagnostic]:
     ]
 
 
-def validate_spec_data(data: dict[str, Any], source: str) -> Spec:
+def validate_spec_data(data: dict[str, Any], source: str, overridden: set[str] | None = None) -> Spec:
+    """The validated spec; `overridden` holds the key paths set by --set (their fix differs)."""
     got = data.get("schema_version", "missing")
     # `type(...) is int`: True == 1 and bool is an int subclass, so `schema_version = true` passed.
     if type(got) is not int or got != 1:
         raise SpecError(
             f"{source}: schema_version must be 1 (got {got!r})",
-            fix="add `schema_version = 1` at the top of the spec (this unilab reads spec format 1)",
+            diagnostics=[
+                Diagnostic(
+                    "spec.schema-version",
+                    "schema_version",
+                    f"must be 1 (got {got!r})",
+                    f"add `schema_version = 1` at the top of {source} (this unilab reads spec format 1)",
+                )
+            ],
         )
     diags = check_ppo_offpolicy_keys(data)
     if diags:
@@ -198,7 +124,7 @@ def validate_spec_data(data: dict[str, Any], source: str) -> Spec:
     try:
         return Spec.model_validate(data)
     except ValidationError as exc:
-        raise format_validation_error(exc, source) from None
+        raise format_validation_error(exc, source, data, overridden) from None
 
 
 def read_toml(path: Path) -> dict[str, Any]:
@@ -224,5 +150,6 @@ def read_toml(path: Path) -> dict[str, Any]:
 
 def load_spec(path: Path, overrides: list[str] | None = None) -> LoadedSpec:
     data = apply_overrides(read_toml(path), overrides or [])
-    spec = validate_spec_data(data, str(path))
+    overridden = {".".join(parse_override(o)[0]) for o in overrides or []}
+    spec = validate_spec_data(data, str(path), overridden)
     return LoadedSpec(spec=spec, path=path, spec_dir=path.resolve().parent)

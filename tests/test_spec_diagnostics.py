@@ -1,0 +1,93 @@
+"""Spec errors are diagnostics: a stable rule id, the key as written, what it must be, and a fix
+that works (the default, the nearest valid key, a --set for a --set)."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+import pytest
+
+from unilab.errors import Diagnostic, SpecError
+from unilab.spec.diagnose import SPEC_RULES
+from unilab.spec.load import load_spec, validate_spec_data
+
+ROOT = Path(__file__).resolve().parent.parent
+G1 = ROOT / "specs" / "g1.toml"
+
+
+def diags(path: Path, *sets: str) -> dict[str, Diagnostic]:
+    with pytest.raises(SpecError) as e:
+        load_spec(path, list(sets))
+    out = {d.key_path: d for d in e.value.diagnostics}
+    assert len(out) == len(e.value.diagnostics)
+    text = e.value.render()
+    for d in e.value.diagnostics:  # every diagnostic is rendered with its id
+        assert f"[{d.rule_id}] {d.key_path}: " in text
+    return out
+
+
+def test_every_rule_id_used_is_documented(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text(
+        'schema_version = 1\n[run]\nname = "x"\ntotal_env_steps = 0\nseeds = 1\n'
+        '[task]\nname = "g1_walk"\nnum_envs = 0\n[sim]\ndecimation = 4.0\n[trainig]\n'
+    )
+    d = diags(bad)
+    assert {k: v.rule_id for k, v in d.items()} == {
+        "run.total_env_steps": "spec.value",
+        "run.seeds": "spec.unknown-key",
+        "task.num_envs": "spec.value",
+        "sim.decimation": "spec.type",
+        "algo": "spec.missing-key",
+        "trainig": "spec.unknown-key",
+    }
+    assert {v.rule_id for v in d.values()} <= {r.id for r in SPEC_RULES}
+    assert "did you mean `run.seed`" in d["run.seeds"].fix
+    assert "did you mean `training`" in d["trainig"].fix
+    assert d["sim.decimation"].fix == f"set `sim.decimation = 4` (the default) in {bad}, or remove the key"
+    assert "greater than 0" in d["run.total_env_steps"].fix
+    assert "[algo]" in d["algo"].fix
+
+
+def test_unknown_key_without_a_near_match_lists_the_section() -> None:
+    d = diags(G1, "sim.zzz=1")
+    assert "[sim] takes: backend, timestep, decimation" in d["sim.zzz"].fix
+
+
+def test_default_fix_from_the_right_algo_variant() -> None:
+    d = diags(G1, 'algo.name="flashsac"', "algo.batch_size=0")
+    from unilab.spec.models import FlashSacSpec
+
+    assert f"algo.batch_size={FlashSacSpec.model_fields['batch_size'].default}" in d["algo.batch_size"].fix
+
+
+@pytest.mark.parametrize(
+    "bad",
+    ["task.commands.lin_vel_x=[1,0]", "algo.hidden_dims=[0]", "sim.workers=true", "sim.backend=gpu", "sim.timestep=-1"],
+)
+def test_a_set_fix_is_a_working_set(bad: str) -> None:
+    """The `--set` a fix proposes (the key's default) is one shell word and makes the spec valid."""
+    (d,) = diags(G1, bad).values()
+    assert d.fix.startswith("pass --set ") and "(the default)" in d.fix, d.fix
+    suggestion = d.fix.removeprefix("pass --set ").split(" ", 1)[0]
+    assert len(shlex.split(f"--set {suggestion}")) == 2
+    assert load_spec(G1, [bad, suggestion]).spec is not None  # the later --set wins
+
+
+def test_a_key_without_default_gets_its_condition() -> None:
+    d = diags(G1, "task.num_envs=0")["task.num_envs"]
+    assert d.fix == "pass --set task.num_envs=<a value that is greater than or equal to 1>, or drop that --set"
+
+
+def test_devices_spelled_like_torch_get_a_unilab_fix() -> None:
+    d = diags(G1, 'training.devices="cuda:0"')["training.devices"]
+    assert d.rule_id == "spec.value" and "GPU index" in d.condition
+    assert "training.devices = [0]" in d.fix and "unilab host" in d.fix
+
+
+def test_schema_version_is_a_diagnostic() -> None:
+    with pytest.raises(SpecError) as e:
+        validate_spec_data({"schema_version": 2}, "s.toml")
+    (d,) = e.value.diagnostics
+    assert (d.rule_id, d.key_path) == ("spec.schema-version", "schema_version")
