@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -110,13 +111,14 @@ def test_apply_leaves_a_complete_run_directory_and_resumes(tmp_path: Path) -> No
     ckpts = sorted((run_dir / "checkpoints").glob("ckpt-*.pt"))
     blob = torch.load(ckpts[-1], weights_only=True)
     assert blob["env_steps"] == 1600 and blob["plan_id"] == manifest["plan_id"]
-    assert (
-        subprocess.run(
-            [sys.executable, "-m", "unilab", "manifest", "validate", str(run_dir / "manifest.json")],
-            capture_output=True,
-        ).returncode
-        == 0
+    v = subprocess.run(
+        [sys.executable, "-m", "unilab", "manifest", "validate", str(run_dir / "manifest.json")],
+        capture_output=True,
+        text=True,
     )
+    assert v.returncode == 0, v.stderr
+    n = len(manifest["checkpoints"])
+    assert f"plan.toml has its plan_id, {n} of {n} checkpoints match their sha256" in v.stdout
     # The same manifest, tampered with, is refused: the schema pins what the runtime writes.
     from unilab.errors import UnilabError
     from unilab.run.manifest_io import validate_manifest_file
@@ -137,6 +139,30 @@ def test_apply_leaves_a_complete_run_directory_and_resumes(tmp_path: Path) -> No
         with pytest.raises(UnilabError, match=says) as exc:
             validate_manifest_file(tampered)
         assert "only `unilab apply` writes manifests" in exc.value.fix
+    # Fields that contradict each other, and a run directory changed after the run, are refused too.
+    copy = tmp_path / "copy"
+    shutil.copytree(run_dir, copy)
+    for edit, says in [
+        (lambda m: m.update(first_error=None, status="failed"), "first_error is missing"),
+        (lambda m: m.update(finished_at=None), "finished_at is missing"),
+        (lambda m: m["counters"].update(env_steps=10), "past counters.env_steps"),
+    ]:
+        bad = json.loads(json.dumps(manifest))
+        edit(bad)
+        (copy / "manifest.json").write_text(json.dumps(bad))
+        with pytest.raises(UnilabError, match=says):
+            validate_manifest_file(copy / "manifest.json")
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    validate_manifest_file(copy / "manifest.json")
+    ckpt = copy / manifest["checkpoints"][-1]["path"]
+    ckpt.write_bytes(ckpt.read_bytes() + b"\0")
+    with pytest.raises(UnilabError, match="does not have the recorded sha256"):
+        validate_manifest_file(copy / "manifest.json")
+    shutil.copy(run_dir / manifest["checkpoints"][-1]["path"], ckpt)
+    plan_text = (copy / "plan.toml").read_text()
+    (copy / "plan.toml").write_text(plan_text.replace(manifest["plan_id"], "sha256:" + "0" * 64))
+    with pytest.raises(UnilabError, match=r"plan\.toml has plan_id"):
+        validate_manifest_file(copy / "manifest.json")
     assert marked_pids(mark) == []
 
     # The exported policy (actor + normalizer) gives the torch actor's actions under onnxruntime.

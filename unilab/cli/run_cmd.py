@@ -54,8 +54,14 @@ def cmd_apply(args: argparse.Namespace) -> int:
 def cmd_manifest_validate(args: argparse.Namespace) -> int:
     from unilab.run.manifest_io import validate_manifest_file
 
-    m = validate_manifest_file(args.file)
-    print(f"{args.file}: valid manifest v{m.schema_version} (run {m.run_id}, status {m.status})")
+    m, report = validate_manifest_file(args.file)
+    checked = []
+    if report.plan_checked:
+        checked.append("plan.toml has its plan_id")
+    if m.checkpoints:
+        checked.append(f"{report.checkpoints_verified} of {len(m.checkpoints)} checkpoints match their sha256")
+    also = f"; {', '.join(checked)}" if checked else ""
+    print(f"{args.file}: valid manifest v{m.schema_version} (run {m.run_id}, status {m.status}){also}")
     return 0
 
 

@@ -16,6 +16,7 @@ import jsonschema
 from unilab import __version__
 from unilab.errors import UnilabError
 from unilab.host.facts import HostFacts
+from unilab.manifest.consistency import ConsistencyReport, check_manifest
 from unilab.manifest.models import Manifest, Provenance
 from unilab.run.atomic import write_text_atomic
 from unilab.run.events import EventLog
@@ -82,7 +83,9 @@ def write_manifest(path: Path, manifest: Manifest, events: EventLog | None) -> N
         events.info("manifest", manifest=data)
 
 
-def validate_manifest_file(path: Path) -> Manifest:
+def validate_manifest_file(path: Path) -> tuple[Manifest, ConsistencyReport]:
+    """The manifest, after its schema and its consistency (fields, and the run directory's plan and
+    checkpoints when it is a run's manifest.json) are checked."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -95,4 +98,14 @@ def validate_manifest_file(path: Path) -> Manifest:
         fix="only `unilab apply` writes manifests: this one was edited or made elsewhere (every manifest "
         "a run wrote is also in its events.jsonl, as a `manifest` event)",
     )
-    return Manifest.model_validate(data)
+    m = Manifest.model_validate(data)
+    report = check_manifest(m, path)
+    if report.problems:
+        n = len(report.problems)
+        raise UnilabError(
+            f"{path} is inconsistent: {report.problems[0]}",
+            detail=f"{n} problem{'s' if n != 1 else ''} in all" + "".join(f"\n  {p}" for p in report.problems[1:]),
+            fix="only `unilab apply` writes manifests: this one, or its run directory, was edited after the run "
+            "(every manifest a run wrote is also in its events.jsonl, as a `manifest` event)",
+        )
+    return m, report

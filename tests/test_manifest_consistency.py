@@ -1,0 +1,79 @@
+"""A manifest's fields agree with each other: the checks `unilab manifest validate` adds to the schema."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from unilab.manifest.consistency import check_fields, check_manifest
+from unilab.manifest.models import (
+    BackendDiagnostics,
+    CheckpointRecord,
+    Counters,
+    FirstError,
+    GraphEvidence,
+    Manifest,
+    Provenance,
+    SharingEvidence,
+    Topology,
+)
+
+SHA = "sha256:" + "a" * 64
+
+
+def manifest(**kw: object) -> Manifest:
+    off = GraphEvidence(requested="off", enabled=False, disable_reason="off")
+    base: dict[str, object] = dict(
+        run_id="r",
+        plan_id=SHA,
+        spec_digest=SHA,
+        task="cartpole",
+        algo="sac",
+        status="succeeded",
+        started_at="2026-11-29T10:00:00Z",
+        updated_at="2026-11-29T10:05:00Z",
+        finished_at="2026-11-29T10:05:00Z",
+        provenance=Provenance.model_construct(),
+        topology=Topology(world_size=1, process_group_backend="gloo", launcher="inline"),
+        backend=BackendDiagnostics(physics="mujoco", physics_graph=off, learner_graph=off),
+        cuda_process_sharing=SharingEvidence(configured="none", effective="none"),
+        counters=Counters(env_steps=1000),
+    )
+    base.update(kw)
+    return Manifest.model_construct(**base)
+
+
+def test_a_coherent_manifest_has_no_problem() -> None:
+    assert check_fields(manifest()) == []
+
+
+def test_each_contradiction_is_named() -> None:
+    err = FirstError(where="rank0.collector", message="boom")
+    cases = {
+        "first_error is missing": manifest(status="failed"),
+        "but first_error is set": manifest(first_error=err),
+        "running but finished_at is set": manifest(status="running"),
+        "finished_at is missing": manifest(status="interrupted", finished_at=None),
+        "updated_at 2026-11-29T09:00:00Z is before": manifest(updated_at="2026-11-29T09:00:00Z"),
+        "dropped 3 transitions": manifest(counters=Counters(env_steps=1000, dropped_transitions=3)),
+        "not increasing": manifest(
+            checkpoints=[
+                CheckpointRecord(path="checkpoints/b", env_steps=500, sha256="0" * 64),
+                CheckpointRecord(path="checkpoints/a", env_steps=400, sha256="0" * 64),
+            ]
+        ),
+        "past counters.env_steps": manifest(
+            checkpoints=[CheckpointRecord(path="checkpoints/a", env_steps=2000, sha256="0" * 64)]
+        ),
+    }
+    for says, m in cases.items():
+        problems = check_fields(m)
+        assert len(problems) == 1 and says in problems[0], (says, problems)
+
+
+def test_a_checkpoint_path_outside_the_run_dir_is_refused(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    (tmp_path / "secret").write_bytes(b"x")
+    m = manifest(checkpoints=[CheckpointRecord(path="../secret", env_steps=10, sha256="0" * 64)])
+    report = check_manifest(m, run / "manifest.json")
+    assert report.problems == ["checkpoint ../secret is outside the run directory"]

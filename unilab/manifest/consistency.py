@@ -1,0 +1,108 @@
+"""What a manifest's schema cannot say: its fields agree with each other and with its run directory.
+
+The schema pins each field's form; a manifest that proves what ran must also be coherent (a failed
+run names its first error, a finished one has a finish time, counters and checkpoints agree) and,
+next to its run directory, match the plan it ran and the checkpoint bytes it lists. The runtime
+writes manifests that pass these checks; `unilab manifest validate` applies them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import tomllib
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+from unilab.manifest.models import Manifest
+
+
+@dataclass
+class ConsistencyReport:
+    problems: list[str] = field(default_factory=list)
+    plan_checked: bool = False
+    checkpoints_verified: int = 0
+
+
+def _time(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def check_fields(m: Manifest) -> list[str]:
+    """Contradictions between the manifest's own fields."""
+    out = []
+    if m.status == "failed" and m.first_error is None:
+        out.append("status is failed but first_error is missing (a failed run names what failed first)")
+    if m.status != "failed" and m.first_error is not None:
+        out.append(f"status is {m.status} but first_error is set ({m.first_error.where})")
+    if m.status == "running" and m.finished_at is not None:
+        out.append("status is running but finished_at is set")
+    if m.status != "running" and m.finished_at is None:
+        out.append(f"status is {m.status} but finished_at is missing")
+    if _time(m.updated_at) < _time(m.started_at):
+        out.append(f"updated_at {m.updated_at} is before started_at {m.started_at}")
+    if m.finished_at is not None and _time(m.finished_at) < _time(m.started_at):
+        out.append(f"finished_at {m.finished_at} is before started_at {m.started_at}")
+    w = m.topology.world_size
+    ids = [r.rank for r in m.ranks]
+    if len(set(ids)) != len(ids) or any(not 0 <= r < w for r in ids):
+        out.append(f"ranks {ids} are not distinct ranks of a world of {w}")
+    if m.data_parallel is not None and m.data_parallel.world_size != w:
+        out.append(f"data_parallel.world_size {m.data_parallel.world_size} is not topology.world_size {w}")
+    if m.status == "succeeded" and m.counters.dropped_transitions != 0:
+        out.append(f"a succeeded run dropped {m.counters.dropped_transitions} transitions (the invariant is 0)")
+    steps = [c.env_steps for c in m.checkpoints]
+    if steps != sorted(set(steps)):
+        out.append(f"checkpoint env steps {steps} are not increasing")
+    if steps and steps[-1] > m.counters.env_steps:
+        out.append(f"checkpoint at {steps[-1]} env steps is past counters.env_steps {m.counters.env_steps}")
+    return out
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def check_run_dir(m: Manifest, run_dir: Path, report: ConsistencyReport) -> None:
+    """The run directory's plan.toml is the plan the manifest names; listed checkpoints hold the
+    bytes it recorded. A run killed mid-checkpoint may list one that pruning removed: a missing
+    file counts only once the run has finished."""
+    plan = run_dir / "plan.toml"
+    if plan.is_file():
+        try:
+            plan_id = tomllib.loads(plan.read_text(encoding="utf-8")).get("plan_id")
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+            report.problems.append(f"{plan} cannot be read as a plan: {exc}")
+        else:
+            report.plan_checked = True
+            if plan_id != m.plan_id:
+                report.problems.append(f"{plan} has plan_id {plan_id!r}, the manifest {m.plan_id!r}")
+    for c in m.checkpoints:
+        path = run_dir / c.path
+        if not path.resolve().is_relative_to(run_dir.resolve()):
+            report.problems.append(f"checkpoint {c.path} is outside the run directory")
+            continue
+        if not path.is_file():
+            if m.status != "running":
+                report.problems.append(f"checkpoint {c.path} is listed but not in {run_dir}")
+            continue
+        try:
+            digest = _sha256(path)
+        except OSError as exc:
+            report.problems.append(f"checkpoint {c.path} cannot be read: {exc.strerror}")
+            continue
+        if digest != c.sha256:
+            report.problems.append(f"checkpoint {c.path} does not have the recorded sha256 (changed after the run)")
+        else:
+            report.checkpoints_verified += 1
+
+
+def check_manifest(m: Manifest, path: Path) -> ConsistencyReport:
+    report = ConsistencyReport(problems=check_fields(m))
+    if path.name == "manifest.json":  # in its run directory: check the files it names too
+        check_run_dir(m, path.parent, report)
+    return report
