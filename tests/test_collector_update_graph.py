@@ -5,6 +5,8 @@ in tests/test_tasks_cuda.py on a GPU."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -101,15 +103,39 @@ def test_a_cuda_graph_of_a_cpu_collector_is_refused() -> None:
     ids=["walk", "walk_noise", "walk_pushes", "tracking"],
 )
 def test_plan_preflight_and_run_time_preflight_agree(task: dict[str, object]) -> None:
-    """The plan refuses from the spec what the collector would refuse from the built task."""
+    """The plan refuses from the spec what the collector would refuse from the built task: the same
+    kinds of blocker (noise, interval events, each curriculum by name), not only the same yes or no."""
     from unilab.collect.update_graph import graph_blockers
     from unilab.tasks.declarations import declared_terms
 
     fields = {"name": "g1_walk", "num_envs": 2, "motion": "builtin:g1_squat", **task}
     spec = TaskSpec(**fields)  # type: ignore[arg-type]
-    planned = [why for term in declared_terms(spec) for why in term.graph_blockers()]
+    terms = declared_terms(spec)
+    planned: set[str] = set()  # the plan names a term per blocker; the run time names the kind once
+    for t in terms:
+        kinds = {
+            "noise": t.noise,
+            "interval events": t.interval_event,
+            "host rng": t.rng_shortcut,  # the run time has no such blocker: it must not occur
+            f"curriculum {t.name}": t.non_reset_curriculum,
+            f"recorder {t.name}": t.kind == "recorder",  # likewise
+        }
+        planned |= {k for k, blocks in kinds.items() if blocks}
+    assert bool(planned) == any(t.graph_blockers() for t in terms)  # every planned blocker is in the mapping
     with build_collector(spec, SimSpec(workers=1)) as c:
-        assert bool(planned) == bool(graph_blockers(c.task)), (planned, graph_blockers(c.task))
+        reasons = graph_blockers(c.task)
+    runtime: set[str] = set()
+    for why in reasons:
+        if why == "observation noise draws random numbers in the update body":
+            runtime.add("noise")
+        elif why == "interval events decide on the host at every step":
+            runtime.add("interval events")
+        elif m := re.fullmatch(r"curriculum `(.+)` updates outside resets", why):
+            runtime.add(f"curriculum {m[1]}")
+        else:
+            runtime.add(f"unmapped: {why}")  # a new run-time blocker: this test must learn it
+    assert planned == runtime, (planned, reasons)
+    assert len(runtime) == len(reasons)  # each kind refused once
 
 
 def test_evidence_crosses_the_channel_and_fits_the_manifest() -> None:

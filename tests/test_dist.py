@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import multiprocessing as mp
 import queue
+import re
 import time
 import traceback
 from collections.abc import Callable
@@ -732,11 +733,13 @@ def test_a_rank_late_past_the_grace_window_fails_the_run_on_every_rank(tmp_path:
     try:
         on_time = pool.run("sc_finish", late_rank=None, grace_s=20.0, delay_s=0.0)
         assert [r["error"] for r in on_time] == [None, None]
-        late = pool.run("sc_finish", late_rank=1, grace_s=1.0, delay_s=4.0)
+        late = pool.run("sc_finish", late_rank=1, grace_s=1.0, delay_s=12.0)
     finally:
         pool.close()
     first = late[0]
     assert first["error"] == "the data-parallel ranks did not all finish within 1 s of each other"
-    assert "1" in first["detail"]  # gloo names the rank that did not arrive
-    assert first["waited_s"] < 3.5  # rank 0 gave up at the grace window, not when rank 1 came
+    # gloo names the rank that did not arrive: "[Rank 0]: Ranks 1 failed to pass monitoredBarrier in 1000 ms"
+    assert re.search(r"\bRanks? 1 failed to pass monitoredBarrier\b", first["detail"]), first["detail"]
+    # Rank 0 gave up at the 1 s grace window, not when rank 1 came 12 s late (wide margins for a loaded host).
+    assert 0.9 <= first["waited_s"] < 7.0, first["waited_s"]
     assert late[1]["error"] is not None

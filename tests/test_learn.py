@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import re
 
 import pytest
 import torch
@@ -221,7 +222,7 @@ def test_both_learners_offer_the_runtime_protocol() -> None:
 
 
 def test_checkpoint_of_other_algo_is_refused() -> None:
-    with pytest.raises(UnilabError):
+    with pytest.raises(UnilabError, match="checkpoint holds a 'flashsac' learner, this run uses 'sac'"):
         _sac().load_state_dict(_flash().state_dict())
 
 
@@ -268,7 +269,7 @@ def test_flashsac_entropy_target_from_action_std_and_reward_scale_applied() -> N
 
 
 def test_flashsac_refuses_support_without_zero() -> None:
-    with pytest.raises(UnilabError):
+    with pytest.raises(UnilabError, match=re.escape("critic support [1.0, 5.0] must contain 0")):
         _flash(v_min=1.0, v_max=5.0)
 
 

@@ -21,12 +21,24 @@ from unilab.run import mps_attach
 from unilab.spec.load import load_spec
 
 
+def _running(pid: int) -> bool:
+    """True while ``pid`` exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
 @pytest.fixture
 def started(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("PATH", f"{FAKE_BIN}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("UNILAB_STATE_DIR", str(tmp_path))
+    # apply_env writes these into os.environ: set then delete, so monkeypatch records each one's
+    # original value (or absence) and restores it after the test (a delenv of an absent key records nothing).
     for k in ("CUDA_VISIBLE_DEVICES", "CUDA_MPS_PIPE_DIRECTORY", "CUDA_MPS_LOG_DIRECTORY"):
-        monkeypatch.delenv(k, raising=False)
+        monkeypatch.setenv(k, "")
+        monkeypatch.delenv(k)
     svc = service.start(host("one_h200"), "0", "train-gpu0", tmp_path / "mps")
     facts = host("one_h200").model_copy(update={"mps": probe_host(env={}, nvml=None, state_dir=tmp_path / "mps").mps})
     loaded = load_spec(
@@ -66,7 +78,10 @@ def test_stopped_service_is_refused_before_start(started) -> None:
 def test_dead_daemon_is_refused(started) -> None:
     plan, svc, _ = started
     os.kill(svc.daemon_pid, 9)
-    time.sleep(0.3)
+    deadline = time.monotonic() + 30.0  # until the kernel has taken it down (or it is a zombie)
+    while _running(svc.daemon_pid) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not _running(svc.daemon_pid)
     with pytest.raises(UnilabError, match="is not running"):
         mps_attach.revalidate(plan, 0)
 

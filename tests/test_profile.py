@@ -4,7 +4,11 @@ found, removed ones are not), and the command end to end with two tiny arms of r
 from __future__ import annotations
 
 import json
+import re
+import subprocess
+import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import jsonschema
 import pytest
@@ -27,9 +31,17 @@ def test_arm_keeps_commas_inside_toml_values() -> None:
     assert arm.set_args() == ["algo.hidden_dims=[64, 64]", "sim.workers=2"]
 
 
-@pytest.mark.parametrize("text", ["noname", ":sim.workers=1", "a:sim.workers", "a b:sim.workers=1"])
-def test_malformed_arms_are_refused(text: str) -> None:
-    with pytest.raises(UnilabError):
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("noname", "expected NAME:KEY=VALUE"),
+        (":sim.workers=1", "expected NAME:KEY=VALUE"),
+        ("a:sim.workers", "'sim.workers' is not KEY=VALUE"),
+        ("a b:sim.workers=1", "expected NAME:KEY=VALUE"),
+    ],
+)
+def test_malformed_arms_are_refused(text: str, says: str) -> None:
+    with pytest.raises(UnilabError, match=re.escape(f"--arm {text!r}: {says}")):
         parse_arm(text)
 
 
@@ -100,10 +112,32 @@ def test_cli_refuses_bad_limits(
 
 
 def test_a_run_past_its_timeout_is_stopped_and_recorded_as_interrupted(
-    tmp_path: Path, capsys: pytest.CaptureFixture
+    tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from unilab.profile import runner
+
     out = tmp_path / "p"
-    argv = ["profile", str(SPEC), "--repeats", "1", "--warmup", "64", "--window", "100000", "--host-sync-steps", "0"]
+
+    class StartedPopen(subprocess.Popen):
+        """The run's Popen: its first timed wait counts from when the run has started (its manifest
+        exists), so a start slowed by a loaded host cannot use up the 8 s before the run is under way."""
+
+        counting = False
+
+        def wait(self, timeout: float | None = None) -> int:
+            if timeout is not None and not self.counting:
+                self.counting = True
+                deadline = time.monotonic() + 600.0
+                while self.poll() is None and time.monotonic() < deadline:
+                    if list((out / "arms").glob("*/*/manifest.json")):
+                        break
+                    time.sleep(0.1)
+            return super().wait(timeout)
+
+    # Only the runner's view of the module: other subprocesses (host probes) keep the real Popen.
+    monkeypatch.setattr(runner, "subprocess", SimpleNamespace(**{**vars(subprocess), "Popen": StartedPopen}))
+    # A window far longer than 8 s of stepping on any host: the run is always stopped mid-window.
+    argv = ["profile", str(SPEC), "--repeats", "1", "--warmup", "64", "--window", "100000000", "--host-sync-steps", "0"]
     assert main([*argv, "--run-timeout", "8", "--out", str(out)]) == 1
     assert "did not finish within 8 s and was stopped" in capsys.readouterr().err
     (manifest,) = (out / "arms").glob("*/*/manifest.json")
@@ -112,8 +146,6 @@ def test_a_run_past_its_timeout_is_stopped_and_recorded_as_interrupted(
 
 # ------------------------------------------------------------------------------ phase timer
 def test_phase_timer_separates_cpu_time_from_waiting() -> None:
-    import time
-
     timer = PhaseTimer(("busy", "sleep"))
     timer.start()
     end = time.perf_counter() + 0.05
@@ -289,11 +321,17 @@ def test_profile_two_tiny_arms_end_to_end(tmp_path: Path, capsys: pytest.Capture
     for arm in prof.arms:
         assert [r.order for r in arm.runs] == ([0, 2] if arm.name == "one" else [1, 3])
         assert len({r.run_dir for r in arm.runs}) == 2
-        assert arm.reconciles, f"{arm.name}: coverage {arm.coverage.samples}"
+        # The phases and waits account for the iteration time: judged on the median over repeats, as one
+        # repeat's short window can lose time to a stall between phases on a loaded host. Each repeat is
+        # still held to a loose bound (a lost or doubled phase is far outside it), and the arm's flag says
+        # what it documents: every repeat within the tolerance.
+        tol = prof.coverage_tolerance
+        assert abs(arm.coverage.median - 1.0) <= tol, f"{arm.name}: coverage {arm.coverage.samples}"
+        assert all(abs(c - 1.0) <= 3 * tol for c in arm.coverage.samples), arm.coverage.samples
+        assert arm.reconciles == all(abs(c - 1.0) <= tol for c in arm.coverage.samples)
         for run in arm.runs:
             w = run.window
             assert w.syncs == PUBLISH_EVERY_SYNCS and w.updates == PUBLISH_EVERY_SYNCS
-            assert abs(w.coverage - 1.0) <= prof.coverage_tolerance
             assert w.collector_phases_us["physics_step"] > 0
             # The window is a part of the run the manifest attributes: never more time than the whole.
             m = Manifest.model_validate_json(Path(run.manifest).read_text())
@@ -338,7 +376,17 @@ def test_device_synced_phase_times_sync_at_every_boundary(monkeypatch: pytest.Mo
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: calls.__setitem__(0, calls[0] + 1))
     collector = _collector()
     with collector:
-        steps = 4
+        # A known physics time: each step's physics sleeps planted_s first, so its phase holds at least
+        # that (a sleep never ends early) and no other phase comes near it unless the time is misplaced.
+        planted_s = 0.02
+        real_step = collector.backend.step
+
+        def slow_physics(ctrl: torch.Tensor):
+            time.sleep(planted_s)
+            return real_step(ctrl)
+
+        collector.backend.step = slow_physics  # type: ignore[method-assign]
+        steps = 16
         inv = inventory(collector, steps, device_timing=True)
         assert collector.timer.cuda_sync is False  # restored
         off = inventory(collector, steps)  # a CPU collector: no device pass by default
@@ -347,6 +395,8 @@ def test_device_synced_phase_times_sync_at_every_boundary(monkeypatch: pytest.Mo
     assert calls[0] >= steps * (1 + len(ran) - 1)
     synced = {ph: ops.device_synced_us for ph, ops in inv.phase_ops.items()}
     assert all(synced[ph] > 0 for ph in ran if ph != "update_state"), synced
-    assert synced["physics_step"] == max(synced.values())
+    assert synced["physics_step"] >= 1e6 * planted_s, synced  # the planted time is in its own phase ...
+    # ... and not in a neighbour's: another phase would need 16 steps x 20 ms of stalls to reach it.
+    assert max(us for ph, us in synced.items() if ph != "physics_step") < 1e6 * planted_s, synced
     assert all(ops.device_synced_us == 0 for ops in off.phase_ops.values())
     assert "device synchronised" in inv.method
