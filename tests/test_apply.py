@@ -218,6 +218,25 @@ def test_resume_continues_counters(tmp_path: Path) -> None:
     assert m2["counters"]["env_steps"] == 4800 and m2["counters"]["updates"] > manifest["counters"]["updates"]
     kinds = [json.loads(line)["event"] for line in (run_dir / "events.jsonl").read_text().splitlines()]
     assert kinds.count("run_started") == 2 and "run_interrupted" in kinds and kinds[-1] == "run_finished"
+    # The learner, its optimizers and the normalizer continue from the checkpoint (their counts go on
+    # from it), and the random warm-up (320 env steps here) is not repeated: every sync of the resumed
+    # session updated once the fresh replay buffer held one batch (64 transitions: 4 syncs of 16 envs).
+    final = torch.load(sorted((run_dir / "checkpoints").glob("*.pt"))[-1], weights_only=True)["state"]
+    before = blob["state"]
+    resumed_updates = m2["counters"]["updates"] - manifest["counters"]["updates"]
+    assert resumed_updates == (4800 - done) // 16 - 64 // 16
+    lf, lb = final["learner"], before["learner"]
+    assert lf["num_critic_updates"] == lb["num_critic_updates"] + resumed_updates
+    for opt in ("actor_opt", "critic_opt"):
+        assert float(lf[opt]["step"]) == float(lb[opt]["step"]) + resumed_updates, opt
+    # One normalizer sample per env step: a restored normalizer ends at the run's total.
+    assert float(before["normalizer"]["count"]) == done and float(final["normalizer"]["count"]) == 4800
+    # The record keeps the checkpoints still on disk from before the resume, digests included.
+    on_disk = sorted(p.name for p in (run_dir / "checkpoints").glob("ckpt-*.pt"))
+    assert sorted(Path(c["path"]).name for c in m2["checkpoints"]) == on_disk
+    from unilab.run.manifest_io import validate_manifest_file
+
+    validate_manifest_file(run_dir / "manifest.json")
 
 
 def _wait_for_checkpoint(tmp_path: Path, timeout: float = 120) -> Path:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import io
+import re
 
 import numpy as np
 import pytest
@@ -52,9 +52,9 @@ def test_normalizer_state_dict_round_trip_and_shape_check() -> None:
     b.load_state_dict(a.state_dict())
     x = torch.randn(7, 4)
     assert torch.equal(a.normalize(x), b.normalize(x))
-    with pytest.raises(UnilabError):
+    with pytest.raises(UnilabError, match=re.escape("checkpoint has dimension (4,), this run uses (5,)")):
         ObsNormalizer(5).load_state_dict(a.state_dict())
-    with pytest.raises(UnilabError):
+    with pytest.raises(UnilabError, match=re.escape("expects last dimension 4, got shape (3, 5)")):
         a.update(torch.zeros(3, 5))
 
 
@@ -142,31 +142,15 @@ def test_replay_one_step_ring_wraps_and_counts() -> None:
     assert set(batch.obs[:, 0].tolist()) <= set(rows)
 
 
-def test_replay_state_dict_round_trip_includes_pending_window() -> None:
-    a = ReplayBuffer(50, 1, 1, num_envs=2, n_step=3, gamma=0.9)
-    for t in range(4):
-        _add(a, t, [float(t), 1.0], [False, t == 2], [False, False])
-    b = ReplayBuffer(50, 1, 1, num_envs=2, n_step=3, gamma=0.9)
-    buf = io.BytesIO()
-    torch.save(a.state_dict(), buf)
-    buf.seek(0)
-    b.load_state_dict(torch.load(buf))  # loads with weights_only (the default)
-    for rb in (a, b):
-        _add(rb, 4, [4.0, 1.0], [False, False], [False, False])
-    assert _rows(a) == _rows(b) and len(a) == len(b) == 6
-    with pytest.raises(UnilabError):
-        ReplayBuffer(50, 1, 1, num_envs=3, n_step=3, gamma=0.9).load_state_dict(a.state_dict())
-
-
 def test_replay_refuses_wrong_shapes_and_empty_sample() -> None:
     rb = ReplayBuffer(10, 3, 2, num_envs=4)
-    with pytest.raises(UnilabError):
+    with pytest.raises(UnilabError, match="replay buffer is empty"):
         rb.sample(8)
-    with pytest.raises(UnilabError):
+    with pytest.raises(UnilabError, match=re.escape("expects obs/next_obs (4, 3) and action (4, 2)")):
         rb.add_batch(
             torch.zeros(4, 3), torch.zeros(4, 3), torch.zeros(4), torch.zeros(4, 3), torch.zeros(4), torch.zeros(4)
         )
-    with pytest.raises(UnilabError):
+    with pytest.raises(UnilabError, match="capacity 3 is smaller than one env step of 4 envs"):
         ReplayBuffer(3, 3, 2, num_envs=4)
 
 

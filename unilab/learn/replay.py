@@ -11,15 +11,15 @@ kept in a small pending window per env; once it holds n steps, the oldest become
 transition: rewards are summed with discounting until the window ends or the episode ends
 (terminated or truncated), and next_obs / discount come from the step that closed it. Steps
 after an episode end in the window belong to the next episode and are never mixed in. Hence a
-transition lands in storage n-1 env steps after it happened; `state_dict` keeps the pending
-window so that a resumed run loses nothing. With n = 1 the window is a pass-through.
+transition lands in storage n-1 env steps after it happened. With n = 1 the window is a
+pass-through. Checkpoints do not hold the buffer (it can be gigabytes): a resumed run refills it
+from the resumed policy (docs/running.md).
 
 next_obs must be the observation the step actually produced, before any auto-reset (the final
 observation of an episode), or truncated episodes bootstrap from the wrong state.
 
 Size. Per transition (float32): 4 * (2 * obs_dim + act_dim + 2) bytes; obs_dim 96, act_dim 29:
-900 bytes, so 1M transitions hold 0.9 GB on the device and a checkpoint of a full buffer writes
-as much again. `state_dict` holds the stored rows only (not unused capacity) plus the window.
+900 bytes, so 1M transitions hold 0.9 GB on the device.
 """
 
 from __future__ import annotations
@@ -225,66 +225,3 @@ class ReplayBuffer:
             next_obs=self._next_obs.index_select(0, idx),
             discount=self._discount.index_select(0, idx),
         )
-
-    def state_dict(self) -> dict[str, object]:
-        """Stored rows (not unused capacity), ring pointers and the n-step window; see the module note on size."""
-        n = self._size
-        return {
-            "meta": {
-                "capacity": self.capacity,
-                "obs_dim": self.obs_dim,
-                "act_dim": self.act_dim,
-                "num_envs": self.num_envs,
-                "n_step": self.n_step,
-                "gamma": self.gamma,
-            },
-            "ptr": self._ptr,
-            "size": n,
-            "total_added": self.total_added,
-            "obs": self._obs[:n].clone(),
-            "action": self._action[:n].clone(),
-            "reward": self._reward[:n].clone(),
-            "next_obs": self._next_obs[:n].clone(),
-            "discount": self._discount[:n].clone(),
-            "pending": {
-                "head": self._p_head,
-                "len": self._p_len,
-                "obs": self._p_obs.clone(),
-                "action": self._p_action.clone(),
-                "reward": self._p_reward.clone(),
-                "next_obs": self._p_next_obs.clone(),
-                "terminated": self._p_terminated.clone(),
-                "done": self._p_done.clone(),
-                "keep": self._p_keep.clone(),
-                "all_kept": list(self._p_all_kept),
-            },
-        }
-
-    def load_state_dict(self, state: dict[str, object]) -> None:
-        meta = state["meta"]
-        mine = {
-            "capacity": self.capacity,
-            "obs_dim": self.obs_dim,
-            "act_dim": self.act_dim,
-            "num_envs": self.num_envs,
-            "n_step": self.n_step,
-            "gamma": self.gamma,
-        }
-        if meta != mine:
-            raise UnilabError(
-                "replay checkpoint does not match this buffer",
-                detail=f"checkpoint {meta}, this run {mine}",
-                fix="resume with the same algo.buffer_size, task.num_envs, n_step and gamma, or start a fresh buffer",
-            )
-        n = int(state["size"])  # type: ignore[arg-type]
-        for name in ("obs", "action", "reward", "next_obs", "discount"):
-            getattr(self, f"_{name}")[:n].copy_(state[name])  # type: ignore[arg-type]
-        self._size = n
-        self._ptr = int(state["ptr"])  # type: ignore[arg-type]
-        self.total_added = int(state["total_added"])  # type: ignore[arg-type]
-        p = state["pending"]
-        self._p_head = int(p["head"])  # type: ignore[index]
-        self._p_len = int(p["len"])  # type: ignore[index]
-        for name in ("obs", "action", "reward", "next_obs", "terminated", "done", "keep"):
-            getattr(self, f"_p_{name}").copy_(p[name])  # type: ignore[index]
-        self._p_all_kept = list(p["all_kept"])  # type: ignore[index]

@@ -8,12 +8,12 @@ writes manifests that pass these checks; `unilab manifest validate` applies them
 
 from __future__ import annotations
 
-import hashlib
 import tomllib
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
+from unilab.digests import file_sha256
 from unilab.manifest.models import Manifest
 
 
@@ -59,14 +59,6 @@ def check_fields(m: Manifest) -> list[str]:
     return out
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def check_run_dir(m: Manifest, run_dir: Path, report: ConsistencyReport) -> None:
     """The run directory's plan.toml is the plan the manifest names; listed checkpoints hold the
     bytes it recorded. A run killed mid-checkpoint may list one that pruning removed: a missing
@@ -91,7 +83,7 @@ def check_run_dir(m: Manifest, run_dir: Path, report: ConsistencyReport) -> None
                 report.problems.append(f"checkpoint {c.path} is listed but not in {run_dir}")
             continue
         try:
-            digest = _sha256(path)
+            digest = file_sha256(path)
         except OSError as exc:
             report.problems.append(f"checkpoint {c.path} cannot be read: {exc.strerror}")
             continue

@@ -72,7 +72,7 @@ def planned_task(task: TaskPlan) -> TaskPlan:
 def check_planned_inputs(task: TaskPlan, cwd: Path) -> None:
     """Refuse to run a plan whose input files are gone or changed since it was made: the plan
     (and the manifest that embeds it) would describe files other than the ones that ran."""
-    from unilab.tasks.motion_file import file_sha256  # the digest the plan recorded for both kinds
+    from unilab.digests import file_sha256  # the digest the plan recorded for both kinds
 
     for field, source, digest in _user_files(task):
         key = f"task.{field}"

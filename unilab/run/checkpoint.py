@@ -38,6 +38,12 @@ def save_checkpoint(
     return path, hashlib.sha256(data).hexdigest()
 
 
+def env_steps_of(path: Path) -> int | None:
+    """The env steps in a checkpoint's name (`ckpt-0000000001600.pt` -> 1600); None for another name."""
+    digits = path.stem.removeprefix("ckpt-")
+    return int(digits) if path.stem.startswith("ckpt-") and digits.isdigit() else None
+
+
 def list_checkpoints(directory: Path) -> list[Path]:
     """Checkpoints oldest first (the name sorts by env steps)."""
     return sorted(directory.glob("ckpt-*.pt"))

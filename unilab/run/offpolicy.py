@@ -285,7 +285,6 @@ class OffPolicyRank:
             "learner": learner.state_dict(),
             "normalizer": normalizer.state_dict(),
             "counters": prog.counters_state(),
-            "torch_rng": torch.get_rng_state(),
             "obs_dim": int(normalizer.dim),
             "act_dim": int(learner.act_dim),
         }

@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from unilab.errors import UnilabError
 from unilab.host.facts import HostFacts
 from unilab.manifest.models import (
     BackendDiagnostics,
@@ -28,6 +29,19 @@ from unilab.run.manifest_io import provenance, utc_now, write_manifest
 from unilab.run.progress import ProgressLine, cpu_ranges, plural
 
 
+def existing_checkpoints(run_dir: Path) -> list[CheckpointRecord]:
+    """Records of the checkpoints already in a run directory (a resume continues its record)."""
+    from unilab.digests import file_sha256
+    from unilab.run.checkpoint import env_steps_of, list_checkpoints
+
+    out = []
+    for path in list_checkpoints(run_dir / "checkpoints"):
+        steps = env_steps_of(path)
+        if steps is not None:
+            out.append(CheckpointRecord(path=str(path.relative_to(run_dir)), env_steps=steps, sha256=file_sha256(path)))
+    return out
+
+
 class RunRecorder:
     def __init__(
         self,
@@ -43,7 +57,8 @@ class RunRecorder:
         self.started_at = utc_now()
         self.t0 = time.perf_counter()
         self.ranks: list[RankEvidence] = []
-        self.checkpoints: list[CheckpointRecord] = []
+        # A resumed run keeps the checkpoints already on disk in its record (same directory).
+        self.checkpoints: list[CheckpointRecord] = existing_checkpoints(run_dir) if resumed_from else []
         self.resumed_from = resumed_from
         self.prov = provenance(facts)
         self.physics_graph = GraphEvidence(**plan.graphs.physics.model_dump())
@@ -69,9 +84,11 @@ class RunRecorder:
             return
         try:
             from torch.utils.tensorboard import SummaryWriter
-        except ImportError:  # a dependency; a broken install is worth saying, not fatal
-            self.events.info("tensorboard_unavailable")
-            return
+        except ImportError as exc:  # a dependency: a run without its curves is not the run the docs promise
+            raise UnilabError(
+                f"tensorboard cannot be imported ({exc}), so the run could not write its curves",
+                fix="reinstall unilab's dependencies: bash tools/setup.sh",
+            ) from None
         self.tb = SummaryWriter(str(self.run_dir / "tensorboard"))
 
     def manifest(self, status: str, first_error: FirstError | None = None) -> Manifest:

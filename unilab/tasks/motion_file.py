@@ -15,12 +15,12 @@ Layout (T frames, J joints, B bodies = the robot's bodies in model order, world 
 
 from __future__ import annotations
 
-import hashlib
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from unilab.digests import file_sha256
 from unilab.errors import MotionFileError
 
 if TYPE_CHECKING:
@@ -108,15 +108,6 @@ def resolve_motion(ref: str, spec_dir: Path) -> Path:
     if not path.is_absolute():
         path = Path(spec_dir) / path
     return path
-
-
-def file_sha256(path: Path) -> str:
-    """Hex sha256 of a file's bytes, read in 1 MiB chunks (clips can be large)."""
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _read_npz(path: Path) -> dict[str, Any]:
