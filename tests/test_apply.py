@@ -111,6 +111,8 @@ def test_apply_leaves_a_complete_run_directory_and_resumes(tmp_path: Path) -> No
     ckpts = sorted((run_dir / "checkpoints").glob("ckpt-*.pt"))
     blob = torch.load(ckpts[-1], weights_only=True)
     assert blob["env_steps"] == 1600 and blob["plan_id"] == manifest["plan_id"]
+    # The G1 under random and early-policy actions stays within MuJoCo's limits: no warning recorded.
+    assert manifest["backend"]["physics_warnings"] == {}
     v = subprocess.run(
         [sys.executable, "-m", "unilab", "manifest", "validate", str(run_dir / "manifest.json")],
         capture_output=True,

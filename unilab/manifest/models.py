@@ -3,7 +3,7 @@ the end, validated against schemas/manifest.v1.json before every write."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -102,6 +102,12 @@ class BackendDiagnostics(_M):
     learner_graph: GraphEvidence
     collector_graph: GraphEvidence | None = Field(
         None, description="The experimental collector update-state graph (absent in older manifests)."
+    )
+    physics_warnings: dict[str, Annotated[int, Field(ge=0)]] = Field(
+        default_factory=dict,
+        description="Rank 0's physics warnings, only kinds seen (read every 64 syncs): MuJoCo's warning counts "
+        "summed over worlds (e.g. `bad_qacc`: a world MuJoCo reset itself), or MuJoCo Warp's worlds whose contact "
+        "or constraint buffers overflowed (`overflow_<kind>_worlds`). Empty: none.",
     )
 
 

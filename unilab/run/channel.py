@@ -27,6 +27,7 @@ from unilab.collect.timing import PHASES
 STAT_SYNCS, STAT_ENV_STEPS, STAT_EPISODES, STAT_RETURN_SUM, STAT_LENGTH_SUM, STAT_NONFINITE, STAT_WAIT_S = range(7)
 NUM_STATS = 7
 GRAPH_EVIDENCE_BYTES = 64 * 1024
+WARNINGS_BYTES = 4 * 1024
 
 
 def write_evidence(buf: torch.Tensor, evidence: dict[str, Any]) -> None:
@@ -63,6 +64,8 @@ class SharedBuffers:
     # The update-state graph's evidence (unilab.collect.update_graph), JSON, refreshed with the
     # physics replays: [0:4] byte length (big-endian), then the UTF-8 text; all zero when off.
     collector_graph: torch.Tensor  # [GRAPH_EVIDENCE_BYTES] uint8
+    # The physics backend's warning counts ({kind: count}, only kinds seen), JSON, the same way.
+    physics_warnings: torch.Tensor  # [WARNINGS_BYTES] uint8
 
     @staticmethod
     def allocate(num_envs: int, obs_dim: int, act_dim: int) -> SharedBuffers:
@@ -82,6 +85,7 @@ class SharedBuffers:
             phase_cpu_s=z(len(PHASES), dtype=torch.float64),
             physics_replays=z(1, dtype=torch.int64),
             collector_graph=z(GRAPH_EVIDENCE_BYTES, dtype=torch.uint8),
+            physics_warnings=z(WARNINGS_BYTES, dtype=torch.uint8),
         )
 
 

@@ -53,6 +53,7 @@ class CollectorStats:
     phase_cpu_s: dict[str, float] = field(default_factory=dict)
     physics_replays: int = 0
     collector_graph: dict[str, Any] | None = None  # the update-state graph's evidence, when it runs
+    physics_warnings: dict[str, int] = field(default_factory=dict)  # peak count per kind seen
 
 
 def collector_for(plan: Plan, rank: int, spec_dir: Path, resume_state: dict[str, Any] | None) -> CollectorClient:
@@ -161,6 +162,7 @@ class CollectorClient:
             phase_cpu_s={ph: float(v) for ph, v in zip(PHASES, b.phase_cpu_s.tolist(), strict=True)},
             physics_replays=int(b.physics_replays[0]),
             collector_graph=ch.read_evidence(b.collector_graph),
+            physics_warnings=ch.read_evidence(b.physics_warnings) or {},
         )
 
     def close(self) -> None:

@@ -60,6 +60,7 @@ def collector_main(
             SharedBuffers,
             write_evidence,
         )
+        from unilab.sim.contract import physics_warnings
 
         torch.set_num_threads(1)
         if cfg.cpu_ids and hasattr(os, "sched_setaffinity"):
@@ -94,6 +95,7 @@ def collector_main(
         bufs.obs[0].copy_(collector.reset_all())
         obs_ready.release()
         t = 0
+        warned: dict[str, int] = {}
         stats = bufs.stats
         # numpy views of the shared tensors: a slice assignment of a list costs a few microseconds.
         phase_s, phase_cpu_s, timer = bufs.phase_s.numpy(), bufs.phase_cpu_s.numpy(), collector.timer
@@ -131,6 +133,11 @@ def collector_main(
             if t % 64 == 0:
                 diag = getattr(collector.backend, "diagnostics", dict)()
                 bufs.physics_replays[0] = int(diag.get("graph_replays", 0))
+                # Peak per kind: MuJoCo's counts only grow; an overflow flag may clear with a reset.
+                for kind, n in physics_warnings(diag).items():
+                    warned[kind] = max(warned.get(kind, 0), n)
+                if warned:
+                    write_evidence(bufs.physics_warnings, warned)
                 if collector.update_graph is not None:
                     write_evidence(bufs.collector_graph, collector.update_graph.stats.evidence())
             obs_ready.release()

@@ -55,6 +55,7 @@ class Progress:
     physics_replays: int = 0
     learner_graph: Any = None  # unilab.learn.graph.GraphStats when the plan enabled the learner graph
     collector_graph: dict[str, Any] | None = None  # the collector update-state graph's evidence
+    physics_warnings: dict[str, int] = field(default_factory=dict)
     episodes_base: int = 0  # episodes before this session (a resumed run's)
     # The collector's cumulative (episodes, return sum, length sum) at the previous fold.
     _seen: tuple[int, float, float] = (0, 0.0, 0.0)
@@ -82,6 +83,7 @@ class Progress:
         self.phase_cpu_s = s.phase_cpu_s
         self.physics_replays = s.physics_replays
         self.collector_graph = s.collector_graph
+        self.physics_warnings = s.physics_warnings
 
 
 @dataclass

@@ -74,6 +74,7 @@ class RunRecorder:
         self.prog: Any = None
         # Exact sums over ranks, gathered at the end; until then rank 0's counts times the world size.
         self.totals: dict[str, int] | None = None
+        self._warned: set[str] = set()
 
     @property
     def world(self) -> int:
@@ -158,6 +159,7 @@ class RunRecorder:
                 collector_graph=GraphEvidence(
                     **p.graphs.collector.model_dump(), **(getattr(self.prog, "collector_graph", None) or {})
                 ),
+                physics_warnings=dict(getattr(self.prog, "physics_warnings", None) or {}),
             ),
             cuda_process_sharing=SharingEvidence(
                 configured=p.cuda_process_sharing.configured,
@@ -209,6 +211,14 @@ class RunRecorder:
         self.open_tensorboard()
         self.write("running")
 
+    def _note_physics_warnings(self, seen: dict[str, int]) -> None:
+        """Say each new kind of physics warning once, on the terminal and in the events."""
+        for kind, n in seen.items():
+            if kind not in self._warned:
+                self._warned.add(kind)
+                self.events.info("physics_warning", kind=kind, count=n)
+                self.line.note(f"physics warning on rank 0: {kind} ({n}); the manifest records the counts")
+
     def _learner_graph(self) -> GraphEvidence:
         planned = self.plan.graphs.learner.model_dump()
         stats = getattr(self.prog, "learner_graph", None)
@@ -216,6 +226,7 @@ class RunRecorder:
 
     def on_log(self, prog: Any, metrics: dict[str, float]) -> None:
         self.prog, self.last_metrics = prog, metrics
+        self._note_physics_warnings(prog.physics_warnings)
         run_s = metrics.get("elapsed_s", 0.0)
         sps = metrics.get("env_steps_run", 0) * self.world / run_s if run_s > 0 else 0.0
         ups = prog.updates / run_s if run_s > 0 else 0.0

@@ -69,3 +69,13 @@ class PhysicsBackend(Protocol):
         (mujoco), graph_requested/graph_enabled/graph_disable_reason/graph_replays (mjwarp).
         May synchronise with the device or the workers: call it at interval boundaries."""
         ...
+
+
+def physics_warnings(diag: dict[str, Any]) -> dict[str, int]:
+    """The warning counts in a backend's diagnostics, only kinds seen: MuJoCo's own warnings summed
+    over worlds (CPU; e.g. `bad_qacc`, a world MuJoCo reset itself), or for MuJoCo Warp the worlds
+    whose contact or constraint buffers overflowed (physics silently dropped contacts there)."""
+    if "mujoco_warnings" in diag:
+        return {k: int(v) for k, v in diag["mujoco_warnings"].items() if v}
+    kinds = diag.get("overflow_kinds") or []
+    return {f"overflow_{k.lower()}_worlds": int(diag.get("overflow_worlds", 0)) for k in kinds}
