@@ -22,9 +22,6 @@ class Diagnostic:
     def render(self) -> str:
         return f"[{self.rule_id}] {self.key_path}: {self.condition}\n    fix: {self.fix}"
 
-    def to_dict(self) -> dict[str, str]:
-        return {"rule_id": self.rule_id, "key_path": self.key_path, "condition": self.condition, "fix": self.fix}
-
 
 class UnilabError(Exception):
     """A clear, user-facing failure: what went wrong and how to fix it."""

@@ -41,7 +41,6 @@ class Collector:
         *,
         finite_check_interval: int = 100,
         timing: bool = True,
-        cuda_sync_timing: bool = False,
         update_graph: str | None = None,
     ) -> None:
         if task.backend is not backend:
@@ -74,7 +73,7 @@ class Collector:
         self._completed = torch.zeros(4 + r, device=dev)
         self._row = torch.zeros(4 + r, device=dev)
 
-        self.timer = PhaseTimer(enabled=timing, cuda_sync=cuda_sync_timing)
+        self.timer = PhaseTimer(enabled=timing)
         self.steps = 0
         self.env_steps = 0
 

@@ -46,10 +46,6 @@ class PhaseTiming:
     def mean_us(self) -> float:
         return 1e6 * self.total_s / self.calls if self.calls else 0.0
 
-    @property
-    def mean_cpu_us(self) -> float:
-        return 1e6 * self.cpu_s / self.calls if self.calls else 0.0
-
 
 class PhaseTimer:
     """Accumulates wall and thread-CPU nanoseconds per phase; ``lap(i)`` closes phase ``i`` and

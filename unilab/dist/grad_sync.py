@@ -170,10 +170,6 @@ class GradSync:
         return _Group(params, buckets, buckets[0].buf[:_SENTINEL], wire_dtypes)
 
     # ------------------------------------------------------------------ introspection
-    @property
-    def group_names(self) -> list[str]:
-        return list(self._groups)
-
     def wire_dtypes(self, name: str) -> list[torch.dtype]:
         """The dtype each of the group's gradients travels in, in the group's parameter order."""
         return list(self._group(name).wire_dtypes)
