@@ -179,3 +179,44 @@ def test_compile_is_deterministic(dotted) -> None:
 def test_plan_id_changes_exactly_when_the_rendering_changes(d1, d2) -> None:
     a, b = _plan(**d1), _plan(**d2)
     assert (render(a) == render(b)) == (a.plan_id == b.plan_id)
+
+
+# -- resolved values ------------------------------------------------------------------------------
+
+
+def test_max_episode_steps_treats_float_noise_as_a_whole_step() -> None:
+    # 0.9 / (0.003 * 10) is 30.000000000000004 in floats; the plan and the task both say 30.
+    plan = _plan(sim__timestep=0.003, sim__decimation=10, task__episode_length_s=0.9)
+    assert plan.task.max_episode_steps == 30
+    assert _plan(sim__timestep=0.005, sim__decimation=4, task__episode_length_s=0.91).task.max_episode_steps == 46
+
+
+@pytest.mark.parametrize(
+    ("dotted", "effective"),
+    [
+        # PPO collects whole rollouts: 8 steps x 16 envs = 128; 1500 ends after 12 rollouts.
+        ({"algo": {"name": "ppo", "num_steps_per_env": 8}, "run__total_env_steps": 1500}, 1536),
+        ({"algo": {"name": "ppo", "num_steps_per_env": 8}, "run__total_env_steps": 1536}, 1536),
+        # Two ranks: each collects its share (768) in rollouts of 128.
+        (
+            {
+                "algo": {"name": "ppo", "num_steps_per_env": 8},
+                "run__total_env_steps": 1500,
+                "training__devices": ["cpu", "cpu"],
+            },
+            1536,
+        ),
+        # Off-policy: whole env steps of 16 envs per rank.
+        ({"run__total_env_steps": 100_000}, 100_000),
+        ({"run__total_env_steps": 100_001}, 100_016),
+        ({"run__total_env_steps": 100_001, "training__devices": ["cpu", "cpu"]}, 100_000),
+    ],
+)
+def test_plan_records_the_env_steps_the_run_collects(dotted, effective) -> None:
+    plan = _plan(**dotted)
+    assert plan.run.effective_env_steps == effective
+    w = plan.topology.world_size
+    unit = plan.task.num_envs * (plan.algo.num_steps_per_env if plan.algo.name == "ppo" else 1)
+    share = plan.run.total_env_steps // w
+    # Each rank's figure is the first whole unit at or past its share.
+    assert (effective // w) % unit == 0 and share <= effective // w < share + unit

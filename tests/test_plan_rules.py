@@ -341,6 +341,36 @@ CASES = [
     Case(
         "task.robot", "cpu_laptop", {"task__name": "cartpole", "task__robot_mjcf": "g1.xml"}, True, "has its own model"
     ),
+    Case(
+        "task.push-interval",
+        "cpu_laptop",
+        {"task__push_interval_s": 0.03},  # 1.5 steps of 0.005 s x 4: used to become 0.04 s silently
+        True,
+        "push_interval_s = 0.03 is 1.5 control steps of 0.02 s",
+        "set task.push_interval_s = 0.02 or 0.04",
+    ),
+    Case(
+        "task.push-interval",
+        "cpu_laptop",
+        {"task__push_interval_s": 0.01},  # shorter than one step: the only valid neighbour is one step
+        True,
+        "is 0.5 control steps",
+        "set task.push_interval_s = 0.02 (a whole",
+    ),
+    Case(
+        "task.push-interval",
+        "cpu_laptop",
+        {"task__push_interval_s": 0.09, "sim__timestep": 0.003, "sim__decimation": 10},
+        False,
+    ),
+    # Float noise: 0.018 / (0.003 x 3) is 1.9999999999999996, still two whole steps.
+    Case(
+        "task.push-interval",
+        "cpu_laptop",
+        {"task__push_interval_s": 0.018, "sim__timestep": 0.003, "sim__decimation": 3},
+        False,
+    ),
+    Case("task.push-interval", "cpu_laptop", {"task__push_interval_s": 3.0}, False),
     Case("run.budget", "cpu_laptop", {"run__total_env_steps": 10}, True, "less than one step"),
     Case("run.budget", "cpu_laptop", {}, False),
     Case(
@@ -372,6 +402,45 @@ CASES = [
         "algo.v_min = -5.0 and algo.v_max = 5.0",
     ),
     Case("algo.critic-support", "cpu_laptop", {"algo": {"name": "flashsac", "v_min": -1, "v_max": 1}}, False),
+    Case(
+        "algo.options",
+        "cpu_laptop",
+        {"algo": {"name": "sac", "v_min": -10.0, "v_max": 10.0}},
+        True,
+        'algo.v_min has no effect: the scalar critic (algo.critic = "mse")',
+        'remove algo.v_min, or set algo.critic = "c51"',
+    ),
+    Case(
+        "algo.options",
+        "cpu_laptop",
+        {"algo": {"name": "sac", "critic": "mse", "num_atoms": 51}},
+        True,
+        "algo.num_atoms has no effect",
+        'remove algo.num_atoms, or set algo.critic = "c51"',
+    ),
+    Case(
+        "algo.options",
+        "cpu_laptop",
+        {"algo": {"name": "ppo", "schedule": "fixed", "desired_kl": 0.02}},
+        True,
+        'algo.desired_kl has no effect: algo.schedule = "fixed"',
+        'remove algo.desired_kl, or set algo.schedule = "adaptive"',
+    ),
+    Case(
+        "algo.options",
+        "cpu_laptop",
+        {"algo": {"name": "sac", "critic": "c51", "num_atoms": 51, "v_min": -10.0, "v_max": 10.0}},
+        False,
+    ),
+    Case("algo.options", "cpu_laptop", {"algo": {"name": "sac"}}, False),  # unused defaults are not requests
+    Case("algo.options", "cpu_laptop", {"algo": {"name": "ppo", "schedule": "fixed"}}, False),
+    Case("algo.options", "cpu_laptop", {"algo": {"name": "ppo", "desired_kl": 0.02}}, False),
+    Case(
+        "algo.options",
+        "cpu_laptop",
+        {"algo": {"name": "flashsac", "num_atoms": 51, "v_min": -2.0, "v_max": 2.0, "n_step": 1}},
+        False,
+    ),
 ]
 
 
@@ -434,3 +503,22 @@ def test_mps_error_on_a_cpu_laptop_names_rule_condition_and_fix() -> None:
     text = e.value.render()
     assert "[mps.host] training.cuda_process_sharing: no NVIDIA driver" in text
     assert "fix:" in text
+
+
+def test_algo_options_reports_every_ignored_key_with_its_path() -> None:
+    spec = validate_spec_data(spec_data(algo={"name": "sac", "num_atoms": 51, "v_min": -1.0, "v_max": 1.0}), "s")
+    with pytest.raises(PlanRefused) as e:
+        compile_plan(spec, host("cpu_laptop"), ROOT / "specs")
+    got = [(d.rule_id, d.key_path) for d in e.value.diagnostics]
+    assert got == [("algo.options", "algo.num_atoms"), ("algo.options", "algo.v_min"), ("algo.options", "algo.v_max")]
+
+
+def test_push_interval_fixes_are_themselves_whole_steps() -> None:
+    for timestep, decimation, interval in [(0.005, 4, 0.03), (0.003, 10, 0.1), (0.002, 7, 1.0), (0.004, 3, 0.005)]:
+        dotted = {"task__push_interval_s": interval, "sim__timestep": timestep, "sim__decimation": decimation}
+        (d,) = _diags(Case("task.push-interval", "cpu_laptop", dotted, True))
+        values = d.fix.removeprefix("set task.push_interval_s = ").split(" (")[0].split(" or ")
+        assert values
+        for v in values:
+            ok = _diags(Case("task.push-interval", "cpu_laptop", {**dotted, "task__push_interval_s": float(v)}, False))
+            assert ok == [], (dotted, v)

@@ -3,7 +3,6 @@ plan is refused with all of them, otherwise each decision is resolved and record
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 from unilab import __version__
@@ -23,6 +22,7 @@ from unilab.plan.models import (
     RankMps,
     RankPlan,
     RobotPlan,
+    RunPlan,
     SharingPlan,
     SimPlan,
     SyncPlan,
@@ -35,6 +35,7 @@ from unilab.plan.rules import RULES
 from unilab.plan.rules.sharing import service_for
 from unilab.spec.load import spec_digest
 from unilab.spec.models import Spec
+from unilab.tasks.timing import control_dt, max_episode_steps
 
 
 def check(ctx: Context) -> None:
@@ -170,6 +171,19 @@ def _learner_reservation(ctx: Context, block: list[int], threads: int, kind: str
     return block[:k], block[k:]
 
 
+def effective_env_steps(spec: Spec, world_size: int) -> int:
+    """The env steps an uninterrupted run collects, summed over ranks. Each rank collects its share
+    `run.total_env_steps // world_size` in whole units and stops at the first unit boundary at or
+    past it: a PPO rollout (`algo.num_steps_per_env` x `task.num_envs`; rsl-rl updates on whole
+    rollouts), or one env step of `task.num_envs` envs for the off-policy learners. The executor
+    stops there (unilab.run.onpolicy reads this figure), so the plan records what will run rather
+    than refusing a total that is not a whole number of units."""
+    algo = spec.algo
+    unit = spec.task.num_envs * (algo.num_steps_per_env if algo.name == "ppo" else 1)
+    share = spec.run.total_env_steps // world_size
+    return world_size * -(-share // unit) * unit
+
+
 def compile_plan(spec: Spec, facts: HostFacts, spec_dir: Path) -> Plan:
     ctx = build_context(spec, facts, spec_dir)
     check(ctx)
@@ -177,7 +191,7 @@ def compile_plan(spec: Spec, facts: HostFacts, spec_dir: Path) -> Plan:
     graphs = _graphs(ctx)
     ranks, services = _ranks(ctx)
     host_facts = fingerprint_facts(ctx, services)
-    control_dt = spec.sim.timestep * spec.sim.decimation
+    dt = control_dt(spec.sim.timestep, spec.sim.decimation)
     workers = (
         1
         if spec.sim.backend != "mujoco"
@@ -187,13 +201,14 @@ def compile_plan(spec: Spec, facts: HostFacts, spec_dir: Path) -> Plan:
     world = ctx.world_size
     body = PlanBody(
         plan=PlanHeader(unilab_version=__version__, spec_digest=spec_digest(spec), host_fingerprint=digest(host_facts)),
-        run=spec.run,
+        run=RunPlan(**spec.run.model_dump(), effective_env_steps=effective_env_steps(spec, world)),
         task=TaskPlan(
             **spec.task.model_dump(),
             robot=_robot(ctx),
             reference_motion=_motion(ctx),
-            control_dt=round(control_dt, 9),
-            max_episode_steps=math.ceil(round(spec.task.episode_length_s / control_dt, 6)),
+            control_dt=round(dt, 9),
+            # The task computes its time limit with the same function from the same control step.
+            max_episode_steps=max_episode_steps(spec.task.episode_length_s, dt),
         ),
         sim=SimPlan(**spec.sim.model_dump(), workers_per_rank=workers),
         algo=spec.algo,

@@ -40,13 +40,26 @@ class MotionPlan(_P):
     fps: float
 
 
+class RunPlan(RunSpec):
+    """The spec's `[run]` plus the env steps the run will actually collect."""
+
+    effective_env_steps: int = Field(
+        description="Env steps an uninterrupted run collects, summed over ranks: each rank's share "
+        "`total_env_steps // world_size` rounded up to whole collection units (PPO: a rollout of "
+        "`num_steps_per_env` x `num_envs`; sac, flashsac: one env step of `num_envs`), times the world size."
+    )
+
+
 class TaskPlan(TaskSpec):
     """The spec's `[task]` plus what the plan resolved from it."""
 
     robot: RobotPlan
     reference_motion: MotionPlan | None = None
     control_dt: float = Field(description="sim.timestep * sim.decimation, seconds.")
-    max_episode_steps: int = Field(description="ceil(episode_length_s / control_dt).")
+    max_episode_steps: int = Field(
+        description="ceil(episode_length_s / control_dt), a ratio within 1e-9 (relative) of a whole number "
+        "taken as that number; at least 1 (unilab.tasks.timing, which the task uses too)."
+    )
 
 
 class SimPlan(SimSpec):
@@ -123,7 +136,7 @@ class EnvVarPlan(_P):
 
 class PlanBody(_P):
     plan: PlanHeader
-    run: RunSpec
+    run: RunPlan
     task: TaskPlan
     sim: SimPlan
     algo: AlgoSpec

@@ -7,8 +7,9 @@ Counters (`Progress`, shared with the off-policy loop): `syncs` and `env_steps` 
 syncs and env steps; `updates` are PPO gradient steps (iterations x epochs x mini-batches, one
 optimizer step each). Every transition the collector produces goes into rsl-rl's rollout storage
 (`transitions_stored`), except non-finite worlds' steps (`transitions_nonfinite`, see vecenv).
-The budget is whole iterations: the run ends at the first iteration boundary at or past
-`run.total_env_steps`.
+The budget is whole iterations: the run ends at the first iteration boundary at or past the
+rank's share of `run.total_env_steps`, which the plan resolves and records as
+`run.effective_env_steps` (summed over ranks); this loop runs to exactly that figure.
 
 With data parallel, every rank runs the same iterations in lockstep: rank 0's models are
 broadcast once at start, rsl-rl averages the gradients of every mini-batch step (fp32 all-reduce)
@@ -134,8 +135,15 @@ class OnPolicyRank:
         # Exploration noise differs per rank (each rank's own seed), and a resumed run draws anew.
         torch.manual_seed(self.rp.seed + 104729 * (1 + self.iterations))
 
-        total = p.run.total_env_steps // p.topology.world_size
+        # The plan's resolved budget: a whole number of this rank's rollouts.
+        total = p.run.effective_env_steps // p.topology.world_size
         per_iteration = algo.num_steps_per_env * n
+        if total % per_iteration:
+            raise UnilabError(
+                f"the plan's budget of {total} env steps per rank is not a whole number of rollouts of "
+                f"{per_iteration} ({algo.num_steps_per_env} steps x {n} envs)",
+                fix="re-plan the spec with this unilab (unilab plan SPEC) and apply the new plan",
+            )
         ckpt_every = p.run.checkpoint_every_env_steps
         next_ckpt = (prog.env_steps * p.topology.world_size // ckpt_every + 1) * ckpt_every if ckpt_every else None
         base_syncs, base_env_steps, base_updates = prog.syncs, prog.env_steps, prog.updates
@@ -200,7 +208,6 @@ class OnPolicyRank:
             "ppo": runner.alg.save(),
             "iterations": self.iterations,
             "counters": prog.counters_state(),
-            "torch_rng": torch.get_rng_state(),
             "obs_dim": int(env.num_obs) if env is not None else 0,
             "act_dim": int(env.num_actions) if env is not None else 0,
         }

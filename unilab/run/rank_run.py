@@ -80,7 +80,7 @@ def run_rank(job: RankJob, stop: StopFlag) -> int:
             job.run_dir,
             events,
             str(job.resume_checkpoint) if job.resume_checkpoint else None,
-            ProgressLine(plan.run.total_env_steps, enabled=job.progress),
+            ProgressLine(plan.run.effective_env_steps, enabled=job.progress),
         )
         events.info(
             "run_started",

@@ -32,6 +32,7 @@ from unilab.tasks.terms import (
     RewardTerm,
     TerminationTerm,
 )
+from unilab.tasks.timing import max_episode_steps
 
 if TYPE_CHECKING:
     from unilab.robot.model import RobotLayout
@@ -68,7 +69,8 @@ class Task(ABC):
         self.device = backend.device
         self.num_envs = n = backend.num_envs
         self.step_dt = float(step_dt)
-        self.max_episode_steps = max(1, math.ceil(spec.episode_length_s / self.step_dt))
+        # The plan records the same value (unilab.plan.compile uses the same function).
+        self.max_episode_steps = max_episode_steps(spec.episode_length_s, self.step_dt)
         self.generator = torch.Generator(device=self.device)
         self.seed = int(seed)
         self.generator.manual_seed(self.seed)

@@ -14,7 +14,6 @@ at the episode time limit. Reset: small random angle, position and velocities.
 
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING
 
 import torch
@@ -26,6 +25,7 @@ from unilab.tasks.declarations import (
     TermDecl,
 )
 from unilab.tasks.terms import ObservationTerm, RewardTerm, TerminationTerm
+from unilab.tasks.timing import max_episode_steps
 
 if TYPE_CHECKING:
     from unilab.sim.contract import PhysicsBackend, PhysicsState
@@ -73,7 +73,8 @@ class CartpoleTask:
         self.device = dev = backend.device
         self.num_envs = n = backend.num_envs
         self.step_dt = float(step_dt)
-        self.max_episode_steps = max(1, math.ceil(spec.episode_length_s / self.step_dt))
+        # The plan records the same value (unilab.plan.compile uses the same function).
+        self.max_episode_steps = max_episode_steps(spec.episode_length_s, self.step_dt)
         self.generator = torch.Generator(device=dev).manual_seed(int(seed))
         self.num_actions = 1
         self.observations = [

@@ -16,6 +16,7 @@ import torch
 
 from unilab.errors import UnilabError
 from unilab.tasks.terms import EventTerm
+from unilab.tasks.timing import nearest_whole_step_seconds, seconds_text, whole_steps
 
 if TYPE_CHECKING:
     from unilab.tasks.base import Task
@@ -72,7 +73,7 @@ def push_event(task: Task, period_steps: int) -> EventTerm:
         state = t.backend.reset(mask, qpos, qvel)
         t.read_state(state)
 
-    return EventTerm("push_robot", "interval", apply, period_steps=max(1, period_steps))
+    return EventTerm("push_robot", "interval", apply, period_steps=period_steps)
 
 
 def domain_randomization_events(task: Task) -> list[EventTerm]:
@@ -94,5 +95,20 @@ def shared_events(task: Task) -> list[EventTerm]:
     if task.spec.domain_randomization:
         out += domain_randomization_events(task)
     if task.spec.push_interval_s is not None:
-        out.append(push_event(task, round(task.spec.push_interval_s / task.step_dt)))
+        out.append(push_event(task, push_period_steps(task.spec.push_interval_s, task.step_dt)))
     return out
+
+
+def push_period_steps(push_interval_s: float, step_dt: float) -> int:
+    """The push interval in control steps, exactly: the plan's rule `task.push-interval` refuses an
+    interval that is not a whole number of steps, and this guard refuses it for a task built without
+    a plan, rather than rounding it to another interval."""
+    steps = whole_steps(push_interval_s, step_dt)
+    if steps is None:
+        near = " or ".join(nearest_whole_step_seconds(push_interval_s, step_dt))
+        raise UnilabError(
+            f"task.push_interval_s = {push_interval_s} is not a whole number of "
+            f"{seconds_text(step_dt)} s control steps",
+            fix=f"set task.push_interval_s = {near}",
+        )
+    return steps

@@ -5,6 +5,7 @@ from __future__ import annotations
 from unilab.errors import Diagnostic, UnilabError
 from unilab.plan.context import Context
 from unilab.plan.rules.registry import Rule, rule
+from unilab.tasks.timing import control_dt, nearest_whole_step_seconds, seconds_text, whole_steps
 
 
 def _from_error(r: Rule, exc: UnilabError, key: str) -> Diagnostic:
@@ -82,6 +83,29 @@ def task_options(r: Rule, ctx: Context) -> list[Diagnostic]:
     return [r.diag(f"task.{k} has no effect on {t.name}", f"remove task.{k}", f"task.{k}") for k in unused]
 
 
+@rule(
+    "task.push-interval",
+    "task.push_interval_s",
+    "A push interval is a whole number of control steps (`sim.timestep * sim.decimation`); it is never rounded.",
+)
+def task_push_interval(r: Rule, ctx: Context) -> list[Diagnostic]:
+    t, sim = ctx.spec.task, ctx.spec.sim
+    if t.push_interval_s is None or t.name == "cartpole":
+        return []  # cartpole takes no pushes: task.options reports the key
+    dt = control_dt(sim.timestep, sim.decimation)
+    if whole_steps(t.push_interval_s, dt) is not None:
+        return []
+    near = " or ".join(nearest_whole_step_seconds(t.push_interval_s, dt))
+    return [
+        r.diag(
+            f"push_interval_s = {t.push_interval_s} is {t.push_interval_s / dt:.6g} control steps of "
+            f"{seconds_text(dt)} s (sim.timestep {sim.timestep} x sim.decimation {sim.decimation}); "
+            "pushes fire on whole control steps",
+            f"set task.push_interval_s = {near} (a whole number of {seconds_text(dt)} s control steps)",
+        )
+    ]
+
+
 @rule("run.budget", "run.total_env_steps", "The run collects at least one env step per env and rank.")
 def run_budget(r: Rule, ctx: Context) -> list[Diagnostic]:
     per_step = ctx.spec.task.num_envs * ctx.world_size
@@ -143,3 +167,42 @@ def algo_critic_support(r: Rule, ctx: Context) -> list[Diagnostic]:
             )
         ]
     return []
+
+
+# Keys an algorithm takes but ignores in some configurations: (algo.name, keys, ignored when, why, the
+# setting that uses them). FlashSAC uses every key it takes (its critic is always distributional).
+_IGNORED_ALGO_KEYS = (
+    (
+        "sac",
+        ("num_atoms", "v_min", "v_max"),
+        lambda a: a.critic != "c51",
+        'the scalar critic (algo.critic = "mse") has no support',
+        'set algo.critic = "c51"',
+    ),
+    (
+        "ppo",
+        ("desired_kl",),
+        lambda a: a.schedule != "adaptive",
+        'algo.schedule = "fixed" keeps the learning rate fixed, without a KL target',
+        'set algo.schedule = "adaptive"',
+    ),
+)
+
+
+@rule(
+    "algo.options",
+    "algo",
+    "Keys an algorithm ignores are not set: SAC's `num_atoms`, `v_min` and `v_max` need `critic = c51`; "
+    "PPO's `desired_kl` needs `schedule = adaptive`.",
+)
+def algo_options(r: Rule, ctx: Context) -> list[Diagnostic]:
+    algo = ctx.spec.algo
+    out = []
+    for name, keys, ignored, why, use in _IGNORED_ALGO_KEYS:
+        if algo.name != name or not ignored(algo):
+            continue
+        # Only keys the user wrote: a default that goes unused is not a request.
+        for k in keys:
+            if k in algo.model_fields_set:
+                out.append(r.diag(f"algo.{k} has no effect: {why}", f"remove algo.{k}, or {use}", f"algo.{k}"))
+    return out
