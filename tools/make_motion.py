@@ -1,7 +1,10 @@
 """Generate unilab's built-in reference motion: a procedural G1 squat with an arm swing.
 
-    python tools/make_motion.py                      # writes unilab/assets/motions/g1_squat.npz
+    python tools/make_motion.py                      # writes ./g1_squat.npz
     python tools/make_motion.py --out clip.npz --duration 6 --fps 50 --depth 0.8
+    python tools/make_motion.py --out unilab/assets/motions/g1_squat.npz --force   # regenerate the built-in
+
+An existing --out is replaced only with --force; the file is written atomically (temp file, rename).
 
 How the clip is made (docs/tasks.md repeats this):
 1. Joint trajectories: smooth sinusoids around the G1 standing pose. With s(t) = (1 - cos(2 pi t / P)) / 2
@@ -30,10 +33,13 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from unilab.errors import UnilabError  # noqa: E402
 from unilab.robot import g1  # noqa: E402
 from unilab.robot.model import RobotLayout, load_model  # noqa: E402
+from unilab.run.atomic import write_atomic  # noqa: E402
 
-DEFAULT_OUT = ROOT / "unilab" / "assets" / "motions" / "g1_squat.npz"
+# In the working directory, not the packaged asset: replacing the built-in clip must be asked for.
+DEFAULT_OUT = Path("g1_squat.npz")
 
 
 def _geom_bottom(model: mujoco.MjModel, data: mujoco.MjData, g: int) -> float:
@@ -120,17 +126,56 @@ def make_motion(duration: float, fps: float, period: float, depth: float) -> dic
     }
 
 
+def check_args(args: argparse.Namespace) -> None:
+    """Refuse what would write a broken clip, a file under another name, or over an existing one."""
+    for flag in ("duration", "fps", "period"):
+        value = getattr(args, flag)
+        if not (math.isfinite(value) and value > 0):
+            raise UnilabError(f"--{flag} must be a finite number > 0, got {value:g}", fix=f"e.g. --{flag} 2")
+    if round(args.duration * args.fps) < 1:  # a clip needs T >= 2 frames
+        raise UnilabError(
+            f"--duration {args.duration:g} at --fps {args.fps:g} is under one frame interval; a clip needs 2 frames",
+            fix=f"--duration {2 / args.fps:g} or more",
+        )
+    if not math.isfinite(args.depth):
+        raise UnilabError(f"--depth must be finite, got {args.depth:g}", fix="e.g. --depth 1.0")
+    out: Path = args.out
+    if out.suffix != ".npz":  # numpy would add .npz itself and write a file other than the one named
+        raise UnilabError(f"--out {out}: a motion clip is an .npz file", fix=f"pass --out {out}.npz")
+    if out.is_dir():
+        raise UnilabError(f"--out {out} is a directory", fix=f"pass a file name, e.g. --out {out / DEFAULT_OUT}")
+    if out.exists() and not args.force:
+        raise UnilabError(
+            f"--out {out} already exists",
+            fix="pass another --out, or --force to replace it (the built-in clip too: it ships with unilab)",
+        )
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output .npz (default: the built-in g1_squat)")
+    p.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"output .npz (default: ./{DEFAULT_OUT})")
+    p.add_argument("--force", action="store_true", help="replace --out if it exists")
     p.add_argument("--duration", type=float, default=4.0, help="clip length, s")
     p.add_argument("--fps", type=float, default=50.0, help="frames per second")
     p.add_argument("--period", type=float, default=2.0, help="one squat, s")
     p.add_argument("--depth", type=float, default=1.0, help="extra knee bend at the bottom, rad")
     args = p.parse_args(argv)
-    arrays = make_motion(args.duration, args.fps, args.period, args.depth)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    np.savez_compressed(args.out, **arrays)
+    try:
+        check_args(args)
+        arrays = make_motion(args.duration, args.fps, args.period, args.depth)
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(
+            args.out,
+            lambda f: np.savez_compressed(f, **arrays),  # to a file object: numpy adds no suffix
+            "motion clip",
+            fix="free disk space or choose another --out",
+        )
+    except UnilabError as exc:
+        print(exc.render(), file=sys.stderr)
+        return 1
+    except OSError as exc:  # the output's directory cannot be made
+        print(f"error: cannot write {args.out}: {exc.strerror or exc}\nfix: choose another --out", file=sys.stderr)
+        return 1
     t, b = arrays["body_pos_w"].shape[:2]
     print(f"wrote {args.out}: {t} frames at {args.fps:g} fps, {b} bodies, {args.out.stat().st_size / 1024:.0f} KiB")
     return 0

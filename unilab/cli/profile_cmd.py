@@ -27,7 +27,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
     from unilab.plan.render import is_plan_file
     from unilab.profile.arms import default_arms, parse_arms
     from unilab.profile.report import render_markdown
-    from unilab.profile.session import ProfileRequest, run_profile
+    from unilab.profile.session import ProfileRequest, collector_device, run_profile
     from unilab.spec.load import load_spec
 
     with reading(args.spec, "spec"):
@@ -49,7 +49,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
     else:
         import torch
 
-        arms = default_arms(spec.sim.backend, torch.cuda.is_available() and spec.training.devices != "cpu")
+        arms = default_arms(spec.sim.backend, torch.cuda.is_available() and collector_device(spec) != "cpu")
     req = ProfileRequest(
         spec=args.spec,
         arms=arms,

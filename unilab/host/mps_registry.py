@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from unilab.errors import UnilabError
 from unilab.host.facts import MpsServiceFacts
+from unilab.run.atomic import write_text_atomic  # imports only unilab.errors: no cycle, light on the plan path
 
 PID_FILE_NAME = "nvidia-cuda-mps-control.pid"
 
@@ -109,12 +110,13 @@ def probe_service(entry: RegistryEntry) -> MpsServiceFacts:
 
 
 def write_registry(registry: Registry, state_dir: Path | None = None) -> None:
-    """Replace the registry atomically (temp file, fsync, rename) so a crash never leaves half a file."""
+    """Replace the registry atomically so a crash never leaves half a file; a failed write is a
+    UnilabError and leaves the previous registry as it was."""
     path = registry_path(state_dir)
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(registry.model_dump_json(indent=2) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    write_text_atomic(
+        path,
+        registry.model_dump_json(indent=2) + "\n",
+        "the MPS service registry",
+        fix=f"free disk space or fix the permissions of {path.parent}, then run `unilab mps status`",
+    )

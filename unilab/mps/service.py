@@ -10,8 +10,10 @@ from __future__ import annotations
 import fcntl
 import os
 import shutil
+import signal
 import stat
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -33,6 +35,8 @@ from unilab.host.mps_registry import (
 CONTROL_BINARY = "nvidia-cuda-mps-control"
 START_TIMEOUT_S = 10.0
 STOP_TIMEOUT_S = 15.0
+CONTROL_TIMEOUT_S = 30.0  # one run of the control binary (`-d`, or a client command such as `quit`)
+KILL_WAIT_S = 5.0  # after a signal to a daemon that start() could not register
 
 
 class MpsError(UnilabError):
@@ -126,6 +130,47 @@ def _wait_for(cond, timeout: float) -> bool:
     return cond()
 
 
+def _timed_out(what: str, fix: str) -> MpsError:
+    return MpsError(f"{what} did not finish within {CONTROL_TIMEOUT_S:g} s; it was killed", fix=fix)
+
+
+def _stop_unregistered(binary: str, entry: RegistryEntry) -> str:
+    """A daemon that start() launched but could not register would be orphaned: no `unilab mps`
+    command could find it. Stop it; return "" once it is gone, else a line naming the leftover."""
+    if not probe_service(entry).daemon_alive:
+        return ""
+    try:
+        subprocess.run(
+            [binary],
+            input="quit\n",
+            env=service_env(entry),
+            capture_output=True,
+            text=True,
+            timeout=CONTROL_TIMEOUT_S,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        pass  # the signals below stop it instead
+    if _wait_for(lambda: not probe_service(entry).daemon_alive, KILL_WAIT_S):
+        return ""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        pid = probe_service(entry).daemon_pid
+        if pid is None:
+            break
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            return ""
+        except PermissionError:
+            break
+        if _wait_for(lambda: not probe_service(entry).daemon_alive, KILL_WAIT_S):
+            return ""
+    live = probe_service(entry)
+    return (
+        f"the daemon it started (pid {live.daemon_pid}) could not be stopped and is not registered: "
+        f"kill {live.daemon_pid} and remove {entry.pipe_directory}"
+    )
+
+
 def start(facts: HostFacts, gpu: str, name: str, state_dir: Path) -> MpsServiceFacts:
     """Start one daemon for one GPU and register it. Refuses instead of guessing."""
     if not name or not all(c.isalnum() or c in "-_." for c in name) or name.startswith("."):
@@ -158,31 +203,52 @@ def start(facts: HostFacts, gpu: str, name: str, state_dir: Path) -> MpsServiceF
         # Output goes to a file, not a pipe: the daemon inherits our descriptors, and a pipe it
         # keeps open would make us wait for it forever.
         out_path = dirs.log / "control-start.out"
-        with open(out_path, "w") as out:
-            r = subprocess.run(
-                [binary, "-d"],
-                env=service_env(entry),
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                timeout=30,
+        try:
+            with open(out_path, "w") as out:
+                r = subprocess.run(
+                    [binary, "-d"],
+                    env=service_env(entry),
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    timeout=CONTROL_TIMEOUT_S,
+                )
+        except subprocess.TimeoutExpired:
+            err = _timed_out(
+                f"`{CONTROL_BINARY} -d` for GPU {g.index}", f"read the daemon log in {dirs.log}, then retry"
             )
+            _note_leftover(err, _stop_unregistered(binary, entry))  # it may have daemonized before hanging
+            raise err from None
         if r.returncode != 0:
             said = out_path.read_text(errors="replace").strip()[:300]
             raise MpsError(
                 f"{CONTROL_BINARY} -d failed for GPU {g.index} (exit {r.returncode}): {said}",
                 fix=f"read the daemon log in {dirs.log}",
             )
-        if not _wait_for(lambda: probe_service(entry).control_socket_exists, START_TIMEOUT_S):
-            raise MpsError(
-                f"the MPS daemon for GPU {g.index} did not create {dirs.pipe}/control within {START_TIMEOUT_S:.0f} s",
-                fix=f"read the daemon log in {dirs.log}",
-            )
-        pid = probe_service(entry).daemon_pid
-        entry = entry.model_copy(update={"daemon_pid": pid})
-        others = [e for e in reg.services if e.name != name]
-        write_registry(Registry(services=[*others, entry]), state_dir)
-        return probe_service(entry)
+        try:
+            if not _wait_for(lambda: probe_service(entry).control_socket_exists, START_TIMEOUT_S):
+                raise MpsError(
+                    f"the MPS daemon for GPU {g.index} did not create {dirs.pipe}/control within "
+                    f"{START_TIMEOUT_S:.0f} s",
+                    fix=f"read the daemon log in {dirs.log}",
+                )
+            pid = probe_service(entry).daemon_pid
+            registered = entry.model_copy(update={"daemon_pid": pid})
+            others = [e for e in reg.services if e.name != name]
+            write_registry(Registry(services=[*others, registered]), state_dir)
+        except BaseException as exc:  # started but not registered: stop it rather than orphan it
+            leftover = _stop_unregistered(binary, entry)
+            if isinstance(exc, UnilabError):
+                _note_leftover(exc, leftover)
+            elif leftover:
+                print(f"warning: {leftover}", file=sys.stderr)
+            raise
+        return probe_service(registered)
+
+
+def _note_leftover(exc: UnilabError, note: str) -> None:
+    if note:
+        exc.detail = f"{exc.detail}; {note}" if exc.detail else note
 
 
 def stop(name: str, state_dir: Path) -> MpsServiceFacts:
@@ -196,9 +262,21 @@ def stop(name: str, state_dir: Path) -> MpsServiceFacts:
         live = probe_service(entry)
         if live.daemon_alive:
             binary = control_binary()
-            r = subprocess.run(
-                [binary], input="quit\n", env=service_env(entry), capture_output=True, text=True, timeout=30
-            )
+            try:
+                r = subprocess.run(
+                    [binary],
+                    input="quit\n",
+                    env=service_env(entry),
+                    capture_output=True,
+                    text=True,
+                    timeout=CONTROL_TIMEOUT_S,
+                )
+            except subprocess.TimeoutExpired:
+                raise _timed_out(
+                    f"`quit` to MPS service {name!r} (pid {live.daemon_pid})",
+                    f"read the daemon log in {entry.log_directory}; if the daemon is stuck, kill {live.daemon_pid} "
+                    f"and run `unilab mps stop --name {name}` again",
+                ) from None
             if r.returncode != 0:
                 raise MpsError(
                     f"`quit` to MPS service {name!r} failed (exit {r.returncode}): "

@@ -150,6 +150,20 @@ def ops_tables(p: Profile) -> list[str]:
     return out
 
 
+def require_matplotlib() -> None:
+    """profile.png needs matplotlib: check before the arms run, not after minutes of runs."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError as exc:
+        from unilab.errors import UnilabError
+
+        raise UnilabError(
+            "`unilab profile` needs matplotlib to write profile.png, and it cannot be imported",
+            detail=f"{type(exc).__name__}: {exc}",
+            fix="reinstall unilab with its dependencies (bash tools/setup.sh), or pip install 'matplotlib>=3.8'",
+        ) from None
+
+
 def render_png(p: Profile, path: Path) -> None:
     import matplotlib
 

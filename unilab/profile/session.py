@@ -53,6 +53,13 @@ def _load(spec: Path, sets: list[str]):
     return load_spec(spec, sets)
 
 
+def collector_device(spec) -> str:
+    """The torch device a profiled spec's collector runs on: the CPU when every `training.devices`
+    entry is "cpu" (a CPU data-parallel spec lists it once per rank; the plan refuses mixing), else
+    the first visible GPU. The one place `unilab profile` decides CPU vs GPU."""
+    return "cpu" if all(d == "cpu" for d in spec.device_list()) else "cuda:0"
+
+
 def _steps_per_sync(spec) -> int:
     return spec.task.num_envs * spec.training.env_steps_per_sync
 
@@ -64,6 +71,9 @@ def run_profile(req: ProfileRequest, say=print) -> ProfileOutput:
         raise UnilabError(
             "a profile needs at least one arm", fix="pass --arm NAME:KEY=VALUE, or no --arm for the defaults"
         )
+    from unilab.profile.report import require_matplotlib
+
+    require_matplotlib()
     spec_path = req.spec.resolve()
     base = _load(spec_path, req.base_sets)
     spec = base.spec
@@ -116,7 +126,7 @@ def run_profile(req: ProfileRequest, say=print) -> ProfileOutput:
         )
         say(f" {sample.iteration_us / 1e3:.1f} ms/sync, coverage {100 * sample.coverage:.1f}%")
 
-    device = "cpu" if spec.training.devices == "cpu" or spec.training.devices == ["cpu"] else "cuda:0"
+    device = collector_device(spec)
     host_sync = None
     arm_inventories: dict[str, list[HostSyncInventory]] = {a.name: [] for a in req.arms}
     if req.host_sync_steps > 0:

@@ -174,7 +174,13 @@ def _record_failure(run_dir: Path, where: str, message: str) -> None:
         return
     try:
         m = Manifest.model_validate(json.loads(path.read_text()))
-    except (OSError, ValueError):
+    except (OSError, ValueError) as exc:  # ValidationError is a ValueError
+        why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        print(
+            f"warning: could not record the failure in {path}: it cannot be read ({why}); "
+            f"its first_error may name a secondary error, the first failure was {where}: {message}",
+            file=sys.stderr,
+        )
         return
     fixed = m.model_copy(
         update={

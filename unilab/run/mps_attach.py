@@ -16,6 +16,7 @@ from unilab.host.mps_registry import RegistryEntry, probe_service, read_registry
 from unilab.plan.models import Plan
 
 CONTROL_BINARY = "nvidia-cuda-mps-control"
+CONTROL_TIMEOUT_S = 30.0  # one `get_server_list`; a daemon that does not answer must not hang the run
 
 
 @dataclass(frozen=True)
@@ -80,7 +81,16 @@ def server_pids(pipe_directory: str) -> tuple[int, ...]:
             fix='install the NVIDIA MPS tools, or plan with cuda_process_sharing = "none"',
         )
     env = {**os.environ, "CUDA_MPS_PIPE_DIRECTORY": pipe_directory}
-    r = subprocess.run([binary], input="get_server_list\n", env=env, capture_output=True, text=True, timeout=30)
+    try:
+        r = subprocess.run(
+            [binary], input="get_server_list\n", env=env, capture_output=True, text=True, timeout=CONTROL_TIMEOUT_S
+        )
+    except subprocess.TimeoutExpired:
+        raise UnilabError(
+            f"`get_server_list` to the MPS daemon at {pipe_directory} did not answer within {CONTROL_TIMEOUT_S:g} s",
+            detail="the MPS attachment cannot be confirmed, so the run stops",
+            fix="check the daemon (unilab mps status, its log); restart it with unilab mps stop/start and re-plan",
+        ) from None
     if r.returncode != 0:
         raise UnilabError(
             f"`get_server_list` to the MPS daemon at {pipe_directory} failed: {(r.stderr or r.stdout).strip()[:200]}",

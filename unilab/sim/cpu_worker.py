@@ -5,7 +5,8 @@ per direction over a pair of pipes per worker (measured against multiprocessing 
 Connection.send_bytes; the raw pipe round trip was the cheapest, see ``unilab.sim.mujoco_cpu``):
 
     parent -> worker (cmd pipe):  b"s" step, b"r" reset masked worlds, b"w" publish warnings, b"q" quit
-    worker -> parent (done pipe): b"k" done, or b"E" + 4-byte big-endian length + UTF-8 traceback
+    worker -> parent (done pipe): b"k" done, or b"E" + 4-byte big-endian length + UTF-8 report:
+                                  one line for the user, a newline, then the traceback (for UNILAB_DEBUG)
 
 A worker exits when the parent goes away: ``PR_SET_PDEATHSIG`` kills it at once, and an
 end-of-file on the cmd pipe (the parent's write end closed) ends its loop. It ignores SIGINT:
@@ -34,6 +35,7 @@ CMD_QUIT = b"q"
 REPLY_OK = b"k"
 REPLY_ERROR = b"E"
 MAX_ERROR_BYTES = 16_000  # well under the 64 KiB pipe buffer, so reporting never blocks
+MAX_MESSAGE_BYTES = 2_000  # the user-facing line; the traceback gets the rest
 
 
 @dataclass(frozen=True)
@@ -49,8 +51,18 @@ class WorkerConfig:
     parent_pid: int
 
 
-def send_error(fd: int, text: str) -> None:
-    payload = text.encode("utf-8", "replace")[-MAX_ERROR_BYTES:]
+def error_line(context: str, exc: BaseException) -> str:
+    """One line for the user: where, the exception type and its message (newlines folded)."""
+    last = traceback.format_exception_only(type(exc), exc)[-1]
+    return f"{context}: {' '.join(last.split())}"
+
+
+def send_error(fd: int, message: str, tb: str) -> None:
+    """Report ``message`` (one line) and the traceback ``tb``; the parent shows the traceback only
+    under UNILAB_DEBUG. Truncation keeps the message's head and the traceback's tail."""
+    head = " ".join(message.split()).encode("utf-8", "replace")[:MAX_MESSAGE_BYTES]
+    tail = tb.encode("utf-8", "replace")[-(MAX_ERROR_BYTES - len(head) - 1) :]
+    payload = head + b"\n" + tail
     os.write(fd, REPLY_ERROR + struct.pack(">I", len(payload)) + payload)
 
 
@@ -68,8 +80,8 @@ def worker_main(cfg: WorkerConfig, cmd_conn: Connection, done_conn: Connection) 
         shm = SharedMemory(name=cfg.shm_name)
         views = {name: a[cfg.start : cfg.stop] for name, a in cfg.layout.arrays(shm.buf).items()}
         stepper = WorldStepper(cfg.model, views, cfg.decimation)
-    except BaseException:
-        send_error(done_fd, f"worker {cfg.index} failed to start:\n{traceback.format_exc()}")
+    except BaseException as exc:
+        send_error(done_fd, error_line(f"worker {cfg.index} failed to start", exc), traceback.format_exc())
         os._exit(3)
     os.write(done_fd, REPLY_OK)
 
@@ -86,8 +98,9 @@ def worker_main(cfg: WorkerConfig, cmd_conn: Connection, done_conn: Connection) 
                 stepper.write_warnings()
             else:
                 raise RuntimeError(f"unknown command {cmd!r}")
-        except BaseException:
-            send_error(done_fd, f"worker {cfg.index} (worlds {cfg.start}..{cfg.stop - 1}):\n{traceback.format_exc()}")
+        except BaseException as exc:
+            where = f"worker {cfg.index} (worlds {cfg.start}..{cfg.stop - 1})"
+            send_error(done_fd, error_line(where, exc), traceback.format_exc())
             os._exit(4)
         os.write(done_fd, REPLY_OK)
 

@@ -269,8 +269,13 @@ class MujocoCpuBackend:
 
     @staticmethod
     def _read_error(fd: int) -> str:
+        """The worker's one-line report; its traceback too only under UNILAB_DEBUG (a traceback
+        reaching the user, or the manifest's first_error, is a bug)."""
         (n,) = struct.unpack(">I", _read_exact(fd, 4))
-        return _read_exact(fd, n).decode("utf-8", "replace")
+        message, _, tb = _read_exact(fd, n).decode("utf-8", "replace").partition("\n")
+        if os.environ.get("UNILAB_DEBUG") and tb.strip():
+            return f"{message}\n{tb.rstrip()}"
+        return message
 
     def _fail(self, w: _Worker, what: str, error_text: str | None) -> None:
         w.process.join(2.0)
@@ -286,7 +291,8 @@ class MujocoCpuBackend:
                 f"{w.describe()} {status} during {what}",
                 detail=error_text
                 or "the worker left no error report (killed from outside, e.g. SIGKILL or the OOM killer)",
-                fix="see the worker's error above; if it was killed, check memory (dmesg) and other processes",
+                fix="see the worker's error above (UNILAB_DEBUG=1 adds its traceback); if it was killed, "
+                "check memory (dmesg) and other processes",
             )
         )
 

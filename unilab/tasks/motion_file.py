@@ -39,7 +39,10 @@ _LAYOUT: dict[str, tuple[str | int, ...]] = {
     "body_ang_vel_w": ("B", 3),
 }
 REQUIRED_KEYS: tuple[str, ...] = ("fps", *_LAYOUT)
-_REGENERATE = "regenerate the clip with `python tools/make_motion.py` or re-export it in the documented layout"
+_REGENERATE = (
+    "re-export the clip in the layout docs/tasks.md documents (`python tools/make_motion.py --out CLIP.npz` "
+    "writes an example)"
+)
 
 
 @dataclass(frozen=True)
