@@ -171,3 +171,22 @@ def test_ctrl_c_stops_two_ranks_promptly_and_records_the_interruption(tmp_path: 
     assert m["data_parallel"]["params_identical"]
     time.sleep(1.0)
     assert marked_pids(mark) == []
+
+
+def test_a_stop_request_to_one_rank_stops_every_rank(tmp_path: Path) -> None:
+    """docs/data-parallel.md: a stop request on any rank stops all of them after the same sync.
+    Only rank 1 gets the signal here (it runs in its own process group)."""
+    mark = uuid.uuid4().hex
+    proc = _long_dp_apply(tmp_path, mark)
+    run_dir = _wait_for_checkpoint(tmp_path, timeout=180)
+    rank1 = json.loads((run_dir / "manifest.json").read_text())["ranks"][1]["learner_pid"]
+    os.kill(rank1, signal.SIGINT)
+    _out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    m = json.loads((run_dir / "manifest.json").read_text())
+    assert m["status"] == "interrupted" and m["first_error"] is None
+    assert m["data_parallel"]["params_identical"]  # both ranks stopped after the same sync
+    deadline = time.monotonic() + 30
+    while marked_pids(mark) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert marked_pids(mark) == []

@@ -123,6 +123,13 @@ def launch_ranks(plan: Plan, run_dir: Path, spec_dir: Path, resume_checkpoint: P
     try:
         results = elastic_launch(cfg, rank_entry)(*args)
     except ChildFailedError as exc:
+        from unilab.run.rank_run import EXIT_INTERRUPTED
+
+        if all(f.exitcode == EXIT_INTERRUPTED for f in exc.failures.values()):
+            # A stop request that reached one rank directly (not through this launcher): every rank
+            # stopped after the same sync and recorded the run as interrupted; that rank left with
+            # os._exit(130), which the launcher counts as a failure. It is an interruption.
+            return EXIT_INTERRUPTED
         rank, failure = exc.get_first_failure()
         message = _failure_message(failure)
         _record_failure(run_dir, f"rank{rank}", message)
