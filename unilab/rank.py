@@ -3,8 +3,10 @@
     torchrun --nnodes N --nproc-per-node M --rdzv-backend c10d --rdzv-endpoint HOST:PORT \\
         -m unilab.rank PLAN.toml [--run-dir DIR] [--resume RUN_DIR]
 
-Every node runs it with the same saved plan (compiled for the cluster with --host-facts). Rank 0
-creates the run directory (or uses --run-dir) and records the run; the other ranks write nothing.
+Every node runs it with the same saved plan (compiled for the cluster with --host-facts). Each rank
+checks that its node has the planned package versions and the planned input files (by sha256). Rank
+0 creates the run directory (or uses --run-dir, which must not hold a run yet) and records the run;
+the other ranks write nothing.
 """
 
 from __future__ import annotations
@@ -13,8 +15,13 @@ import argparse
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from unilab.cli.common import file_error
 from unilab.errors import UnilabError
+
+if TYPE_CHECKING:
+    from unilab.plan.models import Plan
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -29,20 +36,18 @@ def main(argv: list[str] | None = None) -> int:
                 "unilab.rank runs under torchrun (RANK and WORLD_SIZE are not set)",
                 fix="use `unilab apply PLAN.toml` on one node, or launch with torchrun",
             )
-        from unilab.plan.render import load_plan, render
-        from unilab.run.apply import new_run_dir, resolve_resume
-        from unilab.run.atomic import write_text_atomic
+        from unilab.plan.render import load_plan
+        from unilab.run.apply import resolve_resume
         from unilab.run.launch import rank_entry
 
         plan = load_plan(args.plan)
+        check_node(plan)
         run_dir, ckpt = args.run_dir, None
         if args.resume is not None:
             ckpt = resolve_resume(plan, args.resume)
             run_dir = args.resume
         elif int(os.environ["RANK"]) == 0:
-            run_dir = run_dir or new_run_dir(plan)
-            run_dir.mkdir(parents=True, exist_ok=True)
-            write_text_atomic(run_dir / "plan.toml", render(plan), "plan")
+            run_dir = create_run_dir(plan, run_dir)
         code = rank_entry(
             str(args.plan.resolve()),
             str(run_dir) if run_dir else None,
@@ -51,9 +56,52 @@ def main(argv: list[str] | None = None) -> int:
             sys.stderr.isatty(),
         )
         return int(code or 0)
-    except UnilabError as exc:
-        print(exc.render(), file=sys.stderr)
-        return exc.exit_code
+    except (UnilabError, OSError) as exc:
+        err = exc if isinstance(exc, UnilabError) else file_error(exc)
+        if err is None:  # file_error covers every OSError
+            raise
+        print(err.render(), file=sys.stderr)
+        return err.exit_code
+
+
+def check_node(plan: Plan) -> None:
+    """What `unilab apply PLAN` checks, as far as it holds on every node of a cluster. The whole
+    stale-plan comparison does not (each node has its own GPU UUIDs and CPU set), but the software
+    must be the one planned for, and the input files the ones whose digests the plan recorded."""
+    from unilab.host.probe import probe_host
+    from unilab.plan.fingerprint import compare_fingerprint
+    from unilab.plan.inputs import check_planned_inputs
+
+    changes = [c for c in compare_fingerprint(plan.host_facts, probe_host()) if c.key.startswith("packages.")]
+    if changes:
+        raise UnilabError(
+            f"this node's software differs from the plan's: {changes[0].render()}"
+            + (f" (and {len(changes) - 1} more)" if len(changes) > 1 else ""),
+            detail="every node of a run must run the package versions the plan was compiled against",
+            fix="install the planned versions on this node, or re-plan with host facts recorded on it "
+            "(unilab host --json > node.json; unilab plan SPEC --host-facts node.json --out PLAN.toml)",
+        )
+    check_planned_inputs(plan.task, Path.cwd())
+
+
+def create_run_dir(plan: Plan, run_dir: Path | None) -> Path:
+    """Rank 0's run directory: a new one, or --run-dir if it holds no run yet (a run's files are
+    never overwritten; --resume continues one)."""
+    from unilab.plan.render import render
+    from unilab.run.apply import new_run_dir
+    from unilab.run.atomic import write_text_atomic
+
+    if run_dir is None:
+        run_dir = new_run_dir(plan)
+    taken = [n for n in ("plan.toml", "manifest.json", "checkpoints") if (run_dir / n).exists()]
+    if taken:
+        raise UnilabError(
+            f"--run-dir {run_dir} already holds a run ({', '.join(taken)})",
+            fix=f"pass a new directory, or continue that run with --resume {run_dir}",
+        )
+    run_dir.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(run_dir / "plan.toml", render(plan), "plan")
+    return run_dir
 
 
 if __name__ == "__main__":
