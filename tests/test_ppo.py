@@ -109,6 +109,28 @@ def test_ppo_single_rank_completes_with_a_valid_manifest(tmp_path: Path) -> None
     assert any("obs_normalizer" in k for k in st["ppo"]["actor_state_dict"])
     assert marked_pids(mark) == []
 
+    # The exported policy is rsl-rl's deterministic actor (normalizer included), clipped to [-1, 1]
+    # as the runtime clips PPO's actions; onnxruntime gives the same actions as torch.
+    import numpy as np
+    import onnxruntime as ort
+
+    from unilab.run.export import load_policy
+
+    e = subprocess.run(
+        [sys.executable, "-m", "unilab", "export", str(run_dir), "--format", "onnx"], capture_output=True, text=True
+    )
+    assert e.returncode == 0, e.stderr
+    policy, obs_dim = load_policy(run_dir)
+    obs = torch.randn(64, obs_dim, generator=torch.Generator().manual_seed(0)) * 3
+    with torch.no_grad():
+        want = policy(obs).numpy()
+        mean = policy.actor.deterministic_output(policy.actor.mlp(policy.actor.obs_normalizer(obs))).numpy()
+    np.testing.assert_allclose(want, np.clip(mean, -1.0, 1.0), atol=0)
+    sess = ort.InferenceSession(str(run_dir / "policy.onnx"))
+    (got,) = sess.run(["action"], {"obs": obs.numpy()})
+    np.testing.assert_allclose(got, want, atol=1e-5)
+    assert np.abs(got).max() <= 1.0
+
 
 @pytest.mark.slow
 def test_ppo_interrupt_and_resume_continues_training(tmp_path: Path) -> None:

@@ -1,12 +1,14 @@
-"""`unilab export RUN_DIR --format onnx`: the deterministic actor (tanh of the Gaussian mean) with
-the observation normalizer folded in, for deployment. Input `obs` [batch, obs_dim] raw
-observations as the task produces them; output `action` [batch, act_dim] in [-1, 1]."""
+"""`unilab export RUN_DIR --format onnx`: the deterministic actor with the observation normalizer
+folded in, for deployment. Input `obs` [batch, obs_dim] raw observations as the task produces them;
+output `action` [batch, act_dim] in [-1, 1]: SAC and FlashSAC give tanh of the Gaussian mean; PPO
+gives rsl-rl's Gaussian mean clipped to [-1, 1], as the runtime clipped its actions (unilab.run.vecenv)."""
 
 from __future__ import annotations
 
 import io
 import os
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -14,6 +16,32 @@ from torch import nn
 from unilab.errors import UnilabError
 from unilab.plan.models import Plan
 from unilab.run.atomic import check_out_path, write_atomic
+
+
+class PpoDeployPolicy(nn.Module):
+    """rsl-rl's deterministic actor (its normalizer inside), clipped as the runtime clips PPO's actions."""
+
+    def __init__(self, actor: nn.Module) -> None:
+        super().__init__()
+        self.actor = actor
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.actor(obs).clamp(-1.0, 1.0)
+
+
+def _ppo_policy(plan: Plan, state: dict[str, Any]) -> tuple[nn.Module, int]:
+    from rsl_rl.models import MLPModel
+    from tensordict import TensorDict
+
+    from unilab.run.ppo_runner import train_cfg
+
+    obs_dim, act_dim = int(state["obs_dim"]), int(state["act_dim"])
+    cfg = dict(train_cfg(plan.algo)["actor"])  # type: ignore[arg-type]
+    cfg.pop("class_name")  # the run's class adds rank syncing to MLPModel, not parameters
+    obs = TensorDict({"policy": torch.zeros(1, obs_dim)}, batch_size=[1])
+    actor = MLPModel(obs, {"actor": ["policy"], "critic": ["policy"]}, "actor", act_dim, **cfg)
+    actor.load_state_dict(state["ppo"]["actor_state_dict"])
+    return PpoDeployPolicy(actor.as_onnx(verbose=False).eval()).eval(), obs_dim
 
 
 class DeployPolicy(nn.Module):
@@ -58,7 +86,7 @@ def _read_plan(run_dir: Path) -> Plan:
         ) from None
 
 
-def load_policy(run_dir: Path, plan: Plan | None = None) -> tuple[DeployPolicy, int]:
+def load_policy(run_dir: Path, plan: Plan | None = None) -> tuple[nn.Module, int]:
     """The deployable policy of the newest checkpoint in `run_dir`, and its observation size
     (``plan``: the run's plan when the caller already read it)."""
     from unilab.learn.normalizer import ObsNormalizer
@@ -66,8 +94,6 @@ def load_policy(run_dir: Path, plan: Plan | None = None) -> tuple[DeployPolicy, 
     from unilab.run.learners import make_offpolicy_learner
 
     plan = plan or _read_plan(run_dir)
-    if plan.algo.name == "ppo":
-        raise UnilabError("exporting PPO policies is not supported yet", fix="export a sac or flashsac run")
     try:
         os.listdir(run_dir / "checkpoints")  # glob() hides a permission error as "no checkpoint"
     except FileNotFoundError:
@@ -78,6 +104,8 @@ def load_policy(run_dir: Path, plan: Plan | None = None) -> tuple[DeployPolicy, 
     if not ckpts:
         raise UnilabError(f"{run_dir}/checkpoints holds no checkpoint", fix="export a run that wrote a checkpoint")
     state = load_checkpoint(ckpts[-1], plan_id=plan.plan_id)["state"]
+    if plan.algo.name == "ppo":
+        return _ppo_policy(plan, state)
     learner_state = state["learner"]
     obs_dim = int(state["obs_dim"])
     act_dim = int(state["act_dim"])
