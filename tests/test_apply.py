@@ -191,7 +191,9 @@ def test_apply_leaves_a_complete_run_directory_and_resumes(tmp_path: Path) -> No
     assert r.returncode == 1 and "was run with plan" in r.stderr and "Traceback" not in r.stderr
 
 
-def test_resume_continues_counters(tmp_path: Path) -> None:
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_resume_continues_counters(tmp_path: Path, sig: signal.Signals) -> None:
+    """Ctrl-C, or SIGTERM as a scheduler or `docker stop` sends it, stops with a final checkpoint."""
     spec = spec_copy(tmp_path)
     mark = uuid.uuid4().hex
     proc = subprocess.Popen(
@@ -203,7 +205,7 @@ def test_resume_continues_counters(tmp_path: Path) -> None:
         text=True,
     )
     run_dir = _wait_for_checkpoint(tmp_path)
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(sig)
     _out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
     manifest = json.loads((run_dir / "manifest.json").read_text())

@@ -256,3 +256,16 @@ def test_tracking_without_motion_is_refused(robot: tuple[str, RobotLayout]) -> N
     with pytest.raises(MotionFileError, match=r"task\.motion is not set") as exc:
         next(_collector(robot, name="g1_motion_tracking"))
     assert "builtin:g1_squat" in exc.value.fix
+
+
+def test_actions_are_offsets_from_the_standing_pose_scaled_by_effort_over_kp(walk: Collector) -> None:
+    """docs/tasks.md: ctrl = default pose + 0.25 * effort_limit / kp * action, per joint (mjlab's rule)."""
+    from unilab.robot import g1
+
+    task = walk.task
+    n = task.num_envs
+    actions = torch.linspace(-1.0, 1.0, g1.NUM_JOINTS).expand(n, -1)
+    ctrl = task.apply_actions(actions)
+    default = torch.tensor(g1.default_pose_vector())
+    scale = torch.tensor([0.25 * g1.EFFORT_LIMIT[j] / g1.KP[j] for j in g1.JOINT_NAMES])
+    assert torch.allclose(ctrl, (default + scale * actions).to(ctrl.dtype), atol=1e-6)
