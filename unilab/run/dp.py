@@ -12,7 +12,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from unilab.dist import BufferSync, GradSync, broadcast_parameters, param_digest
+from unilab.dist import BufferSync, GradSync, broadcast_parameters
 from unilab.errors import UnilabError
 from unilab.learn.replay import Batch
 from unilab.plan.models import Plan
@@ -77,9 +77,6 @@ class DpContext:
         that died or overruns the window fails the run, named by gloo's monitored barrier, instead
         of leaving the others blocked in the final gather for ever."""
         finish_barrier(self.control, grace_s)
-
-    def digest(self) -> str:
-        return param_digest(self.modules(self.learner))
 
     def wire_summary(self) -> dict[str, Any]:
         return self.grad_sync.summary() if self.grad_sync is not None else {}

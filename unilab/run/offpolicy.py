@@ -22,6 +22,8 @@ from typing import Any
 
 import torch
 
+from unilab.dist import param_digest
+from unilab.errors import UnilabError
 from unilab.learn.normalizer import ObsNormalizer
 from unilab.learn.replay import ReplayBuffer
 from unilab.plan.models import Plan
@@ -151,7 +153,7 @@ class OffPolicyRank:
             learner.load_state_dict(self.resume_state["learner"])
             normalizer.load_state_dict(self.resume_state["normalizer"])
             prog.restore_counters(self.resume_state["counters"])
-        self.learner = learner
+        self.learner, self.normalizer = learner, normalizer
         update = learner.update
         if self.dp is not None:
             update = self.dp.attach(learner)
@@ -281,6 +283,13 @@ class OffPolicyRank:
 
     def _read_collector_stats(self) -> None:
         self.progress.fold(self.collector.read_stats())
+
+    def param_digest(self) -> str:
+        """Digest of the learner's replicated tensors and the observation normalizer (fed from every
+        rank, so equal on every rank too): a missed normalizer merge shows as differing digests."""
+        if self.dp is None:
+            raise UnilabError("internal: a parameter digest is data-parallel evidence")
+        return param_digest([*self.dp.modules(self.learner), *self.normalizer.state_dict().values()])
 
     def _state(self, learner: Any, normalizer: ObsNormalizer, prog: Progress) -> dict[str, Any]:
         return {

@@ -146,7 +146,7 @@ def run_rank(job: RankJob, stop: StopFlag) -> int:
         pr = runner.progress
         digest = None
         if dp is not None:
-            digest = dp.digest() if isinstance(runner, OffPolicyRank) else runner.param_digest()
+            digest = runner.param_digest()
         mine = (
             digest,
             {
