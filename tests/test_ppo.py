@@ -222,7 +222,7 @@ def test_vecenv_steps_the_real_collector_with_clipped_actions_and_time_outs() ->
     data = spec_data(task__num_envs=4, task__episode_length_s=0.1, algo={"name": "ppo"})
     plan = compile_plan(validate_spec_data(data, "t"), host("cpu_laptop"), ROOT / "specs")
     assert plan.task.max_episode_steps == 5
-    client = CollectorClient(plan, 0, ROOT / "specs", seed=3)
+    client = CollectorClient(plan, 0, seed=3)
     try:
         hello = client.start()
         assert client.wait_obs(lambda: False)

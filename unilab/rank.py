@@ -51,7 +51,6 @@ def main(argv: list[str] | None = None) -> int:
         code = rank_entry(
             str(args.plan.resolve()),
             str(run_dir) if run_dir else None,
-            str(Path.cwd()),
             str(ckpt) if ckpt else None,
             sys.stderr.isatty(),
         )

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from unilab.errors import UnilabError
 
+if TYPE_CHECKING:
+    from unilab.plan.models import Plan
 
-def _resolve(target: Path, overrides: list[str]):
+
+def _resolve(target: Path, overrides: list[str]) -> Plan:
     """A spec is planned against this host; a saved plan is re-checked against it (stale-plan refusal)."""
     from unilab.cli.common import reading
     from unilab.host.probe import probe_host
@@ -33,22 +37,20 @@ def _resolve(target: Path, overrides: list[str]):
                 detail="a plan is only valid on the host facts it was compiled against",
                 fix="re-plan: unilab plan SPEC --out PLAN.toml (or apply the spec directly)",
             )
-        return plan, Path.cwd(), facts
+        return plan
     from unilab.plan.compile import compile_plan
     from unilab.spec.load import load_spec
 
     with reading(target, "spec"):
         loaded = load_spec(target, overrides)
-    return compile_plan(loaded.spec, facts, loaded.spec_dir), loaded.spec_dir, facts
+    return compile_plan(loaded.spec, facts, loaded.spec_dir)
 
 
 def cmd_apply(args: argparse.Namespace) -> int:
     from unilab.run.apply import ApplyRequest, run_apply
 
-    plan, spec_dir, facts = _resolve(args.target, args.set)
-    return run_apply(
-        ApplyRequest(plan=plan, spec_dir=spec_dir, facts=facts, resume_dir=args.resume, progress=not args.quiet)
-    )
+    plan = _resolve(args.target, args.set)
+    return run_apply(ApplyRequest(plan=plan, resume_dir=args.resume, progress=not args.quiet))
 
 
 def cmd_manifest_validate(args: argparse.Namespace) -> int:

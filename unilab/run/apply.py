@@ -15,7 +15,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from unilab.errors import UnilabError
-from unilab.host.facts import HostFacts
 from unilab.plan.inputs import check_planned_inputs
 from unilab.plan.models import Plan
 from unilab.run.atomic import write_text_atomic
@@ -24,8 +23,6 @@ from unilab.run.atomic import write_text_atomic
 @dataclass(frozen=True)
 class ApplyRequest:
     plan: Plan
-    spec_dir: Path
-    facts: HostFacts
     resume_dir: Path | None = None
     progress: bool = True
 
@@ -110,13 +107,13 @@ def run_apply(req: ApplyRequest) -> int:
             stop = StopFlag()
             stop.install()
             try:
-                code = run_rank(RankJob(plan, 0, run_dir, req.spec_dir, checkpoint, req.progress), stop)
+                code = run_rank(RankJob(plan, 0, run_dir, checkpoint, req.progress), stop)
             finally:
                 stop.restore()
         else:
             from unilab.run.launch import launch_ranks
 
-            code = launch_ranks(plan, run_dir, req.spec_dir, checkpoint, req.progress)
+            code = launch_ranks(plan, run_dir, checkpoint, req.progress)
         if _drop_if_nothing_ran(run_dir, req.resume_dir):  # stopped before the collector started
             print("stopped before the run started; no run directory was kept", file=sys.stderr)
         return code

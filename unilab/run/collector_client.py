@@ -56,16 +56,16 @@ class CollectorStats:
     physics_warnings: dict[str, int] = field(default_factory=dict)  # peak count per kind seen
 
 
-def collector_for(plan: Plan, rank: int, spec_dir: Path, resume_state: dict[str, Any] | None) -> CollectorClient:
+def collector_for(plan: Plan, rank: int, resume_state: dict[str, Any] | None) -> CollectorClient:
     """The rank's collector client. A resumed run's environments continue on a fresh random
     stream (offset by the syncs already done), not a replay of the first session's."""
     resumed_syncs = (resume_state or {}).get("counters", {}).get("syncs", 0)
-    return CollectorClient(plan, rank, spec_dir, seed=plan.ranks[rank].seed + 7919 * resumed_syncs)
+    return CollectorClient(plan, rank, seed=plan.ranks[rank].seed + 7919 * resumed_syncs)
 
 
 class CollectorClient:
-    def __init__(self, plan: Plan, rank: int, spec_dir: Path, seed: int) -> None:
-        self.plan, self.rank, self.spec_dir, self.seed = plan, rank, spec_dir, seed
+    def __init__(self, plan: Plan, rank: int, seed: int) -> None:
+        self.plan, self.rank, self.seed = plan, rank, seed
         self.rp = plan.ranks[rank]
         self.where = f"rank{rank}.collector"
         self.ctx = tmp.get_context("spawn")

@@ -40,7 +40,7 @@ def prepare_rank_env(plan: Plan, rank: int) -> None:
 
 @record
 def rank_entry(
-    plan_path: str, run_dir: str | None, spec_dir: str, resume_checkpoint: str | None, progress: bool
+    plan_path: str, run_dir: str | None, resume_checkpoint: str | None, progress: bool
 ) -> int:
     """The entry point of every rank process (decorated with @record: an exception becomes the
     elastic error file the launcher reports)."""
@@ -76,7 +76,6 @@ def rank_entry(
             plan=plan,
             rank=rank,
             run_dir=Path(run_dir) if run_dir and rank == 0 else None,
-            spec_dir=Path(spec_dir),
             resume_checkpoint=Path(resume_checkpoint) if resume_checkpoint else None,
             progress=progress,
         )
@@ -94,7 +93,7 @@ def rank_entry(
     return code
 
 
-def launch_ranks(plan: Plan, run_dir: Path, spec_dir: Path, resume_checkpoint: Path | None, progress: bool) -> int:
+def launch_ranks(plan: Plan, run_dir: Path, resume_checkpoint: Path | None, progress: bool) -> int:
     """Run every rank on this node under the elastic launcher; returns the exit code. A failed rank
     is reported with its first error (from its error file) and the run's manifest says so."""
     from torch.distributed.elastic.multiprocessing import SignalException
@@ -115,7 +114,6 @@ def launch_ranks(plan: Plan, run_dir: Path, spec_dir: Path, resume_checkpoint: P
     args = (
         str(run_dir / "plan.toml"),
         str(run_dir),
-        str(spec_dir),
         str(resume_checkpoint) if resume_checkpoint else None,
         progress,
     )

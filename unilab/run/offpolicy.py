@@ -17,7 +17,6 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -104,16 +103,15 @@ class OffPolicyRank:
         self,
         plan: Plan,
         rank: int,
-        spec_dir: Path,
         hooks: RankHooks,
         resume_state: dict[str, Any] | None = None,
         dp: Any = None,  # unilab.run.dp.DpContext, for world size > 1
     ) -> None:
-        self.plan, self.rank, self.spec_dir, self.hooks, self.dp = plan, rank, spec_dir, hooks, dp
+        self.plan, self.rank, self.hooks, self.dp = plan, rank, hooks, dp
         self.rp = plan.ranks[rank]
         self.resume_state = resume_state
         self.device = torch.device("cuda" if self.rp.device == "cuda" else "cpu")
-        self.collector = collector_for(plan, rank, spec_dir, resume_state)
+        self.collector = collector_for(plan, rank, resume_state)
         self.progress = Progress()
         self.final_state: dict[str, Any] | None = None
         self.learner: Any = None

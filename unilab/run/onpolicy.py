@@ -20,7 +20,6 @@ a stop request on any rank stops all ranks at the same iteration boundary.
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -40,19 +39,18 @@ class OnPolicyRank:
         self,
         plan: Plan,
         rank: int,
-        spec_dir: Path,
         hooks: RankHooks,
         resume_state: dict[str, Any] | None = None,
         dp: Any = None,  # unilab.run.dp.DpContext, for world size > 1 (collective stop decisions)
     ) -> None:
         if not isinstance(plan.algo, PpoSpec):
             raise UnilabError(f"internal: OnPolicyRank runs PPO, the plan's algo is {plan.algo.name}")
-        self.plan, self.rank, self.spec_dir, self.hooks, self.dp = plan, rank, spec_dir, hooks, dp
+        self.plan, self.rank, self.hooks, self.dp = plan, rank, hooks, dp
         self.algo: PpoSpec = plan.algo
         self.rp = plan.ranks[rank]
         self.resume_state = resume_state
         self.device = torch.device("cuda" if self.rp.device == "cuda" else "cpu")
-        self.collector = collector_for(plan, rank, spec_dir, resume_state)
+        self.collector = collector_for(plan, rank, resume_state)
         self.progress = Progress()
         self.final_state: dict[str, Any] | None = None
         self.learner: UnilabOnPolicyRunner | None = None  # the rsl-rl runner, once built

@@ -35,7 +35,6 @@ class RankJob:
     plan: Plan
     rank: int
     run_dir: Path | None  # rank 0 only
-    spec_dir: Path
     resume_checkpoint: Path | None = None
     progress: bool = True
 
@@ -136,9 +135,9 @@ def run_rank(job: RankJob, stop: StopFlag) -> int:
     if plan.algo.name == "ppo":  # imported here: rsl-rl takes seconds to import, off-policy runs skip it
         from unilab.run.onpolicy import OnPolicyRank
 
-        runner = OnPolicyRank(plan, rank, job.spec_dir, hooks, resume_state=resume_state, dp=dp)
+        runner = OnPolicyRank(plan, rank, hooks, resume_state=resume_state, dp=dp)
     else:
-        runner = OffPolicyRank(plan, rank, job.spec_dir, hooks, resume_state=resume_state, dp=dp)
+        runner = OffPolicyRank(plan, rank, hooks, resume_state=resume_state, dp=dp)
     status, code, first_error = "failed", EXIT_FAILED, None
     try:
         runner.run()
