@@ -327,3 +327,26 @@ def test_stale_saved_plan_is_refused(tmp_path: Path) -> None:
     assert r.returncode == 1
     assert "is stale: packages.mujoco: planned '0.0.1', now" in r.stderr
     assert not (tmp_path / "runs").exists()
+
+
+def test_what_a_run_prints_without_quiet(tmp_path: Path) -> None:
+    """The terminal output a user reads: the layout at start, progress lines (one per interval when
+    stderr is not a terminal), and the summary with the run directory; --quiet keeps only the summary."""
+    spec = tmp_path / "cartpole.toml"
+    spec.write_text((ROOT / "specs" / "cartpole.toml").read_text())
+    sets = ["--set", "run.total_env_steps=3000", "--set", "run.log_every_seconds=0.2"]
+    cmd = [sys.executable, "-m", "unilab", "apply", str(spec), *sets]
+    loud = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300, env=_env(tmp_path, "loud"))
+    assert loud.returncode == 0, loud.stderr
+    assert "rank 0 (cpu): " in loud.stderr and "collector on CPUs" in loud.stderr
+    progress = [ln for ln in loud.stderr.splitlines() if "env steps" in ln and "ETA" in ln]
+    assert progress and "\r" not in loud.stderr  # not a terminal: whole lines, no carriage returns
+    assert progress[-1].lstrip().startswith("100.0%"), progress[-1]
+    out = loud.stdout.splitlines()
+    assert out[0].startswith("run succeeded: 3,0") and out[-1].startswith("run directory: runs/cartpole")
+    assert "last mean episode return" in loud.stdout
+    quiet = subprocess.run(
+        [*cmd, "--quiet"], cwd=tmp_path, capture_output=True, text=True, timeout=300, env=_env(tmp_path, "quiet")
+    )
+    assert quiet.returncode == 0 and quiet.stderr == "", quiet.stderr
+    assert quiet.stdout.splitlines()[0].startswith("run succeeded")
