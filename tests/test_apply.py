@@ -350,3 +350,22 @@ def test_what_a_run_prints_without_quiet(tmp_path: Path) -> None:
     )
     assert quiet.returncode == 0 and quiet.stderr == "", quiet.stderr
     assert quiet.stdout.splitlines()[0].startswith("run succeeded")
+
+
+def test_a_collector_that_cannot_start_leaves_no_run_directory(tmp_path: Path) -> None:
+    """A robot file the plan accepts (its checks read the XML) but MuJoCo cannot compile fails when
+    the collector builds the model: the collector's own error and fix reach the user, and nothing
+    ran, so no run directory is kept and nothing says to resume one."""
+    from unilab.robot.model import BUILTIN_MJCF
+
+    bad = tmp_path / "g1.xml"
+    text = BUILTIN_MJCF.read_text()
+    target = '<geom name="head_collision" class="trunk" type="sphere" size="0.06"'
+    assert target in text
+    bad.write_text(text.replace(target, target.replace('size="0.06"', 'size="-0.06"')))
+    r = apply(tmp_path, str(spec_copy(tmp_path)), "--set", f'task.robot_mjcf="{bad}"')
+    assert r.returncode == 1
+    assert r.stderr.startswith("error: rank0.collector failed: MuJoCo cannot compile robot MJCF"), r.stderr
+    assert "must be positive" in r.stderr and "fix: load the file in MuJoCo" in r.stderr
+    assert "Traceback" not in r.stderr and "resume" not in r.stderr and r.stderr.count("fix:") == 1
+    assert not list((tmp_path / "runs").glob("*"))

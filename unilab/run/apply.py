@@ -117,7 +117,12 @@ def run_apply(req: ApplyRequest) -> int:
         if _drop_if_nothing_ran(run_dir, req.resume_dir):  # stopped before the collector started
             print("stopped before the run started; no run directory was kept", file=sys.stderr)
         return code
-    except BaseException:
-        if not _drop_if_nothing_ran(run_dir, req.resume_dir) and (run_dir / "manifest.json").exists():
+    except BaseException as exc:
+        from unilab.run.collector_client import GENERIC_FIX
+
+        if _drop_if_nothing_ran(run_dir, req.resume_dir):
+            if isinstance(exc, UnilabError) and exc.fix == GENERIC_FIX:  # there is no run to read or resume
+                exc.fix = "nothing ran and no run directory was kept: correct the problem above and apply again"
+        elif (run_dir / "manifest.json").exists():
             print(f"run directory (manifest and last checkpoint): {run_dir}", file=sys.stderr)
         raise

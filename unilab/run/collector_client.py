@@ -25,14 +25,17 @@ HELLO_TIMEOUT_S = 600.0  # building a MuJoCo Warp collector compiles kernels on 
 WAIT_SLICE_S = 0.2
 
 
+GENERIC_FIX = "read events.jsonl and the manifest in the run directory; resume with --resume RUN_DIR"
+
+
 class RunFailed(UnilabError):
     """A process of the run failed; `where` names it (e.g. rank0.collector)."""
 
-    def __init__(self, where: str, message: str, detail: str = "") -> None:
+    def __init__(self, where: str, message: str, detail: str = "", fix: str = "") -> None:
         super().__init__(
             f"{where} failed: {message}",
             detail=detail,
-            fix="read the error above and events.jsonl in the run directory; resume with --resume RUN_DIR",
+            fix=fix or GENERIC_FIX,
         )
         self.where = where
         self.message = message
@@ -121,14 +124,12 @@ class CollectorClient:
     def check(self) -> None:
         """Raise the collector's own first error if it reported one, else its exit status."""
         try:
-            where, msg, tb = self.err_q.get_nowait()
-            raise RunFailed(where, msg, detail=tb.strip().splitlines()[-1] if tb else "")
+            raise RunFailed(*self.err_q.get_nowait())
         except queue.Empty:
             pass
         if self.proc is not None and not self.proc.is_alive():
             try:  # an error message may arrive just after the process ends
-                where, msg, _ = self.err_q.get(timeout=0.5)
-                raise RunFailed(where, msg)
+                raise RunFailed(*self.err_q.get(timeout=0.5))
             except queue.Empty:
                 pass
             code = self.proc.exitcode

@@ -142,9 +142,15 @@ def collector_main(
                     write_evidence(bufs.collector_graph, collector.update_graph.stats.evidence())
             obs_ready.release()
     except BaseException as exc:  # report the first error of this process to the learner, then exit non-zero
-        msg = exc.render() if isinstance(exc, UnilabError) else f"{type(exc).__name__}: {exc}"
+        # A unilab error crosses with its own detail and fix; any other as one line (its traceback
+        # only with UNILAB_DEBUG, for the developer).
+        if isinstance(exc, UnilabError):
+            report = (where, exc.summary, exc.detail, exc.fix)
+        else:
+            tb = traceback.format_exc().strip() if os.environ.get("UNILAB_DEBUG") else ""
+            report = (where, f"{type(exc).__name__}: {exc}", tb, "")
         try:
-            err_q.put((where, msg, traceback.format_exc()))
+            err_q.put(report)
         finally:
             if collector is not None:
                 collector.close()
