@@ -94,8 +94,19 @@ def test_timings_cover_every_phase(walk: Collector) -> None:
         walk.step(torch.zeros(N, 29))
     t = walk.timings()
     assert tuple(t) == PHASES
-    for phase in ("action_apply", "physics_step", "state_read", "observation", "reward", "termination",
-                  "metrics", "events_commands", "reset_mask", "publication", "post_reset_observation"):
+    for phase in (
+        "action_apply",
+        "physics_step",
+        "state_read",
+        "observation",
+        "reward",
+        "termination",
+        "metrics",
+        "events_commands",
+        "reset_mask",
+        "publication",
+        "post_reset_observation",
+    ):
         assert t[phase].calls == 3, phase
         assert t[phase].total_s > 0
     assert t["physics_step"].mean_us > 0

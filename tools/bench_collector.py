@@ -124,7 +124,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--task", default=None, help="override task.name (default: the spec's task)")
     p.add_argument(
-        "--action-scale", type=float, default=1.0,
+        "--action-scale",
+        type=float,
+        default=1.0,
         help="random actions are uniform in [-s, s] (0: the collector also holds the default pose)",
     )
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads of the collector process")
@@ -156,8 +158,10 @@ def main(argv: list[str] | None = None) -> int:
             per_round = steps * n
             raw, col, replay = per_round / raw_s, per_round / col_s, per_round / replay_s
             results[n] = (raw, col, replay)
-            print(f"num_envs={n:5d} (a) raw_physics={raw:7.0f}  (b) collector={col:7.0f}  "
-                  f"(c) replay={replay:7.0f} env_steps/s  a/b-1={raw / col - 1:+.3f}  c/b-1={replay / col - 1:+.3f}")
+            print(
+                f"num_envs={n:5d} (a) raw_physics={raw:7.0f}  (b) collector={col:7.0f}  "
+                f"(c) replay={replay:7.0f} env_steps/s  a/b-1={raw / col - 1:+.3f}  c/b-1={replay / col - 1:+.3f}"
+            )
             if n == primary:
                 t = c.timings()
                 per_step = {k: v.total_s / (steps * rounds) * 1e6 for k, v in t.items()}

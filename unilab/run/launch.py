@@ -39,9 +39,7 @@ def prepare_rank_env(plan: Plan, rank: int) -> None:
 
 
 @record
-def rank_entry(
-    plan_path: str, run_dir: str | None, resume_checkpoint: str | None, progress: bool
-) -> int:
+def rank_entry(plan_path: str, run_dir: str | None, resume_checkpoint: str | None, progress: bool) -> int:
     """The entry point of every rank process (decorated with @record: an exception becomes the
     elastic error file the launcher reports)."""
     # Out of the terminal's process group: a Ctrl-C reaches the launcher, which forwards one SIGINT

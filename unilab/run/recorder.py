@@ -279,4 +279,3 @@ class RunRecorder:
             self.tb.close()
             self.tb = None
         self.line.close()
-

@@ -36,7 +36,7 @@ SPEC_RULES: tuple[SpecRule, ...] = (
         "`task.name`, `task.num_envs`, `algo.name`.",
     ),
     SpecRule(
-        "spec.type", "A value has the key's type, taken as written (`16`, not `\"16\"` or `16.0`; `true`, not `1`)."
+        "spec.type", 'A value has the key\'s type, taken as written (`16`, not `"16"` or `16.0`; `true`, not `1`).'
     ),
     SpecRule("spec.value", "A value is within the key's range, choices or format (e.g. `task.num_envs >= 1`)."),
     SpecRule("algo.ppo-offpolicy-keys", "A PPO `[algo]` section sets no off-policy key (e.g. `batch_size`)."),

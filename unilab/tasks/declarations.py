@@ -101,8 +101,13 @@ _TRACK_REWARDS = (
     "action_rate_l2",
     "joint_torques_l2",
 )
-_TRACK_TERMINATIONS = ("anchor_height_deviation", "anchor_orientation_deviation", "key_body_height_deviation",
-                       "motion_end", "time_out")
+_TRACK_TERMINATIONS = (
+    "anchor_height_deviation",
+    "anchor_orientation_deviation",
+    "key_body_height_deviation",
+    "motion_end",
+    "time_out",
+)
 
 CARTPOLE_OBSERVATIONS = ("cart_pos", "pole_cos", "pole_sin", "cart_vel", "pole_ang_vel")
 CARTPOLE_REWARDS = ("upright", "centered", "action_l2")

@@ -37,7 +37,10 @@ class ModelParamsBackend(Protocol):
     """
 
     def set_world_params(
-        self, mask: torch.Tensor, *, floor_friction: torch.Tensor | None = None,
+        self,
+        mask: torch.Tensor,
+        *,
+        floor_friction: torch.Tensor | None = None,
         base_mass_offset: torch.Tensor | None = None,
     ) -> None: ...
 

@@ -199,8 +199,9 @@ class G1MotionTrackingTask(Task):
         out[..., 0] = self.anchor_pos[:, 0:1] + c * x - s * y
         out[..., 1] = self.anchor_pos[:, 1:2] + s * x + c * y
         torch.add(rel[..., 2], self.ref_anchor_pos[:, 2:3], out=out[..., 2])
-        torch.addcmul(self.ref_key_quat * ch.unsqueeze(2), self.ref_key_quat_perm, sh.unsqueeze(2),
-                      out=self.ref_key_quat_aligned)
+        torch.addcmul(
+            self.ref_key_quat * ch.unsqueeze(2), self.ref_key_quat_perm, sh.unsqueeze(2), out=self.ref_key_quat_aligned
+        )
 
     # ------------------------------------------------------------------ observations
     def obs_motion_command(self) -> torch.Tensor:

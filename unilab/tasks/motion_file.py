@@ -186,7 +186,8 @@ def _validate(
         odd = [k for k, n in lengths.items() if n != t]
         raise MotionFileError(
             f"motion file {path}: arrays disagree on the number of frames T",
-            detail="frames per key: " + ", ".join(f"{k}={n}" for k, n in lengths.items())
+            detail="frames per key: "
+            + ", ".join(f"{k}={n}" for k, n in lengths.items())
             + f"; first disagreeing key: {odd[0]!r}",
             fix=f"every array must have the same first dimension T; {_REGENERATE}",
         )

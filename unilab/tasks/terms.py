@@ -130,4 +130,3 @@ class CurriculumTerm:
 
 
 Term = ObservationTerm | ObservationNoiseTerm | RewardTerm | TerminationTerm | CommandTerm | EventTerm | CurriculumTerm
-
