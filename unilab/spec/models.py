@@ -35,7 +35,9 @@ class RunSpec(_Section):
     seed: Annotated[int, Field(ge=0, lt=2**31)] = Field(0, description="Base seed; rank r uses seed + r.")
     output_dir: str = Field("runs", min_length=1, description="Directory that holds run directories.")
     total_env_steps: Annotated[int, Field(gt=0)] = Field(
-        description="Environment steps to collect, summed over all envs and ranks."
+        description="Environment steps to collect, summed over all envs and ranks; the plan rounds each rank's "
+        "share up to whole env steps of its envs (PPO: whole rollouts) and records the result as "
+        "`run.effective_env_steps`."
     )
     checkpoint_every_env_steps: Annotated[int, Field(gt=0)] | None = Field(
         None, description="Checkpoint interval in env steps; unset: only a final checkpoint."
