@@ -134,20 +134,20 @@ def _timed_out(what: str, fix: str) -> MpsError:
     return MpsError(f"{what} did not finish within {CONTROL_TIMEOUT_S:g} s; it was killed", fix=fix)
 
 
+def _send_quit(binary: str, entry: RegistryEntry) -> subprocess.CompletedProcess[str]:
+    """`quit` on the daemon's control pipe; raises TimeoutExpired after CONTROL_TIMEOUT_S."""
+    return subprocess.run(
+        [binary], input="quit\n", env=service_env(entry), capture_output=True, text=True, timeout=CONTROL_TIMEOUT_S
+    )
+
+
 def _stop_unregistered(binary: str, entry: RegistryEntry) -> str:
     """A daemon that start() launched but could not register would be orphaned: no `unilab mps`
     command could find it. Stop it; return "" once it is gone, else a line naming the leftover."""
     if not probe_service(entry).daemon_alive:
         return ""
     try:
-        subprocess.run(
-            [binary],
-            input="quit\n",
-            env=service_env(entry),
-            capture_output=True,
-            text=True,
-            timeout=CONTROL_TIMEOUT_S,
-        )
+        _send_quit(binary, entry)
     except (OSError, subprocess.TimeoutExpired):
         pass  # the signals below stop it instead
     if _wait_for(lambda: not probe_service(entry).daemon_alive, KILL_WAIT_S):
@@ -263,14 +263,7 @@ def stop(name: str, state_dir: Path) -> MpsServiceFacts:
         if live.daemon_alive:
             binary = control_binary()
             try:
-                r = subprocess.run(
-                    [binary],
-                    input="quit\n",
-                    env=service_env(entry),
-                    capture_output=True,
-                    text=True,
-                    timeout=CONTROL_TIMEOUT_S,
-                )
+                r = _send_quit(binary, entry)
             except subprocess.TimeoutExpired:
                 raise _timed_out(
                     f"`quit` to MPS service {name!r} (pid {live.daemon_pid})",
