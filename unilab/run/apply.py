@@ -68,12 +68,18 @@ def resolve_resume(plan: Plan, run_dir: Path) -> Path:
     return ckpts[-1]
 
 
-def _drop_if_nothing_ran(run_dir: Path, resume_dir: Path | None) -> bool:
+def _drop_if_nothing_ran(run_dir: Path, resume_dir: Path | None, made_parents: list[Path] | None = None) -> bool:
     """A new run directory without a manifest holds nothing that ran: remove it, leaving no
-    half-made run directory. True when it was removed."""
+    half-made run directory, and the parents this run made (run.output_dir) if they are empty.
+    True when it was removed."""
     if resume_dir is not None or (run_dir / "manifest.json").exists():
         return False
     shutil.rmtree(run_dir, ignore_errors=True)
+    for parent in made_parents or []:  # deepest first; stop at the first that holds something
+        try:
+            parent.rmdir()
+        except OSError:
+            break
     return True
 
 
@@ -83,11 +89,13 @@ def run_apply(req: ApplyRequest) -> int:
     plan = req.plan
     check_planned_inputs(plan.task, Path.cwd())
     checkpoint = None
+    made: list[Path] = []  # run.output_dir's directories this run creates, deepest first
     if req.resume_dir is not None:
         checkpoint = resolve_resume(plan, req.resume_dir)
         run_dir = req.resume_dir
     else:
         run_dir = new_run_dir(plan)
+        made = [p for p in run_dir.parents if not p.exists()]
         try:
             run_dir.mkdir(parents=True)
         except OSError as exc:
@@ -97,7 +105,7 @@ def run_apply(req: ApplyRequest) -> int:
         try:
             write_text_atomic(run_dir / "plan.toml", render(plan), "plan")
         except BaseException:
-            shutil.rmtree(run_dir, ignore_errors=True)  # e.g. a full disk: no empty run directory left
+            _drop_if_nothing_ran(run_dir, None, made)  # e.g. a full disk: no empty run directory left
             raise
     try:
         if plan.topology.world_size == 1:
@@ -114,13 +122,13 @@ def run_apply(req: ApplyRequest) -> int:
             from unilab.run.launch import launch_ranks
 
             code = launch_ranks(plan, run_dir, checkpoint, req.progress)
-        if _drop_if_nothing_ran(run_dir, req.resume_dir):  # stopped before the collector started
+        if _drop_if_nothing_ran(run_dir, req.resume_dir, made):  # stopped before the collector started
             print("stopped before the run started; no run directory was kept", file=sys.stderr)
         return code
     except BaseException as exc:
         from unilab.run.collector_client import GENERIC_FIX
 
-        if _drop_if_nothing_ran(run_dir, req.resume_dir):
+        if _drop_if_nothing_ran(run_dir, req.resume_dir, made):
             if isinstance(exc, UnilabError) and exc.fix == GENERIC_FIX:  # there is no run to read or resume
                 exc.fix = "nothing ran and no run directory was kept: correct the problem above and apply again"
         elif (run_dir / "manifest.json").exists():
