@@ -272,6 +272,7 @@ def test_sigkill_of_the_collector_fails_fast_and_cleanly(tmp_path: Path) -> None
     assert time.monotonic() - t0 < 10
     assert proc.returncode == 1
     assert "rank0.collector failed" in err and "SIGKILL" in err and "Traceback" not in err
+    assert "leaked shared_memory" not in err  # the tracker cleans up after the collector, silently
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["status"] == "failed" and manifest["first_error"]["where"] == "rank0.collector"
     time.sleep(0.5)

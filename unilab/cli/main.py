@@ -286,7 +286,15 @@ def _output_failed(exc: _OutputError) -> int:
     return EXIT_ERROR
 
 
+# After a collector is killed, Python's resource tracker (one per run, shared by its processes)
+# unlinks the shared memory the collector left and warns about a "leak"; the run has already said
+# what died. The tracker takes its warning filters from this interpreter's -W options.
+_TRACKER_QUIET = "ignore:resource_tracker:UserWarning"
+
+
 def main(argv: list[str] | None = None) -> int:
+    if _TRACKER_QUIET not in sys.warnoptions:
+        sys.warnoptions.append(_TRACKER_QUIET)
     parser = build_parser()
     real_stdout = sys.stdout
     sys.stdout = _GuardedStdout(real_stdout)
