@@ -296,3 +296,8 @@ def test_mjwarp_graph_replay_matches_eager_launches():
             for f in FIELDS:
                 assert torch.equal(getattr(graph.state, f), getattr(eager.state, f)), f"{f} at step {k}"
         assert graph.diagnostics()["graph_replays"] == 4 + 2 * 2  # 4 steps, 2 resets of 2 graphs
+        # Real MuJoCo Warp diagnostics read as warnings: a standing G1 overflows no buffer.
+        from unilab.sim.contract import physics_warnings
+
+        diag = graph.diagnostics()
+        assert diag["overflow_worlds"] == 0 and physics_warnings(diag) == {}
