@@ -179,7 +179,11 @@ def test_apply_leaves_a_complete_run_directory_and_resumes(tmp_path: Path) -> No
     assert e.returncode == 0, e.stderr
     policy, obs_dim = load_policy(run_dir)
     obs = np.random.default_rng(0).normal(size=(8, obs_dim)).astype(np.float32) * 3
-    got = ort.InferenceSession(str(run_dir / "policy.onnx")).run(None, {"obs": obs})[0]
+    sess = ort.InferenceSession(str(run_dir / "policy.onnx"))
+    # The file states its shapes, as docs/running.md gives them: obs [batch, obs_dim], action [batch, 29].
+    assert [(i.name, i.shape[1]) for i in sess.get_inputs()] == [("obs", obs.shape[1])]
+    assert [(o.name, o.shape) for o in sess.get_outputs()] == [("action", ["batch", 29])]
+    got = sess.run(None, {"obs": obs})[0]
     want = policy(torch.from_numpy(obs)).detach().numpy()
     assert got.shape == (8, 29) and np.abs(got - want).max() < 1e-5
 

@@ -160,7 +160,14 @@ spec_variants = st.fixed_dictionaries(
         "run__total_env_steps": st.integers(128, 10**9),
         "task__num_envs": st.sampled_from([1, 8, 16, 64]),
         "sim__decimation": st.integers(1, 10),
-        "algo": st.sampled_from([{"name": "sac"}, {"name": "flashsac"}, {"name": "sac", "critic": "c51"}]),
+        # A warm-up shorter than the smallest run (rule algo.warmup).
+        "algo": st.sampled_from(
+            [
+                {"name": "sac", "warmup_env_steps": 64},
+                {"name": "flashsac", "warmup_env_steps": 64},
+                {"name": "sac", "critic": "c51", "warmup_env_steps": 64},
+            ]
+        ),
         "training__devices": st.sampled_from(["cpu", ["cpu", "cpu"]]),
     }
 )

@@ -382,6 +382,16 @@ CASES = [
         "--set algo.buffer_size=16",
     ),
     Case("algo.buffer-size", "cpu_laptop", {"algo": {"name": "flashsac", "buffer_size": 16}}, False),
+    Case(
+        "algo.warmup",
+        "cpu_laptop",
+        {"algo": {"name": "sac", "warmup_env_steps": 100_000}},
+        True,
+        "the learner would never update",
+        "--set algo.warmup_env_steps=10000",
+    ),
+    Case("algo.warmup", "cpu_laptop", {"algo": {"name": "flashsac", "warmup_env_steps": 99_999}}, False),
+    Case("algo.warmup", "cpu_laptop", {"algo": {"name": "ppo"}, "run__total_env_steps": 100}, False),
     Case("algo.buffer-size", "cpu_laptop", {"algo": {"name": "ppo"}, "task__num_envs": 4096}, False),
     Case(
         "algo.critic-support",

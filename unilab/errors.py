@@ -43,6 +43,11 @@ class UnilabError(Exception):
         return "\n".join(parts)
 
 
+# The fix of a run's failure once it has a run directory (unilab.run.collector_client.RunFailed);
+# here, in a module without torch, so that handling a failure never imports anything.
+RUN_FAILED_FIX = "read events.jsonl and the manifest in the run directory; resume with --resume RUN_DIR"
+
+
 class SpecError(UnilabError):
     """The spec file cannot be read or does not validate (then one diagnostic per broken key)."""
 

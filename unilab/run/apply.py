@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from unilab.errors import UnilabError
+from unilab.errors import RUN_FAILED_FIX, UnilabError
 from unilab.plan.inputs import check_planned_inputs
 from unilab.plan.models import Plan
 from unilab.run.atomic import write_text_atomic
@@ -63,7 +63,8 @@ def resolve_resume(plan: Plan, run_dir: Path) -> Path:
     if blob["env_steps"] >= plan.run.total_env_steps:
         raise UnilabError(
             f"{run_dir} already finished its {plan.run.total_env_steps:,} env steps; nothing to resume",
-            fix="start a new run, or raise run.total_env_steps in the spec (a new plan)",
+            fix="nothing is left to run in it; for more training, start a new run with a larger "
+            "run.total_env_steps (a finished run cannot be extended: its plan fixes the budget)",
         )
     return ckpts[-1]
 
@@ -81,6 +82,17 @@ def _drop_if_nothing_ran(run_dir: Path, resume_dir: Path | None, made_parents: l
         except OSError:
             break
     return True
+
+
+EXIT_INTERRUPTED = 130  # as unilab.run.rank_run's (not imported here: it imports torch)
+
+
+def _has_checkpoint(run_dir: Path) -> bool:
+    return any((run_dir / "checkpoints").glob("ckpt-*.pt"))
+
+
+def resume_command(run_dir: Path) -> str:
+    return f"unilab apply {run_dir / 'plan.toml'} --resume {run_dir}"
 
 
 def run_apply(req: ApplyRequest) -> int:
@@ -124,13 +136,20 @@ def run_apply(req: ApplyRequest) -> int:
             code = launch_ranks(plan, run_dir, checkpoint, req.progress)
         if _drop_if_nothing_ran(run_dir, req.resume_dir, made):  # stopped before the collector started
             print("stopped before the run started; no run directory was kept", file=sys.stderr)
+        elif code == EXIT_INTERRUPTED and _has_checkpoint(run_dir):
+            print(f"resume with: {resume_command(run_dir)}")
         return code
     except BaseException as exc:
-        from unilab.run.collector_client import GENERIC_FIX
-
+        # No import here: a Ctrl-C can land while torch is half imported.
         if _drop_if_nothing_ran(run_dir, req.resume_dir, made):
-            if isinstance(exc, UnilabError) and exc.fix == GENERIC_FIX:  # there is no run to read or resume
+            if isinstance(exc, UnilabError) and exc.fix == RUN_FAILED_FIX:  # there is no run to read or resume
                 exc.fix = "nothing ran and no run directory was kept: correct the problem above and apply again"
         elif (run_dir / "manifest.json").exists():
-            print(f"run directory (manifest and last checkpoint): {run_dir}", file=sys.stderr)
+            ckpt = _has_checkpoint(run_dir)
+            held = "manifest and last checkpoint" if ckpt else "manifest; no checkpoint was written"
+            print(f"run directory ({held}): {run_dir}", file=sys.stderr)
+            if isinstance(exc, UnilabError) and exc.fix == RUN_FAILED_FIX:
+                exc.fix = f"read events.jsonl and the manifest in {run_dir}; " + (
+                    f"resume with: {resume_command(run_dir)}" if ckpt else "no checkpoint to resume from: apply again"
+                )
         raise

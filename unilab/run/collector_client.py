@@ -14,7 +14,7 @@ from typing import Any
 import torch.multiprocessing as tmp
 
 from unilab.collect.timing import PHASES
-from unilab.errors import UnilabError
+from unilab.errors import RUN_FAILED_FIX, UnilabError
 from unilab.plan.inputs import planned_task
 from unilab.plan.models import Plan
 from unilab.run import channel as ch
@@ -25,9 +25,6 @@ HELLO_TIMEOUT_S = 600.0  # building a MuJoCo Warp collector compiles kernels on 
 WAIT_SLICE_S = 0.2
 
 
-GENERIC_FIX = "read events.jsonl and the manifest in the run directory; resume with --resume RUN_DIR"
-
-
 class RunFailed(UnilabError):
     """A process of the run failed; `where` names it (e.g. rank0.collector)."""
 
@@ -35,7 +32,7 @@ class RunFailed(UnilabError):
         super().__init__(
             f"{where} failed: {message}",
             detail=detail,
-            fix=fix or GENERIC_FIX,
+            fix=fix or RUN_FAILED_FIX,
         )
         self.where = where
         self.message = message

@@ -137,6 +137,20 @@ def check_export_out(run_dir: Path, out: Path) -> None:
             )
 
 
+def _fixed_feature_dims(model_bytes: bytes, obs_dim: int, act_dim: int) -> bytes:
+    """The tracer leaves the action's feature dimension symbolic after a tanh; a deployment reads
+    the shapes from the file, so both are stated: obs [batch, obs_dim], action [batch, act_dim]."""
+    import onnx
+
+    model = onnx.load_from_string(model_bytes)
+    for value, size in ((model.graph.input[0], obs_dim), (model.graph.output[0], act_dim)):
+        dims = value.type.tensor_type.shape.dim
+        dims[0].dim_param = "batch"
+        dims[1].dim_value = size  # replaces a symbolic name (a oneof in the proto)
+    onnx.checker.check_model(model)
+    return model.SerializeToString()
+
+
 def export_onnx(run_dir: Path, out: Path | None) -> Path:
     plan = _read_plan(run_dir)  # a missing or unreadable run directory is named first
     out = out or run_dir / "policy.onnx"
@@ -164,7 +178,9 @@ def export_onnx(run_dir: Path, out: Path | None) -> Path:
             f"ONNX export failed: {type(exc).__name__}: {str(exc).splitlines()[0][:300]}",
             fix="report this with the run's plan.toml",
         ) from None
-    data = buf.getvalue()
+    with torch.no_grad():
+        act_dim = int(policy(example).shape[-1])
+    data = _fixed_feature_dims(buf.getvalue(), obs_dim, act_dim)
     write_atomic(
         out,
         lambda f: f.write(data),

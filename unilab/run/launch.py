@@ -132,7 +132,8 @@ def launch_ranks(plan: Plan, run_dir: Path, resume_checkpoint: Path | None, prog
         raise UnilabError(
             f"rank {rank} failed: {message}",
             detail=f"(pid {failure.pid}, exit code {failure.exitcode})",
-            fix=f"read events.jsonl and the manifest in {run_dir}; resume with --resume {run_dir}",
+            fix=f"read events.jsonl and the manifest in {run_dir}; if it holds a checkpoint, resume with: "
+            f"unilab apply {run_dir / 'plan.toml'} --resume {run_dir}",
         ) from None
     except SignalException:
         return 130

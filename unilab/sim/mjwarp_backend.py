@@ -21,6 +21,7 @@ Offering it to users is a planner decision.
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -55,8 +56,13 @@ class MjwarpBackend:
     ) -> None:
         if num_envs < 1 or decimation < 1:
             raise UnilabError(f"the MJWarp backend needs num_envs and decimation >= 1 (got {num_envs}, {decimation})")
-        import mujoco_warp as mjw
         import warp as wp
+
+        # Warp's start-up banner and per-module "load ... took" lines are not the user's business
+        # (UNILAB_DEBUG=1 keeps them); warnings still show. Set before anything initialises Warp.
+        if not os.environ.get("UNILAB_DEBUG"):
+            wp.config.log_level = wp.LOG_WARNING
+        import mujoco_warp as mjw
 
         self._wp = wp
         self._mjw = mjw

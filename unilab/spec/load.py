@@ -64,7 +64,8 @@ def parse_override(text: str) -> tuple[list[str], Any]:
         else:
             raise SpecError(
                 f"--set {key.strip()}: {raw.strip()!r} is not a TOML value",
-                fix='quote strings and use TOML arrays, e.g. --set training.devices=["cpu","cpu"]',
+                fix="quote the whole --set for the shell and strings for TOML, e.g. "
+                '--set \'training.devices=["cpu","cpu"]\' or --set \'run.name="my-run"\'',
             ) from None
     return path, value
 

@@ -142,6 +142,26 @@ def algo_buffer_size(r: Rule, ctx: Context) -> list[Diagnostic]:
 
 
 @rule(
+    "algo.warmup",
+    "algo.warmup_env_steps",
+    "An off-policy run has env steps left to learn from after its random warm-up "
+    "(`warmup_env_steps < run.total_env_steps`).",
+)
+def algo_warmup(r: Rule, ctx: Context) -> list[Diagnostic]:
+    algo, total = ctx.spec.algo, ctx.spec.run.total_env_steps
+    if algo.name != "ppo" and algo.warmup_env_steps >= total:
+        return [
+            r.diag(
+                f"the random warm-up ({algo.warmup_env_steps:,} env steps) is not shorter than the run "
+                f"({total:,} env steps, run.total_env_steps), so the learner would never update",
+                f"lower algo.warmup_env_steps below {total} (e.g. --set algo.warmup_env_steps={total // 10}), "
+                "or raise run.total_env_steps",
+            )
+        ]
+    return []
+
+
+@rule(
     "algo.critic-support",
     "algo.v_min",
     "A distributional critic has a non-empty support, `v_min < v_max` (SAC with `critic = c51`); "
