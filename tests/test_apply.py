@@ -233,6 +233,9 @@ def test_resume_continues_counters(tmp_path: Path, sig: signal.Signals) -> None:
     before = blob["state"]
     resumed_updates = m2["counters"]["updates"] - manifest["counters"]["updates"]
     assert resumed_updates == (4800 - done) // 16 - 64 // 16
+    # Rates are this session's: updates and env steps since the resume, over the same time.
+    t = m2["timing"]
+    assert t["updates_per_s"] / t["env_steps_per_s"] == pytest.approx(resumed_updates / (4800 - done))
     lf, lb = final["learner"], before["learner"]
     assert lf["num_critic_updates"] == lb["num_critic_updates"] + resumed_updates
     for opt in ("actor_opt", "critic_opt"):

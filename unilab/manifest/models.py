@@ -144,9 +144,10 @@ class Counters(_M):
 
 
 class Timing(_M):
-    wall_s: float = 0.0
-    env_steps_per_s: float = 0.0
-    updates_per_s: float = 0.0
+    # A resumed run's timing is its last session's, as its transition counters are.
+    wall_s: float = Field(0.0, description="Wall time of this session (a resumed run: since the resume).")
+    env_steps_per_s: float = Field(0.0, description="Env steps per second of this session, all ranks.")
+    updates_per_s: float = Field(0.0, description="Update cycles per second of this session, per rank.")
     collector_phases_us: dict[str, float] = Field(
         default_factory=dict, description="Mean microseconds per sync of each collector lifecycle phase."
     )

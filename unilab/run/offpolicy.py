@@ -167,7 +167,7 @@ class OffPolicyRank:
         updates_owed = 0.0
         skipped = torch.zeros((), dtype=torch.int64, device=self.device)
         last_metrics: dict[str, torch.Tensor] = {}
-        started_steps = prog.env_steps
+        started_steps, started_updates = prog.env_steps, prog.updates
         if not self.collector.wait_obs(self.hooks.should_stop):
             self.interrupted = True
             return prog
@@ -228,6 +228,7 @@ class OffPolicyRank:
                 metrics["skipped_updates"] = float(skipped)
                 metrics["elapsed_s"] = now - t_start
                 metrics["env_steps_run"] = prog.env_steps - started_steps
+                metrics["updates_run"] = prog.updates - started_updates
                 self.hooks.on_log(prog, metrics)
             if next_ckpt is not None and prog.env_steps * p.topology.world_size >= next_ckpt and prog.env_steps < total:
                 next_ckpt += ckpt_every

@@ -169,6 +169,7 @@ class OnPolicyRank:
                 metrics["steps_per_iteration"] = float(per_iteration)
                 metrics["elapsed_s"] = now - t_start
                 metrics["env_steps_run"] = prog.env_steps - base_env_steps
+                metrics["updates_run"] = prog.updates - base_updates
                 self.hooks.on_log(prog, metrics)
             if next_ckpt is not None and prog.env_steps * p.topology.world_size >= next_ckpt and prog.env_steps < total:
                 while next_ckpt <= prog.env_steps * p.topology.world_size:

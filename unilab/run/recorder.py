@@ -121,16 +121,19 @@ class RunRecorder:
                 dropped_transitions=t["transitions_produced"] - t["transitions_nonfinite"] - t["transitions_stored"],
             )
             run_s = self.last_metrics.get("elapsed_s", wall)
+            # Rates and per-update times are this session's (a resumed run's counters include the
+            # updates before the resume, its clock and timers do not).
             steps_run = self.last_metrics.get("env_steps_run", prog.env_steps) * w
+            updates_run = int(self.last_metrics.get("updates_run", prog.updates))
             timing = Timing(
                 wall_s=wall,
                 env_steps_per_s=steps_run / run_s if run_s > 0 else 0.0,
-                updates_per_s=prog.updates / run_s if run_s > 0 else 0.0,
+                updates_per_s=updates_run / run_s if run_s > 0 else 0.0,
                 collector_phases_us={k: 1e6 * v / max(prog.syncs, 1) for k, v in prog.phase_s.items()},
                 collector_phases_cpu_us={k: 1e6 * v / max(prog.syncs, 1) for k, v in prog.phase_cpu_s.items()},
-                learner_sample_ms=1e3 * prog.sample_s / max(prog.updates, 1),
-                learner_update_ms=1e3 * prog.update_s / max(prog.updates, 1),
-                learner_grad_sync_ms=1e3 * prog.grad_sync_s / max(prog.updates, 1),
+                learner_sample_ms=1e3 * prog.sample_s / max(updates_run, 1),
+                learner_update_ms=1e3 * prog.update_s / max(updates_run, 1),
+                learner_grad_sync_ms=1e3 * prog.grad_sync_s / max(updates_run, 1),
                 learner_wait_s=prog.wait_s,
                 collector_wait_s=prog.collector_wait_s,
             )
@@ -229,7 +232,7 @@ class RunRecorder:
         self._note_physics_warnings(prog.physics_warnings)
         run_s = metrics.get("elapsed_s", 0.0)
         sps = metrics.get("env_steps_run", 0) * self.world / run_s if run_s > 0 else 0.0
-        ups = prog.updates / run_s if run_s > 0 else 0.0
+        ups = metrics.get("updates_run", prog.updates) / run_s if run_s > 0 else 0.0
         record = {
             "env_steps": prog.env_steps * self.world,
             "env_steps_per_s": round(sps, 1),
