@@ -293,11 +293,21 @@ def test_corrupt_checkpoint_is_refused_and_kept(tmp_path: Path) -> None:
     assert apply(tmp_path, str(spec), *SMALL).returncode == 0
     run_dir = only_run_dir(tmp_path)
     ckpt = sorted((run_dir / "checkpoints").glob("*.pt"))[-1]
-    ckpt.write_bytes(ckpt.read_bytes()[:100])
+    good = ckpt.read_bytes()
+    ckpt.write_bytes(good[:100])
     before = {p.name: p.stat().st_size for p in run_dir.rglob("*") if p.is_file()}
     r = apply(tmp_path, str(run_dir / "plan.toml"), "--resume", str(run_dir))
     assert r.returncode == 1 and "is corrupt or unreadable" in r.stderr and "Traceback" not in r.stderr
     assert {p.name: p.stat().st_size for p in run_dir.rglob("*") if p.is_file()} == before
+    # A checkpoint that still loads but is not the file the run saved (a byte appended) is refused by
+    # the sha256 its manifest recorded, for export as for resume.
+    ckpt.write_bytes(good + b"\0")
+    for args in (
+        ["export", str(run_dir), "--format", "onnx"],
+        ["apply", str(run_dir / "plan.toml"), "--resume", str(run_dir)],
+    ):
+        r = subprocess.run([sys.executable, "-m", "unilab", *args], cwd=tmp_path, capture_output=True, text=True)
+        assert r.returncode == 1 and "does not have the sha256 the run's manifest recorded" in r.stderr, r.stderr
 
 
 def test_missing_motion_file_is_refused_before_anything_starts(tmp_path: Path) -> None:

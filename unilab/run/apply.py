@@ -41,7 +41,7 @@ def resolve_resume(plan: Plan, run_dir: Path) -> Path:
     """The newest loadable checkpoint of `run_dir`, which must belong to the same plan and still
     have env steps to go."""
     from unilab.plan.render import load_plan
-    from unilab.run.checkpoint import list_checkpoints, load_checkpoint
+    from unilab.run.checkpoint import check_recorded_digest, list_checkpoints, load_checkpoint
 
     saved = run_dir / "plan.toml"
     if not saved.is_file():
@@ -59,7 +59,8 @@ def resolve_resume(plan: Plan, run_dir: Path) -> Path:
     ckpts = list_checkpoints(run_dir / "checkpoints")
     if not ckpts:
         raise UnilabError(f"{run_dir}/checkpoints holds no checkpoint to resume from", fix="start a new run")
-    blob = load_checkpoint(ckpts[-1], plan_id=plan.plan_id)
+    blob = load_checkpoint(ckpts[-1], plan_id=plan.plan_id)  # a corrupt file is named as such first
+    check_recorded_digest(run_dir, ckpts[-1])
     if blob["env_steps"] >= plan.run.total_env_steps:
         raise UnilabError(
             f"{run_dir} already finished its {plan.run.total_env_steps:,} env steps; nothing to resume",

@@ -44,6 +44,29 @@ def env_steps_of(path: Path) -> int | None:
     return int(digits) if path.stem.startswith("ckpt-") and digits.isdigit() else None
 
 
+def check_recorded_digest(run_dir: Path, path: Path) -> None:
+    """Refuse a checkpoint whose bytes differ from the sha256 the run's manifest recorded for it (a
+    file changed after the run still loads if the change is in its padding). A checkpoint the
+    manifest does not list, or a manifest that cannot be read, cannot be checked: it passes."""
+    import json
+
+    from unilab.digests import file_sha256
+
+    try:
+        records = json.loads((run_dir / "manifest.json").read_text(encoding="utf-8")).get("checkpoints", [])
+        recorded = {Path(c["path"]).name: c["sha256"] for c in records}
+    except (OSError, ValueError, AttributeError, TypeError, KeyError):
+        return
+    want = recorded.get(path.name)
+    if want is not None and file_sha256(path) != want:
+        raise UnilabError(
+            f"checkpoint {path} does not have the sha256 the run's manifest recorded: it changed after it was saved",
+            detail="the file was kept as it is",
+            fix=f"restore the file, or remove it to use the previous checkpoint; `unilab manifest validate "
+            f"{run_dir / 'manifest.json'}` checks every checkpoint",
+        )
+
+
 def list_checkpoints(directory: Path) -> list[Path]:
     """Checkpoints oldest first (the name sorts by env steps)."""
     return sorted(directory.glob("ckpt-*.pt"))

@@ -90,7 +90,7 @@ def load_policy(run_dir: Path, plan: Plan | None = None) -> tuple[nn.Module, int
     """The deployable policy of the newest checkpoint in `run_dir`, and its observation size
     (``plan``: the run's plan when the caller already read it)."""
     from unilab.learn.normalizer import ObsNormalizer
-    from unilab.run.checkpoint import list_checkpoints, load_checkpoint
+    from unilab.run.checkpoint import check_recorded_digest, list_checkpoints, load_checkpoint
     from unilab.run.learners import make_offpolicy_learner
 
     plan = plan or _read_plan(run_dir)
@@ -103,7 +103,8 @@ def load_policy(run_dir: Path, plan: Plan | None = None) -> tuple[nn.Module, int
     ckpts = list_checkpoints(run_dir / "checkpoints")
     if not ckpts:
         raise UnilabError(f"{run_dir}/checkpoints holds no checkpoint", fix="export a run that wrote a checkpoint")
-    state = load_checkpoint(ckpts[-1], plan_id=plan.plan_id)["state"]
+    state = load_checkpoint(ckpts[-1], plan_id=plan.plan_id)["state"]  # a corrupt file is named as such first
+    check_recorded_digest(run_dir, ckpts[-1])
     if plan.algo.name == "ppo":
         return _ppo_policy(plan, state)
     learner_state = state["learner"]
