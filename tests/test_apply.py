@@ -387,3 +387,26 @@ def test_a_collector_that_cannot_start_leaves_no_run_directory(tmp_path: Path) -
     assert "must be positive" in r.stderr and "fix: load the file in MuJoCo" in r.stderr
     assert "Traceback" not in r.stderr and "resume" not in r.stderr and r.stderr.count("fix:") == 1
     assert not (tmp_path / "runs").exists()  # run.output_dir too: this run made it, and it is empty
+
+
+def test_a_run_directory_in_use_is_not_resumed_twice(tmp_path: Path) -> None:
+    spec = spec_copy(tmp_path)
+    mark = uuid.uuid4().hex
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "unilab", "apply", str(spec), *SMALL, "--quiet", "--set", "run.total_env_steps=100000"],
+        cwd=tmp_path,
+        env=_env(tmp_path, mark),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    run_dir = _wait_for_checkpoint(tmp_path)
+    before = sorted(p.name for p in (run_dir / "checkpoints").iterdir())
+    r = apply(tmp_path, str(run_dir / "plan.toml"), "--resume", str(run_dir))
+    assert r.returncode == 1 and f"run directory {run_dir} is in use by another unilab apply" in r.stderr, r.stderr
+    proc.send_signal(signal.SIGINT)
+    _out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert json.loads((run_dir / "manifest.json").read_text())["status"] == "interrupted"
+    assert set(before) <= {p.name for p in (run_dir / "checkpoints").iterdir()}
+    assert marked_pids(mark) == []

@@ -8,6 +8,7 @@ checkpoint is written first).
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 from dataclasses import dataclass
@@ -96,6 +97,31 @@ def resume_command(run_dir: Path) -> str:
     return f"unilab apply {run_dir / 'plan.toml'} --resume {run_dir}"
 
 
+def lock_run_dir(run_dir: Path) -> int | None:
+    """An exclusive lock on the run directory for as long as this process runs it (the returned
+    descriptor; closing it, or the process ending, releases it): two applies on one directory would
+    interleave its events and checkpoints. None when the directory does not exist (yet)."""
+    import fcntl
+
+    if not run_dir.is_dir():
+        return None
+    try:
+        fd = os.open(run_dir / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise UnilabError(
+            f"cannot open {run_dir / '.lock'}: {exc.strerror}", fix="check the run directory's permissions"
+        ) from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise UnilabError(
+            f"run directory {run_dir} is in use by another unilab apply",
+            fix="wait for that run to finish, or stop it (Ctrl-C), then resume it once",
+        ) from None
+    return fd
+
+
 def run_apply(req: ApplyRequest) -> int:
     from unilab.plan.render import render
 
@@ -104,7 +130,13 @@ def run_apply(req: ApplyRequest) -> int:
     checkpoint = None
     made: list[Path] = []  # run.output_dir's directories this run creates, deepest first
     if req.resume_dir is not None:
-        checkpoint = resolve_resume(plan, req.resume_dir)
+        lock = lock_run_dir(req.resume_dir)  # before reading it: another apply may be writing it
+        try:
+            checkpoint = resolve_resume(plan, req.resume_dir)
+        except BaseException:
+            if lock is not None:
+                os.close(lock)
+            raise
         run_dir = req.resume_dir
     else:
         run_dir = new_run_dir(plan)
@@ -115,9 +147,12 @@ def run_apply(req: ApplyRequest) -> int:
             raise UnilabError(
                 f"cannot create run directory {run_dir}: {exc.strerror}", fix="check run.output_dir and its permissions"
             ) from None
+        lock = lock_run_dir(run_dir)
         try:
             write_text_atomic(run_dir / "plan.toml", render(plan), "plan")
         except BaseException:
+            if lock is not None:
+                os.close(lock)
             _drop_if_nothing_ran(run_dir, None, made)  # e.g. a full disk: no empty run directory left
             raise
     try:
@@ -154,3 +189,6 @@ def run_apply(req: ApplyRequest) -> int:
                     f"resume with: {resume_command(run_dir)}" if ckpt else "no checkpoint to resume from: apply again"
                 )
         raise
+    finally:
+        if lock is not None:
+            os.close(lock)
