@@ -105,12 +105,10 @@ def lock_run_dir(run_dir: Path) -> int | None:
 
     if not run_dir.is_dir():
         return None
-    try:
-        fd = os.open(run_dir / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:  # the lock is on the directory itself: nothing is added to the run's files
+        fd = os.open(run_dir, os.O_RDONLY | os.O_DIRECTORY)
     except OSError as exc:
-        raise UnilabError(
-            f"cannot open {run_dir / '.lock'}: {exc.strerror}", fix="check the run directory's permissions"
-        ) from None
+        raise UnilabError(f"cannot open run directory {run_dir}: {exc.strerror}", fix="check its permissions") from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
