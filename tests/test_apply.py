@@ -48,6 +48,21 @@ def apply(tmp_path: Path, *args: str, mark: str = "", timeout: float = 300) -> s
     )
 
 
+APPLY = [sys.executable, "-m", "unilab", "apply"]
+
+
+def apply_in_background(tmp_path: Path, spec: Path, mark: str, total_env_steps: int) -> subprocess.Popen[str]:
+    """A small G1 apply left running, for tests that stop, kill or race it from outside."""
+    return subprocess.Popen(
+        [*APPLY, str(spec), *SMALL, "--quiet", "--set", f"run.total_env_steps={total_env_steps}"],
+        cwd=tmp_path,
+        env=_env(tmp_path, mark),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
 def spec_copy(tmp_path: Path, name: str = "g1.toml") -> Path:
     p = tmp_path / name
     p.write_text((ROOT / "specs" / name).read_text())
@@ -200,14 +215,7 @@ def test_resume_continues_counters(tmp_path: Path, sig: signal.Signals) -> None:
     """Ctrl-C, or SIGTERM as a scheduler or `docker stop` sends it, stops with a final checkpoint."""
     spec = spec_copy(tmp_path)
     mark = uuid.uuid4().hex
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "unilab", "apply", str(spec), *SMALL, "--quiet", "--set", "run.total_env_steps=4800"],
-        cwd=tmp_path,
-        env=_env(tmp_path, mark),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = apply_in_background(tmp_path, spec, mark, total_env_steps=4800)
     run_dir = _wait_for_checkpoint(tmp_path)
     proc.send_signal(sig)
     _out, err = proc.communicate(timeout=60)
@@ -263,14 +271,7 @@ def _wait_for_checkpoint(tmp_path: Path, timeout: float = 120) -> Path:
 def test_sigkill_of_the_collector_fails_fast_and_cleanly(tmp_path: Path) -> None:
     spec = spec_copy(tmp_path)
     mark = uuid.uuid4().hex
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "unilab", "apply", str(spec), *SMALL, "--quiet", "--set", "run.total_env_steps=100000"],
-        cwd=tmp_path,
-        env=_env(tmp_path, mark),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = apply_in_background(tmp_path, spec, mark, total_env_steps=100000)
     run_dir = _wait_for_checkpoint(tmp_path)
     collector = json.loads((run_dir / "manifest.json").read_text())["ranks"][0]["collector_pid"]
     os.kill(collector, signal.SIGKILL)
@@ -392,14 +393,7 @@ def test_a_collector_that_cannot_start_leaves_no_run_directory(tmp_path: Path) -
 def test_a_run_directory_in_use_is_not_resumed_twice(tmp_path: Path) -> None:
     spec = spec_copy(tmp_path)
     mark = uuid.uuid4().hex
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "unilab", "apply", str(spec), *SMALL, "--quiet", "--set", "run.total_env_steps=100000"],
-        cwd=tmp_path,
-        env=_env(tmp_path, mark),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = apply_in_background(tmp_path, spec, mark, total_env_steps=100000)
     run_dir = _wait_for_checkpoint(tmp_path)
     before = sorted(p.name for p in (run_dir / "checkpoints").iterdir())
     r = apply(tmp_path, str(run_dir / "plan.toml"), "--resume", str(run_dir))

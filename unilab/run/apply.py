@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from unilab.errors import RUN_FAILED_FIX, UnilabError
+from unilab.errors import EXIT_INTERRUPTED, RUN_FAILED_FIX, UnilabError
 from unilab.plan.inputs import check_planned_inputs
 from unilab.plan.models import Plan
 from unilab.run.atomic import write_text_atomic
@@ -84,9 +84,6 @@ def _drop_if_nothing_ran(run_dir: Path, resume_dir: Path | None, made_parents: l
         except OSError:
             break
     return True
-
-
-EXIT_INTERRUPTED = 130  # as unilab.run.rank_run's (not imported here: it imports torch)
 
 
 def _has_checkpoint(run_dir: Path) -> bool:

@@ -16,7 +16,7 @@ from typing import Any
 
 from torch.distributed.elastic.multiprocessing.errors import record
 
-from unilab.errors import UnilabError
+from unilab.errors import EXIT_INTERRUPTED, UnilabError
 from unilab.plan.models import Plan
 
 COLLECTIVE_TIMEOUT = timedelta(minutes=10)  # a rank's first collective waits for every collector to build
@@ -52,7 +52,7 @@ def rank_entry(plan_path: str, run_dir: str | None, resume_checkpoint: str | Non
     import torch.distributed as dist
 
     from unilab.plan.render import load_plan
-    from unilab.run.rank_run import EXIT_INTERRUPTED, RankJob, run_rank
+    from unilab.run.rank_run import RankJob, run_rank
     from unilab.run.stop import StopFlag
 
     rank = int(os.environ["RANK"])
@@ -119,8 +119,6 @@ def launch_ranks(plan: Plan, run_dir: Path, resume_checkpoint: Path | None, prog
     try:
         results = elastic_launch(cfg, rank_entry)(*args)
     except ChildFailedError as exc:
-        from unilab.run.rank_run import EXIT_INTERRUPTED
-
         if all(f.exitcode == EXIT_INTERRUPTED for f in exc.failures.values()):
             # A stop request that reached one rank directly (not through this launcher): every rank
             # stopped after the same sync and recorded the run as interrupted; that rank left with

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from unilab.errors import UnilabError
+from unilab.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, UnilabError
 from unilab.manifest.models import FirstError, RankEvidence
 from unilab.plan.models import Plan
 from unilab.run.collector_client import RunFailed
@@ -26,7 +26,6 @@ from unilab.run.stop import StopFlag, signals_ignored
 if TYPE_CHECKING:
     from unilab.run.onpolicy import OnPolicyRank
 
-EXIT_OK, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 130
 GRACE_S = 120.0  # how long the ranks wait for each other at the end of the run
 
 
