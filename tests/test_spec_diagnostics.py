@@ -91,3 +91,65 @@ def test_schema_version_is_a_diagnostic() -> None:
         validate_spec_data({"schema_version": 2}, "s.toml")
     (d,) = e.value.diagnostics
     assert (d.rule_id, d.key_path) == ("spec.schema-version", "schema_version")
+
+
+def test_wrong_algo_name_via_set_names_the_key_and_the_working_set() -> None:
+    """`--set algo.name=SAC`: the key is `algo.name` (not `algo`), the condition lists the names
+    in words, and the fix is the nearest name as a --set that makes the spec valid."""
+    d = diags(G1, "algo.name=SAC")["algo.name"]
+    assert d.rule_id == "spec.value"
+    assert d.condition == """must be one of "sac", "flashsac", "ppo" (got 'SAC')"""
+    assert d.fix == 'did you mean "sac"? pass --set algo.name="sac", or drop that --set'
+    suggestion = d.fix.split("pass --set ", 1)[1].split(",", 1)[0]
+    assert len(shlex.split(f"--set {suggestion}")) == 2
+    assert load_spec(G1, ["algo.name=SAC", *shlex.split(suggestion)]).spec.algo.name == "sac"
+
+
+def test_algo_name_without_a_near_match_lists_the_names() -> None:
+    d = diags(G1, "algo.name=td3")["algo.name"]
+    assert d.rule_id == "spec.value" and "Input tag" not in d.condition + d.fix
+    assert d.fix == 'pass --set algo.name=<one of "sac", "flashsac", "ppo">, or drop that --set'
+
+
+def test_wrong_algo_name_in_the_file_gets_the_edit(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text(G1.read_text().replace('name = "sac"', 'name = "flashsacc"', 1))
+    d = diags(bad)["algo.name"]
+    assert d.condition == """must be one of "sac", "flashsac", "ppo" (got 'flashsacc')"""
+    assert d.fix == f'did you mean "flashsac"? set `algo.name = "flashsac"` in {bad}'
+
+
+def test_missing_algo_name_is_a_missing_key(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    text = G1.read_text()
+    assert '[algo]\nname = "sac"\n' in text
+    bad.write_text(text.replace('[algo]\nname = "sac"\n', "[algo]\n"))
+    (d,) = diags(bad).values()
+    assert (d.rule_id, d.key_path, d.condition) == ("spec.missing-key", "algo.name", "required key is missing")
+    assert d.fix == f'add `name = ...` under [algo] in {bad} (one of "sac", "flashsac", "ppo")'
+
+
+# (overrides, key path, rule id, condition): a spec has lists, never pydantic's tuples.
+LIST_ERRORS = [
+    (["algo.hidden_dims=256"], "algo.hidden_dims", "spec.type", "must be a list of integers (got 256)"),
+    (["algo.hidden_dims={a=1}"], "algo.hidden_dims", "spec.type", "must be a list of integers"),
+    (['algo.name="flashsac"', "algo.hidden_dims=7"], "algo.hidden_dims", "spec.type", "must be a list of integers"),
+    (["algo.hidden_dims=[]"], "algo.hidden_dims", "spec.value", "List should have at least 1 item, not 0 (got [])"),
+    (["task.commands.lin_vel_x=5"], "task.commands.lin_vel_x", "spec.type", "must be a list of 2 numbers (got 5)"),
+    (["task.commands.lin_vel_x=[1.0]"], "task.commands.lin_vel_x", "spec.value", "must be a list of 2 numbers"),
+    (["task.commands.lin_vel_x=[1,2,3]"], "task.commands.lin_vel_x", "spec.value", "List should have at most 2"),
+    (["training.collector_cpu_ids=5"], "training.collector_cpu_ids", "spec.type", "must be a list of lists of integ"),
+    (["training.collector_cpu_ids=[5]"], "training.collector_cpu_ids[0]", "spec.type", "must be a list of integers"),
+    (["run=5"], "run", "spec.type", "must be a table"),
+]
+
+
+@pytest.mark.parametrize(("sets", "key", "rule", "says"), LIST_ERRORS, ids=[" ".join(c[0]) for c in LIST_ERRORS])
+def test_type_errors_use_toml_words(sets: list[str], key: str, rule: str, says: str) -> None:
+    with pytest.raises(SpecError) as e:
+        load_spec(G1, sets)
+    text = e.value.render()
+    (d,) = e.value.diagnostics
+    assert (d.key_path, d.rule_id) == (key, rule) and d.condition.startswith(says), text
+    for leak in ("tuple", "frozenset", "dict", "model", "Input ", "required key"):
+        assert leak not in text.lower().replace("--set", ""), text

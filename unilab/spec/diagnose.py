@@ -2,15 +2,19 @@
 
 Pydantic reports every broken key; this module turns each into one `Diagnostic` that names the key
 as the user wrote it (no union-member tags), says what the value must be, and gives the edit or
-`--set` that fixes it: the key's default when it has one, the nearest valid key for a misspelt one.
+`--set` that fixes it: the key's default when it has one, the nearest valid key for a misspelt one
+(the nearest name for a misspelt `algo.name`). Pydantic's own type names (tuple, dict, model) are
+never shown: a TOML spec has lists and tables.
 """
 
 from __future__ import annotations
 
+import ast
 import difflib
 import re
+import types
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 import tomli_w
 from pydantic import BaseModel, ValidationError
@@ -49,6 +53,12 @@ _KEY = re.compile(r"^[a-z_][a-z0-9_]*$")
 _BRANCH_TAGS = frozenset({"int", "float", "str", "bool", "list", "tuple", "dict", "none"})
 _ALGO_MODELS: dict[str, type[BaseModel]] = {"sac": SacSpec, "flashsac": FlashSacSpec, "ppo": PpoSpec}
 _TABLE_ERRORS = ("model_type", "model_attributes_type", "dict_type")
+# Pydantic's sequence types; a TOML spec only has lists (arrays), whatever the model holds.
+_LIST_ERRORS = ("list_type", "tuple_type", "set_type", "frozen_set_type")
+_LIST_ORIGINS = (list, tuple, set, frozenset)
+# A discriminated union (`[algo]` chosen by `name`) that cannot pick its member.
+_TAG_ERRORS = ("union_tag_invalid", "union_tag_not_found")
+_ITEM_WORDS: dict[Any, str] = {int: "integers", float: "numbers", str: "strings", bool: "booleans"}
 # Keys whose format a regex states badly: what the value must be, in words.
 # The fix for a device that is not one: the spelling users reach for ("cuda:0") is not unilab's.
 _DEVICES_FIX = (
@@ -76,25 +86,160 @@ def _loc(loc: tuple[Any, ...], unknown_key: bool = False) -> str:
     return out or "(top level)"
 
 
+def _discriminator(err: Any) -> str | None:
+    """The key a discriminated union is chosen by (`name`); pydantic gives it repr'd: "'name'"."""
+    m = re.fullmatch(r"'([a-z_][a-z0-9_]*)'", str((err.get("ctx") or {}).get("discriminator", "")))
+    return m.group(1) if m else None
+
+
+def _missing_item(err: Any) -> bool:
+    """A fixed-length list (`lin_vel_x = [1.0]`) that is short: pydantic says the item is missing."""
+    loc = tuple(err["loc"])
+    return err["type"] == "missing" and bool(loc) and isinstance(loc[-1], int)
+
+
+def _key(err: Any) -> str:
+    """The key path an error is about, as the user writes it."""
+    loc = tuple(err["loc"])
+    if err["type"] in _TAG_ERRORS and (disc := _discriminator(err)):
+        where = _loc(loc)
+        return disc if where == "(top level)" else f"{where}.{disc}"  # `algo.name`, not `algo`
+    if _missing_item(err):
+        return _loc(loc[:-1])
+    return _loc(loc, err["type"] == "extra_forbidden")
+
+
+def _strip(ann: Any) -> Any:
+    while get_origin(ann) is Annotated:
+        ann = get_args(ann)[0]
+    return ann
+
+
+def _members(ann: Any) -> tuple[Any, ...]:
+    ann = _strip(ann)
+    return tuple(_strip(a) for a in get_args(ann)) if get_origin(ann) in (Union, types.UnionType) else (ann,)
+
+
+def _items(ann: Any) -> tuple[Any, int | None] | None:
+    """The item type of a list-like annotation and its fixed length (None: any length)."""
+    ann = _strip(ann)
+    args = get_args(ann)
+    if get_origin(ann) is tuple:
+        if len(args) == 2 and args[1] is Ellipsis:
+            return args[0], None
+        if args and all(_strip(a) == _strip(args[0]) for a in args):
+            return args[0], len(args)
+        return None
+    if get_origin(ann) in _LIST_ORIGINS and len(args) == 1:
+        return args[0], None
+    return None
+
+
+def _plural(ann: Any) -> str | None:
+    """`int` -> "integers", `list[int]` -> "lists of integers"; None: no plain words for it."""
+    ann = _strip(ann)
+    if ann in _ITEM_WORDS:
+        return _ITEM_WORDS[ann]
+    if isinstance(ann, type) and issubclass(ann, BaseModel):
+        return "tables"
+    items = _items(ann)
+    if items is None or items[1] is not None or (words := _plural(items[0])) is None:
+        return None
+    return f"lists of {words}"
+
+
+def _field_type(where: str, data: dict[str, Any]) -> Any:
+    """The annotation of the value at `where` (`training.collector_cpu_ids[0]`: an item of the
+    key's list); None where the path leaves the spec's models."""
+    keys = [k for k in re.split(r"\[\d+\]|\.", where) if k]
+    model = _section(keys, data) if keys else None
+    field = model.model_fields.get(keys[-1]) if model is not None else None
+    if field is None:
+        return None
+    ann: Any = field.annotation
+    for _ in re.findall(r"\[\d+\]", where.rsplit(".", 1)[-1]):
+        items = _list_items(ann)
+        if items is None:
+            return None
+        ann = items[0]
+    return ann
+
+
+def _list_items(ann: Any) -> tuple[Any, int | None] | None:
+    """`_items` of the one list-like member of a (possibly union) annotation; None: not one."""
+    found = [i for m in _members(ann) if (i := _items(m)) is not None]
+    return found[0] if len(found) == 1 else None
+
+
+def _list_words(err: Any, where: str, data: dict[str, Any]) -> str:
+    """What a list-typed value must be: "a list of integers", "a list of 2 numbers", "a list"."""
+    items = _list_items(_field_type(where, data))
+    words = _plural(items[0]) if items is not None else None
+    if items is None or words is None:
+        # Pydantic's own words are right for a list; a tuple or set is its name, not TOML's.
+        return "a valid list" if err["type"] == "list_type" else "a list"
+    return f"a list of {items[1]} {words}" if items[1] is not None else f"a list of {words}"
+
+
+def _tags(err: Any, where: str, data: dict[str, Any]) -> list[Any]:
+    """The values the discriminator key takes: from the error, else from the union's members."""
+    try:
+        tags = ast.literal_eval("[" + str((err.get("ctx") or {}).get("expected_tags", "")) + "]")
+    except (ValueError, SyntaxError):
+        tags = []
+    if tags:
+        return list(tags)
+    disc = where.rsplit(".", 1)[-1]
+    out: list[Any] = []
+    for member in _members(_field_type(where.rpartition(".")[0], data)) if "." in where else ():
+        field = member.model_fields.get(disc) if isinstance(member, type) and issubclass(member, BaseModel) else None
+        if field is not None and get_origin(_strip(field.annotation)) is Literal:
+            out += [t for t in get_args(_strip(field.annotation)) if t not in out]
+    return out
+
+
+def _one_of(tags: list[Any]) -> str:
+    shown = ", ".join(_toml(t) for t in tags)
+    return f"one of {shown}" if len(tags) > 1 else shown
+
+
+def _near(word: str, choices: list[str]) -> str | None:
+    """The choice a misspelling meant: the same word in another case, else the closest one."""
+    by_lower = {c.lower(): c for c in choices}
+    if word.lower() in by_lower:
+        return by_lower[word.lower()]
+    near = difflib.get_close_matches(word.lower(), list(by_lower), n=1, cutoff=0.6)
+    return by_lower[near[0]] if near else None
+
+
 def _rule(err: Any) -> str:
     t = str(err["type"])
     if t == "extra_forbidden":
         return "spec.unknown-key"
-    if t == "missing":
+    if _missing_item(err):
+        return "spec.value"
+    if t in ("missing", "union_tag_not_found"):
         return "spec.missing-key"
     if t.endswith(("_type", "_parsing")) or t in _TABLE_ERRORS:
         return "spec.type"
     return "spec.value"
 
 
-def _message(err: Any, where: str) -> str:
+def _message(err: Any, where: str, data: dict[str, Any]) -> str:
     t = str(err["type"])
     if t == "extra_forbidden":
         return "unknown key"
-    if t == "missing":
+    if _missing_item(err) or t in _LIST_ERRORS:
+        return "must be " + _list_words(err, where, data)
+    if t in ("missing", "union_tag_not_found"):
         return "required key is missing"
+    if t == "union_tag_invalid":
+        tags = _tags(err, where, data)
+        return f"must be {_one_of(tags)}" if tags else "is not one of the names this key takes"
     if t in _TABLE_ERRORS:
         return "must be a table (a [section] or { key = value, ... })"
+    if t in ("too_short", "too_long"):  # "Tuple should have at least 1 item": the list, in TOML
+        return re.sub(r"^(Tuple|Set|Frozenset) ", "List ", str(err["msg"]).replace(" after validation", ""))
     if t == "string_pattern_mismatch" and where.split("[")[0] in _FORMAT_WORDS:
         return "must be " + _FORMAT_WORDS[where.split("[")[0]]
     text = str(err["msg"]).replace(" after validation", "").removeprefix("Value error, ")
@@ -112,15 +257,15 @@ def _rank(err: Any) -> int:
     return 0
 
 
-def _one_line(errs: list[Any], where: str) -> tuple[str, Any]:
+def _one_line(errs: list[Any], where: str, data: dict[str, Any]) -> tuple[str, Any]:
     """One message for one key: a union reports every member it tried; a constraint the
     value's own type broke says most, else the members' expectations are listed together."""
     best = min(errs, key=_rank)
     if _rank(best) == 0 or len(errs) == 1:
-        return _message(best, where), best
+        return _message(best, where, data), best
     wants: list[str] = []
     for e in errs:
-        w = _message(e, where).removeprefix("must be ")
+        w = _message(e, where, data).removeprefix("must be ")
         if w not in wants:
             wants.append(w)
     text = ", ".join(wants[:-1]) + f" or {wants[-1]}" if len(wants) > 1 else wants[0]
@@ -164,6 +309,26 @@ def _table_name(keys: list[str]) -> str:
     return f"[{'.'.join(keys[:-1])}]" if len(keys) > 1 else "the top level"
 
 
+def _tag_fix(err: Any, where: str, data: dict[str, Any], source: str, overridden: set[str]) -> str:
+    """The fix of a discriminator (`algo.name`) that names no member: the nearest name, as an
+    edit of the file or as the --set that set it."""
+    tags = _tags(err, where, data)
+    if err["type"] == "union_tag_not_found":
+        table, _, disc = where.rpartition(".")
+        under = f"[{table}]" if table else "the top level"
+        return f"add `{disc} = ...` under {under} in {source}" + (f" ({_one_of(tags)})" if tags else "")
+    given = err.get("input", {}).get(where.rsplit(".", 1)[-1]) if isinstance(err.get("input"), dict) else None
+    near = _near(given, [t for t in tags if isinstance(t, str)]) if isinstance(given, str) else None
+    keys = where.split(".")
+    if any(".".join(keys[: i + 1]) in overridden for i in range(len(keys))):
+        if near is not None:
+            return f"did you mean {_toml(near)}? pass --set {where}={_toml(near, compact=True)}, or drop that --set"
+        return f"pass --set {where}=<{_one_of(tags)}>, or drop that --set"
+    if near is not None:
+        return f"did you mean {_toml(near)}? set `{where} = {_toml(near)}` in {source}"
+    return f"set `{where}` in {source} to {_one_of(tags) if tags else 'the name of one of its variants'}"
+
+
 def _fix(rule: str, where: str, msg: str, data: dict[str, Any], source: str, overridden: set[str]) -> str:
     keys = [k for k in re.split(r"\[\d+\]|\.", where) if k]
     model = _section(keys, data)
@@ -173,10 +338,10 @@ def _fix(rule: str, where: str, msg: str, data: dict[str, Any], source: str, ove
         if model is None:
             return f"{drop} (see docs/spec.md for the keys each section takes)"
         valid = list(model.model_fields)
-        near = difflib.get_close_matches(keys[-1], valid, n=1, cutoff=0.6)
+        near = _near(keys[-1], valid)
         prefix = ".".join(keys[:-1])
         if near:
-            return f"{drop}; did you mean `{prefix + '.' if prefix else ''}{near[0]}`?"
+            return f"{drop}; did you mean `{prefix + '.' if prefix else ''}{near}`?"
         return f"{drop}; {_table_name(keys)} takes: {', '.join(valid)}"
     has_default, value = _default(model, keys[-1]) if keys else (False, None)
     if keys[:2] == ["training", "devices"]:
@@ -189,16 +354,19 @@ def _fix(rule: str, where: str, msg: str, data: dict[str, Any], source: str, ove
         what = (field.description or "") if field is not None else ""
         return f"add `{keys[-1]} = ...` under {_table_name(keys)} in {source}" + (f" ({what})" if what else "")
     key = ".".join(keys)
-    want = msg.split(" (got ", 1)[0].replace("must be", "is", 1)
+    want = re.sub(r"^List should have (.*?)(, not \d+)?$", r"has \1", msg.split(" (got ", 1)[0])
+    want = want.replace("must be", "is", 1)
+    # An item of the key's list (`training.collector_cpu_ids[0]`) is not the key's whole value.
+    that = f"that {want}" if where == key else f"whose item {where.removeprefix(key)} {want}"
     if via_set:
         if has_default and value is not None:
             return f"pass --set {key}={_toml(value, compact=True)} (the default), or drop that --set"
-        return f"pass --set {key}=<a value that {want}>, or drop that --set"
+        return f"pass --set {key}=<a value {that}>, or drop that --set"
     if has_default:
         if value is None:
-            return f"remove `{key}` from {source} (unset is the default), or give it a value that {want}"
+            return f"remove `{key}` from {source} (unset is the default), or give it a value {that}"
         return f"set `{key} = {_toml(value)}` (the default) in {source}, or remove the key"
-    return f"set `{key}` in {source} to a value that {want}"
+    return f"set `{key}` in {source} to a value {that}"
 
 
 def format_validation_error(
@@ -206,19 +374,30 @@ def format_validation_error(
 ) -> SpecError:
     by_key: dict[str, list[Any]] = {}
     for err in exc.errors(include_url=False):
-        by_key.setdefault(_loc(tuple(err["loc"]), err["type"] == "extra_forbidden"), []).append(err)
+        by_key.setdefault(_key(err), []).append(err)
     diags = []
     for where, errs in by_key.items():
         # An error inside a key explains the one on the key itself: `hidden_dims = [0]` also
         # reports "at least 1 item, not 0" (pydantic drops the failed item), which is false.
         if any(k.startswith((where + ".", where + "[")) for k in by_key if k != where):
             continue
-        msg, err = _one_line(errs, where)
+        msg, err = _one_line(errs, where, data)
         given = err.get("input")
-        shown = "" if err["type"] in ("missing", "extra_forbidden") or isinstance(given, dict) else f" (got {given!r})"
+        if err["type"] == "union_tag_invalid" and isinstance(given, dict):
+            given = given.get(where.rsplit(".", 1)[-1])  # the name, not the whole table
+        shown = (
+            ""
+            if (err["type"] in ("missing", "extra_forbidden", "union_tag_not_found") and not _missing_item(err))
+            or isinstance(given, dict)
+            else f" (got {given!r})"
+        )
         # A union whose members all refused the value's type (`workers = true`: not an int, not
         # "auto") is a type error even though the literal member reports it as a wrong choice.
         rule = "spec.type" if _rank(err) == 1 and any(_rank(e) == 2 for e in errs) else _rule(err)
-        diags.append(Diagnostic(rule, where, msg + shown, _fix(rule, where, msg, data, source, overridden or set())))
+        if err["type"] in _TAG_ERRORS and _discriminator(err):
+            fix = _tag_fix(err, where, data, source, overridden or set())
+        else:
+            fix = _fix(rule, where, msg, data, source, overridden or set())
+        diags.append(Diagnostic(rule, where, msg + shown, fix))
     n = len(diags)
     return SpecError(f"{source}: {n} invalid value{'s' if n != 1 else ''}", diagnostics=diags)
