@@ -129,11 +129,12 @@ def test_apply_leaves_a_complete_run_directory_and_resumes(tmp_path: Path) -> No
     # The G1 under random and early-policy actions stays within MuJoCo's limits: no warning recorded.
     assert manifest["backend"]["physics_warnings"] == {}
     v = subprocess.run(
-        [sys.executable, "-m", "unilab", "manifest", "validate", str(run_dir / "manifest.json")],
+        [sys.executable, "-m", "unilab", "manifest", "validate", str(run_dir)],  # the directory does
         capture_output=True,
         text=True,
     )
     assert v.returncode == 0, v.stderr
+    assert v.stdout.startswith(f"{run_dir / 'manifest.json'}: valid manifest")
     n = len(manifest["checkpoints"])
     assert f"plan.toml has its plan_id, {n} of {n} checkpoints match their sha256" in v.stdout
     # The same manifest, tampered with, is refused: the schema pins what the runtime writes.
@@ -218,16 +219,19 @@ def test_resume_continues_counters(tmp_path: Path, sig: signal.Signals) -> None:
     proc = apply_in_background(tmp_path, spec, mark, total_env_steps=4800)
     run_dir = _wait_for_checkpoint(tmp_path)
     proc.send_signal(sig)
-    _out, err = proc.communicate(timeout=60)
+    out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["status"] == "interrupted"
+    # The run prints its resume command; it needs no spec or plan argument (the run's own plan).
+    resume = [line.removeprefix("resume with: ") for line in out.splitlines() if line.startswith("resume with: ")]
+    assert resume == [f"unilab apply --resume {run_dir.relative_to(tmp_path)}"], out
     done = manifest["counters"]["env_steps"]
     assert marked_pids(mark) == []
     # The final checkpoint holds the interrupted run's counters; resuming continues from them.
     blob = torch.load(sorted((run_dir / "checkpoints").glob("*.pt"))[-1], weights_only=True)
     assert blob["env_steps"] == done
-    r = apply(tmp_path, str(run_dir / "plan.toml"), "--resume", str(run_dir))
+    r = apply(tmp_path, *resume[0].split()[2:])
     assert r.returncode == 0, r.stderr
     m2 = json.loads((run_dir / "manifest.json").read_text())
     assert m2["status"] == "succeeded" and m2["resumed_from"].endswith(f"ckpt-{done:013d}.pt")

@@ -120,6 +120,28 @@ def test_unreadable_run_dir_export(tmp_path: Path, run_dir: Path) -> None:
     assert_io_error(r, str(run), "Permission denied")
 
 
+def test_export_of_a_file_names_the_run_directory(tmp_path: Path, run_dir: Path) -> None:
+    """A file of a run (its manifest, a checkpoint) is not a run directory; the fix names the one it is in."""
+    run = copy_run(run_dir, tmp_path)
+    for f in (run / "manifest.json", sorted((run / "checkpoints").glob("*.pt"))[-1]):
+        r = unilab("export", str(f))
+        assert_io_error(r, f"{f} is a file")
+        assert f"fix: unilab export {run}" in r.stderr, r.stderr
+
+
+def test_apply_without_target(tmp_path: Path) -> None:
+    r = unilab("apply")
+    assert_io_error(r, "apply needs a SPEC or a saved PLAN")
+    r = unilab("apply", "--resume", str(tmp_path))
+    assert_io_error(r, f"{tmp_path} is not a unilab run directory (no plan.toml)")
+    assert not list(tmp_path.iterdir())
+
+
+def test_manifest_validate_directory_without_manifest(tmp_path: Path) -> None:
+    r = unilab("manifest", "validate", str(tmp_path))
+    assert_io_error(r, f"{tmp_path} is a directory without manifest.json")
+
+
 @pytest.mark.parametrize("cmd", ["plan", "apply", "diff"])
 def test_binary_plan_file(tmp_path: Path, cmd: str) -> None:
     p = tmp_path / "bin.plan.toml"

@@ -49,7 +49,19 @@ def _resolve(target: Path, overrides: list[str]) -> Plan:
 def cmd_apply(args: argparse.Namespace) -> int:
     from unilab.run.apply import ApplyRequest, run_apply
 
-    plan = _resolve(args.target, args.set)
+    target = args.target
+    if target is None:
+        if args.resume is None:
+            raise UnilabError(
+                "apply needs a SPEC or a saved PLAN", fix="unilab apply specs/g1.toml (or --resume RUN_DIR)"
+            )
+        target = args.resume / "plan.toml"  # the run's own plan, re-checked against this host
+        if not target.is_file():
+            raise UnilabError(
+                f"{args.resume} is not a unilab run directory (no plan.toml)",
+                fix="pass the directory `unilab apply` printed at the end of the run",
+            )
+    plan = _resolve(target, args.set)
     return run_apply(ApplyRequest(plan=plan, resume_dir=args.resume, progress=not args.quiet))
 
 
@@ -57,13 +69,14 @@ def cmd_manifest_validate(args: argparse.Namespace) -> int:
     from unilab.run.manifest_io import validate_manifest_file
 
     m, report = validate_manifest_file(args.file)
+    shown = args.file / "manifest.json" if args.file.is_dir() else args.file
     checked = []
     if report.plan_checked:
         checked.append("plan.toml has its plan_id")
     if m.checkpoints:
         checked.append(f"{report.checkpoints_verified} of {len(m.checkpoints)} checkpoints match their sha256")
     also = f"; {', '.join(checked)}" if checked else ""
-    print(f"{args.file}: valid manifest v{m.schema_version} (run {m.run_id}, status {m.status}){also}")
+    print(f"{shown}: valid manifest v{m.schema_version} (run {m.run_id}, status {m.status}){also}")
     return 0
 
 
@@ -84,7 +97,13 @@ def add_parsers(sub: argparse._SubParsersAction, spec_opts) -> None:
         "defaults to runs) gets plan.toml, manifest.json, events.jsonl, tensorboard/ and checkpoints/. "
         "Ctrl-C stops gracefully (final checkpoint, exit 130).",
     )
-    sp.add_argument("target", type=Path, metavar="SPEC|PLAN", help="run spec (.toml) or saved plan")
+    sp.add_argument(
+        "target",
+        type=Path,
+        nargs="?",
+        metavar="SPEC|PLAN",
+        help="run spec (.toml) or saved plan; with --resume it defaults to RUN_DIR/plan.toml",
+    )
     sp.add_argument(
         "--set",
         action="append",
@@ -96,7 +115,8 @@ def add_parsers(sub: argparse._SubParsersAction, spec_opts) -> None:
         "--resume",
         type=Path,
         metavar="RUN_DIR",
-        help="continue RUN_DIR from its last checkpoint (same plan id required)",
+        help="continue RUN_DIR from its last checkpoint with its own plan (a SPEC|PLAN given must have the "
+        "same plan id)",
     )
     sp.add_argument(
         "--quiet", action="store_true", help="print only the final summary (no start lines, no progress line)"
@@ -105,8 +125,13 @@ def add_parsers(sub: argparse._SubParsersAction, spec_opts) -> None:
 
     sp = sub.add_parser("manifest", help="check a run manifest against the manifest schema")
     msub = sp.add_subparsers(dest="manifest_command", metavar="ACTION", required=True)
-    vp = msub.add_parser("validate", help="validate FILE against schemas/manifest.v1.json")
-    vp.add_argument("file", type=Path, metavar="FILE")
+    vp = msub.add_parser(
+        "validate",
+        help="validate a manifest against schemas/manifest.v1.json and its run directory",
+        description="Check a manifest's schema and consistency; next to its run directory also that "
+        "plan.toml has its plan id and every checkpoint its recorded sha256.",
+    )
+    vp.add_argument("file", type=Path, metavar="RUN_DIR|FILE", help="a run directory or a manifest.json")
     vp.set_defaults(func=cmd_manifest_validate)
 
     sp = sub.add_parser(

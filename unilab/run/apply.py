@@ -55,7 +55,7 @@ def resolve_resume(plan: Plan, run_dir: Path) -> Path:
         raise UnilabError(
             f"{run_dir} was run with plan {theirs.plan_id}, this plan is {plan.plan_id}",
             detail="--resume continues the same plan; a changed spec, override or host makes a new plan",
-            fix=f"resume with the saved plan: unilab apply {saved} --resume {run_dir}",
+            fix=f"resume with the run's own plan: {resume_command(run_dir)}",
         )
     ckpts = list_checkpoints(run_dir / "checkpoints")
     if not ckpts:
@@ -91,7 +91,7 @@ def _has_checkpoint(run_dir: Path) -> bool:
 
 
 def resume_command(run_dir: Path) -> str:
-    return f"unilab apply {run_dir / 'plan.toml'} --resume {run_dir}"
+    return f"unilab apply --resume {run_dir}"
 
 
 def lock_run_dir(run_dir: Path) -> int | None:

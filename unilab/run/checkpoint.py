@@ -100,6 +100,6 @@ def load_checkpoint(path: Path, *, plan_id: str | None) -> dict[str, Any]:
         raise UnilabError(
             f"checkpoint {path} belongs to plan {blob.get('plan_id')}, this run's plan is {plan_id}",
             detail="a resume continues exactly the same plan; a changed spec or host makes a new plan",
-            fix="resume with the run's own plan (`unilab apply RUN_DIR/plan.toml --resume RUN_DIR`) or start a new run",
+            fix="resume with the run's own plan (`unilab apply --resume RUN_DIR`) or start a new run",
         )
     return blob

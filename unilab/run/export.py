@@ -71,6 +71,15 @@ def _read_plan(run_dir: Path) -> Plan:
 
     plan_path = run_dir / "plan.toml"
     try:
+        if run_dir.is_file():
+            inside = (run_dir.parent / "plan.toml").is_file() or (run_dir.parent.parent / "plan.toml").is_file()
+            hint = run_dir.parent.parent if run_dir.parent.name == "checkpoints" else run_dir.parent
+            raise UnilabError(
+                f"{run_dir} is a file; export takes a run directory (RUN_DIR)",
+                fix=f"unilab export {hint}"
+                if inside
+                else "pass the directory `unilab apply` printed at the end of the run",
+            )
         if not run_dir.is_dir():
             raise UnilabError(f"run directory {run_dir} does not exist", fix="pass a run directory (RUN_DIR)")
         if not plan_path.is_file():

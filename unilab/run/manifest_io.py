@@ -84,8 +84,16 @@ def write_manifest(path: Path, manifest: Manifest, events: EventLog | None) -> N
 
 
 def validate_manifest_file(path: Path) -> tuple[Manifest, ConsistencyReport]:
-    """The manifest, after its schema and its consistency (fields, and the run directory's plan and
-    checkpoints when it is a run's manifest.json) are checked."""
+    """The manifest (``path`` is the file or its run directory), after its schema and its
+    consistency (fields, and the run directory's plan and checkpoints when it is a run's
+    manifest.json) are checked."""
+    if path.is_dir():
+        if not (path / "manifest.json").is_file():
+            raise UnilabError(
+                f"{path} is a directory without manifest.json",
+                fix="pass a run directory written by `unilab apply`, or its manifest.json",
+            )
+        path = path / "manifest.json"
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
