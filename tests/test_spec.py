@@ -57,6 +57,16 @@ def test_ppo_offpolicy_keys_refused_by_rule() -> None:
     assert ids == [("algo.ppo-offpolicy-keys", "algo.batch_size"), ("algo.ppo-offpolicy-keys", "algo.tau")]
 
 
+def test_switching_the_shipped_spec_to_ppo_from_the_command_line() -> None:
+    """`--set algo.name=ppo` keeps g1.toml's SAC keys; the fix offers the table override, which works."""
+    with pytest.raises(PlanRefused) as e:
+        load_spec(SPECS / "g1.toml", ['algo.name="ppo"'])
+    (fix,) = {d.fix for d in e.value.diagnostics}
+    assert fix.startswith("""pass --set 'algo={name="ppo"}' instead"""), fix
+    loaded = load_spec(SPECS / "g1.toml", [fix.split("'")[1]])
+    assert loaded.spec.algo.name == "ppo" and loaded.spec.task.num_envs == 64
+
+
 def test_ppo_without_offpolicy_keys_passes() -> None:
     spec = validate_spec_data(spec_data(algo={"name": "ppo", "num_steps_per_env": 32}), "s.toml")
     assert spec.algo.name == "ppo"

@@ -18,6 +18,8 @@ A unilab run spec is one TOML file with `schema_version = 1` and the sections be
 are refused; every key not marked *required* has the default shown. Any key can be overridden on
 the command line with `--set key.path=VALUE` (TOML value syntax), e.g.
 `unilab plan specs/g1.toml --set task.num_envs=128 --set 'training.devices=["cpu","cpu"]'`.
+A table value replaces the whole section: `--set 'algo={name="ppo"}'` runs the shipped SAC spec
+with PPO and PPO's defaults (`--set algo.name=ppo` would keep the file's SAC keys, which PPO refuses).
 
 Values are not coerced: an `int` key takes a TOML integer (not `true`, `16.0` or `"16"`), a `bool`
 key takes `true`/`false` (not `1`), a `float` key takes a float or an integer, and `inf`/`nan` are

@@ -87,16 +87,22 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
     return out
 
 
-def check_ppo_offpolicy_keys(data: dict[str, Any]) -> list[Diagnostic]:
+def check_ppo_offpolicy_keys(data: dict[str, Any], overridden: set[str] | None = None) -> list[Diagnostic]:
     algo = data.get("algo")
     if not isinstance(algo, dict) or algo.get("name") != "ppo":
         return []
+    # `--set algo.name=ppo` on a SAC spec keeps the file's SAC keys; a table value replaces them all.
+    from_set = "algo.name" in (overridden or set())
+    table_fix = (
+        """pass --set 'algo={name="ppo"}' instead: a table replaces the whole [algo] section (PPO's """
+        "defaults; add PPO keys inside the braces)"
+    )
     return [
         Diagnostic(
             "algo.ppo-offpolicy-keys",
             f"algo.{k}",
             f"`{k}` is an off-policy (SAC/FlashSAC) setting; PPO does not use it",
-            f'remove algo.{k}, or set algo.name = "sac" or "flashsac"',
+            table_fix if from_set else f'remove algo.{k}, or set algo.name = "sac" or "flashsac"',
         )
         for k in OFF_POLICY_KEYS
         if k in algo
@@ -119,7 +125,7 @@ def validate_spec_data(data: dict[str, Any], source: str, overridden: set[str] |
                 )
             ],
         )
-    diags = check_ppo_offpolicy_keys(data)
+    diags = check_ppo_offpolicy_keys(data, overridden)
     if diags:
         raise PlanRefused(diags)
     try:
