@@ -116,7 +116,7 @@ def test_plan_refuses_with_rule_key_condition_and_fix(
     overrides: list[str], rule: str, key: str, condition: str, fix: str
 ) -> None:
     text = refused(plan_cartpole(*overrides))
-    assert "the plan is refused: 1 rule not met" in text
+    assert "the plan is refused for the host facts in " in text and ": 1 rule not met" in text
     assert f"[{rule}] {key}: " in text and condition in text
     fix_line = next(ln for ln in text.splitlines() if ln.strip().startswith("fix:"))
     assert fix in fix_line

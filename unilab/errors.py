@@ -69,10 +69,12 @@ class SpecError(UnilabError):
 class PlanRefused(UnilabError):
     """One or more plan rules are violated; every violation is listed."""
 
-    def __init__(self, diagnostics: list[Diagnostic]) -> None:
+    def __init__(self, diagnostics: list[Diagnostic], against: str = "") -> None:
         self.diagnostics = list(diagnostics)
         n = len(self.diagnostics)
-        super().__init__(f"the plan is refused: {n} rule{'s' if n != 1 else ''} not met")
+        # `against`: where the host facts came from when they are not this machine's (--host-facts).
+        where = f" for the host facts in {against}" if against else ""
+        super().__init__(f"the plan is refused{where}: {n} rule{'s' if n != 1 else ''} not met")
 
     def render(self) -> str:
         return "\n".join([f"error: {self.summary}"] + [d.render() for d in self.diagnostics])

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from unilab.errors import UnilabError
+from unilab.errors import PlanRefused, UnilabError
 from unilab.host.facts import HostFacts
 from unilab.plan.models import Plan
 
@@ -109,7 +109,13 @@ def plan_from_path(path: Path, overrides: list[str], host_facts: Path | None) ->
         loaded = load_spec(path, overrides)
     from unilab.plan.compile import compile_plan
 
-    return compile_plan(loaded.spec, read_host_facts(host_facts), loaded.spec_dir)
+    facts = read_host_facts(host_facts)
+    try:
+        return compile_plan(loaded.spec, facts, loaded.spec_dir)
+    except PlanRefused as exc:
+        if host_facts is None:
+            raise
+        raise PlanRefused(exc.diagnostics, against=str(host_facts)) from None
 
 
 def same_file(a: Path, b: Path) -> bool:

@@ -17,7 +17,7 @@ def devices_exist(r: Rule, ctx: Context) -> list[Diagnostic]:
         if not f.nvidia.driver_present:
             return [
                 r.diag(
-                    f"device {ref!r} is a GPU but this host has no NVIDIA driver ({f.nvidia.nvml_error})",
+                    f"device {ref!r} is a GPU but the host has no NVIDIA driver ({f.nvidia.nvml_error})",
                     'use training.devices = "cpu", or plan for a GPU node with --host-facts NODE.json',
                     key,
                 )

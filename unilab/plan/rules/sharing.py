@@ -30,7 +30,7 @@ def mps_host(r: Rule, ctx: Context) -> list[Diagnostic]:
     f = ctx.facts
     off = 'or set training.cuda_process_sharing = "none"'
     if f.os.system != "Linux":
-        return [r.diag(f"MPS needs Linux, this host runs {f.os.system}", f"run on a Linux GPU host, {off}")]
+        return [r.diag(f"MPS needs Linux, the host runs {f.os.system}", f"run on a Linux GPU host, {off}")]
     if not f.nvidia.driver_present:
         return [
             r.diag(
