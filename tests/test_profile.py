@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import subprocess
 import time
 from pathlib import Path
@@ -94,7 +95,9 @@ def test_cli_refuses_an_arm_the_host_cannot_plan(tmp_path: Path, capsys: pytest.
     out = tmp_path / "p"
     rc = main(["profile", str(SPEC), "--arm", "ok:sim.workers=1", "--arm", "bad:sim.workers=0", "--out", str(out)])
     assert rc == 1
-    assert "sim.workers" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    # The refusal names the arm (its fix speaks of --set, which is how the arm's pairs apply).
+    assert err.startswith("error: --arm bad (its KEY=VALUE pairs are applied as --set): ") and "sim.workers" in err
     assert not out.exists()  # refused before the first run
 
 
@@ -316,6 +319,9 @@ def test_profile_two_tiny_arms_end_to_end(tmp_path: Path, capsys: pytest.Capture
     assert pv.schedule == ["one", "two", "one", "two", "one", "two"]
     assert (pv.num_envs, pv.warmup_syncs, pv.window_syncs) == (16, PUBLISH_EVERY_SYNCS, PUBLISH_EVERY_SYNCS)
     assert pv.command[:3] == ["unilab", "profile", str(SPEC)]
+    # profile.md gives the command quoted for a shell: pasted back, it parses to the same arguments.
+    md_command = next(ln for ln in (out / "profile.md").read_text().splitlines() if ln.startswith("Command: `"))
+    assert shlex.split(md_command.removeprefix("Command: `").removesuffix("`")) == pv.command
     assert [a.name for a in prof.arms] == ["one", "two"]
     assert [a.physics_workers for a in prof.arms] == [1, 2]  # the overrides reached the runs
     for arm in prof.arms:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 from unilab.profile.models import ArmResult, Profile, Spread
@@ -56,7 +57,7 @@ def render_markdown(p: Profile) -> str:
         f"Host: {pv.host.cpu}; {pv.host.os}; python {pv.host.python}; torch {pv.host.torch}; "
         f"mujoco {pv.host.mujoco}; unilab {pv.host.unilab} (commit {pv.host.git_commit}).",
         "",
-        "Command: `" + " ".join(pv.command) + "`",
+        "Command: `" + shlex.join(pv.command) + "`",  # quoted: it can be pasted back into a shell
         "",
         "## Phase time per sync (microseconds: median (min-max) over repeats)",
         "",

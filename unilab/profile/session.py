@@ -92,8 +92,12 @@ def run_profile(req: ProfileRequest, say=print) -> ProfileOutput:
     arm_windows: dict[str, Windows] = {}
     arm_plans: dict[str, tuple[Plan, Path]] = {}
     for arm in req.arms:  # every arm is planned for this host before anything runs: refusals come first
-        loaded = _load(spec_path, [*req.base_sets, *arm.set_args()])
-        arm_plans[arm.name] = (compile_plan(loaded.spec, facts, loaded.spec_dir), loaded.spec_dir)
+        try:
+            loaded = _load(spec_path, [*req.base_sets, *arm.set_args()])
+            arm_plans[arm.name] = (compile_plan(loaded.spec, facts, loaded.spec_dir), loaded.spec_dir)
+        except UnilabError as exc:  # its fixes speak of --set: say that the arm's pairs are ones
+            exc.summary = f"--arm {arm.name} (its KEY=VALUE pairs are applied as --set): {exc.summary}"
+            raise
         arm_spec = loaded.spec
         arm_windows[arm.name] = Windows(_steps_per_sync(arm_spec), windows.warmup_syncs, windows.window_syncs)
 
