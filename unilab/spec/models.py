@@ -33,7 +33,13 @@ class RunSpec(_Section):
         description="Run name; the run directory is `<output_dir>/<name>-<utc time>/`."
     )
     seed: Annotated[int, Field(ge=0, lt=2**31)] = Field(0, description="Base seed; rank r uses seed + r.")
-    output_dir: str = Field("runs", min_length=1, description="Directory that holds run directories.")
+    output_dir: str = Field(
+        "runs",
+        min_length=1,
+        description="Directory that holds run directories; a relative path resolves against the working "
+        "directory of `unilab apply` (unlike `task.motion` and `task.robot_mjcf`, inputs that resolve "
+        "against the spec file's directory so that a spec and its files move together).",
+    )
     total_env_steps: Annotated[int, Field(gt=0)] = Field(
         description="Environment steps to collect, summed over all envs and ranks; the plan rounds each rank's "
         "share up to whole env steps of its envs (PPO: whole rollouts) and records the result as "
