@@ -52,3 +52,30 @@ def test_outside_torchrun_it_says_how_to_start(
     monkeypatch.delenv("RANK", raising=False)
     assert rank.main([str(SPECS / "cartpole.toml")]) == 1
     assert "runs under torchrun" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flag", ["--run-dir", "--resume"])
+def test_rank0_refuses_a_run_dir_another_process_is_running(
+    tmp_path: Path, flag: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Rank 0 holds the run directory's lock as `unilab apply` does: a second torchrun given the same
+    directory is refused before it reads or writes anything there."""
+    import os
+
+    from unilab.plan.render import render
+    from unilab.run.apply import lock_run_dir
+
+    plan_file = tmp_path / "plan.toml"
+    plan_file.write_text(render(_plan()))
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    fd = lock_run_dir(run_dir)  # the running job's lock (flock: another open file conflicts)
+    assert fd is not None
+    try:
+        assert rank.main([str(plan_file), flag, str(run_dir)]) == 1
+    finally:
+        os.close(fd)
+    assert f"run directory {run_dir} is in use" in capsys.readouterr().err
+    assert list(run_dir.iterdir()) == []

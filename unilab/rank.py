@@ -5,8 +5,8 @@
 
 Every node runs it with the same saved plan (compiled for the cluster with --host-facts). Each rank
 checks that its node has the planned package versions and the planned input files (by sha256). Rank
-0 creates the run directory (or uses --run-dir, which must not hold a run yet) and records the run;
-the other ranks write nothing.
+0 creates the run directory (or uses --run-dir, which must not hold a run yet), holds its lock as
+`unilab apply` does, and records the run; the other ranks write nothing.
 """
 
 from __future__ import annotations
@@ -37,17 +37,24 @@ def main(argv: list[str] | None = None) -> int:
                 fix="use `unilab apply PLAN.toml` on one node, or launch with torchrun",
             )
         from unilab.plan.render import load_plan
-        from unilab.run.apply import resolve_resume
+        from unilab.run.apply import lock_run_dir, resolve_resume
         from unilab.run.launch import rank_entry
 
         plan = load_plan(args.plan)
         check_node(plan)
         run_dir, ckpt = args.run_dir, None
+        rank0 = int(os.environ["RANK"]) == 0
         if args.resume is not None:
+            if rank0:  # held until the process ends, as `unilab apply` holds it: one writer per run
+                lock_run_dir(args.resume)
             ckpt = resolve_resume(plan, args.resume)
             run_dir = args.resume
-        elif int(os.environ["RANK"]) == 0:
+        elif rank0:
+            # An existing --run-dir is locked before it is read; a new directory once it exists.
+            held = run_dir is not None and lock_run_dir(run_dir) is not None
             run_dir = create_run_dir(plan, run_dir)
+            if not held:
+                lock_run_dir(run_dir)
         code = rank_entry(
             str(args.plan.resolve()),
             str(run_dir) if run_dir else None,
