@@ -210,7 +210,6 @@ class FlashSacLearner:
         device: torch.device | str = "cpu",
         seed: int = 0,
         *,
-        num_envs: int | None = None,
         autocast_dtype: torch.dtype | None = None,
         compile_mode: str | None = None,
     ) -> None:
@@ -241,7 +240,6 @@ class FlashSacLearner:
         self.atoms = categorical.support(cfg.v_min, cfg.v_max, cfg.num_atoms, self.device)
         self.reward_scaler = RewardScaler(cfg.gamma, min(-cfg.v_min, cfg.v_max), self.device)
         self.reward_scaling = cfg.reward_scaling
-        del num_envs  # accepted for symmetry with the runtime; the scaler sizes itself on first use
 
         self._actor_params = list(self.actor.parameters())
         self._critic_params = list(self.critic.parameters())

@@ -119,7 +119,7 @@ def load_policy(run_dir: Path, plan: Plan | None = None) -> tuple[nn.Module, int
     learner_state = state["learner"]
     obs_dim = int(state["obs_dim"])
     act_dim = int(state["act_dim"])
-    learner = make_offpolicy_learner(plan.algo, obs_dim, act_dim, plan.task.num_envs, torch.device("cpu"), 0)
+    learner = make_offpolicy_learner(plan.algo, obs_dim, act_dim, torch.device("cpu"), 0)
     learner.load_state_dict(learner_state)
     norm = ObsNormalizer(obs_dim)
     if plan.algo.normalize_observations:

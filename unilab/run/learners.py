@@ -10,7 +10,7 @@ from unilab.spec.models import FlashSacSpec, SacSpec
 
 
 def make_offpolicy_learner(
-    algo: SacSpec | FlashSacSpec, obs_dim: int, act_dim: int, num_envs: int, device: torch.device, seed: int
+    algo: SacSpec | FlashSacSpec, obs_dim: int, act_dim: int, device: torch.device, seed: int
 ) -> Any:
     if isinstance(algo, SacSpec):
         from unilab.learn.sac import SacLearner
@@ -18,7 +18,7 @@ def make_offpolicy_learner(
         return SacLearner(obs_dim, act_dim, algo, device, seed)
     from unilab.learn.flashsac import FlashSacLearner
 
-    return FlashSacLearner(obs_dim, act_dim, algo, device, seed, num_envs=num_envs)
+    return FlashSacLearner(obs_dim, act_dim, algo, device, seed)
 
 
 def replay_n_step(algo: SacSpec | FlashSacSpec) -> int:

@@ -136,7 +136,7 @@ class OffPolicyRank:
         bufs, n = hello.buffers, hello.num_envs
         # Same seed on every rank: with data parallel the replicas must start identical anyway
         # (rank 0's parameters are broadcast), and their exploration differs through the envs.
-        learner = make_offpolicy_learner(algo, hello.obs_dim, hello.act_dim, n, self.device, p.run.seed)
+        learner = make_offpolicy_learner(algo, hello.obs_dim, hello.act_dim, self.device, p.run.seed)
         normalizer = ObsNormalizer(hello.obs_dim, self.device)
         replay = ReplayBuffer(
             algo.buffer_size,
