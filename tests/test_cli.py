@@ -55,7 +55,7 @@ def test_mps_on_this_machine_names_rule_condition_and_fix() -> None:
     assert "[mps.host] training.cuda_process_sharing: no NVIDIA driver" in r.stderr
     assert "fix:" in r.stderr
     # Facts read from a file are not this machine's: the refusal says whose they are.
-    assert r.stderr.startswith(f"error: the plan is refused for the host facts in {HOST}: 1 rule not met")
+    assert r.stderr.startswith(f"error: the plan is refused for the host facts in {HOST}: 2 rules not met")
 
 
 def test_mps_without_service_names_the_start_command() -> None:
