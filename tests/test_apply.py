@@ -48,7 +48,8 @@ def apply(tmp_path: Path, *args: str, mark: str = "", timeout: float = 300) -> s
     )
 
 
-APPLY = [sys.executable, "-m", "unilab", "apply"]
+UNILAB = [sys.executable, "-m", "unilab"]
+APPLY = [*UNILAB, "apply"]
 
 
 def apply_in_background(tmp_path: Path, spec: Path, mark: str, total_env_steps: int) -> subprocess.Popen[str]:
@@ -137,6 +138,11 @@ def test_apply_leaves_a_complete_run_directory_and_resumes(tmp_path: Path) -> No
     assert v.stdout.startswith(f"{run_dir / 'manifest.json'}: valid manifest")
     n = len(manifest["checkpoints"])
     assert f"plan.toml has its plan_id, {n} of {n} checkpoints match their sha256" in v.stdout
+    # Copied out of its run directory, the manifest is checked alone, and the line says so.
+    alone = tmp_path / "copied.json"
+    alone.write_text(json.dumps(manifest))
+    v = subprocess.run([*UNILAB, "manifest", "validate", str(alone)], capture_output=True, text=True)
+    assert v.returncode == 0 and "plan and checkpoints not checked" in v.stdout and "match" not in v.stdout, v.stdout
     # The same manifest, tampered with, is refused: the schema pins what the runtime writes.
     from unilab.errors import UnilabError
     from unilab.run.manifest_io import validate_manifest_file

@@ -73,7 +73,9 @@ def cmd_manifest_validate(args: argparse.Namespace) -> int:
     checked = []
     if report.plan_checked:
         checked.append("plan.toml has its plan_id")
-    if m.checkpoints:
+    if not report.run_dir_checked:
+        checked.append("plan and checkpoints not checked (only a run directory's manifest.json is)")
+    elif m.checkpoints:
         checked.append(f"{report.checkpoints_verified} of {len(m.checkpoints)} checkpoints match their sha256")
     also = f"; {', '.join(checked)}" if checked else ""
     print(f"{shown}: valid manifest v{m.schema_version} (run {m.run_id}, status {m.status}){also}")

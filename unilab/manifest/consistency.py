@@ -20,6 +20,7 @@ from unilab.manifest.models import Manifest
 @dataclass
 class ConsistencyReport:
     problems: list[str] = field(default_factory=list)
+    run_dir_checked: bool = False  # the manifest sat in its run directory (manifest.json)
     plan_checked: bool = False
     checkpoints_verified: int = 0
 
@@ -96,5 +97,6 @@ def check_run_dir(m: Manifest, run_dir: Path, report: ConsistencyReport) -> None
 def check_manifest(m: Manifest, path: Path) -> ConsistencyReport:
     report = ConsistencyReport(problems=check_fields(m))
     if path.name == "manifest.json":  # in its run directory: check the files it names too
+        report.run_dir_checked = True
         check_run_dir(m, path.parent, report)
     return report

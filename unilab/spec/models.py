@@ -87,9 +87,11 @@ class TaskSpec(_Section):
         description="A user's G1 MJCF instead of the built-in model (29 joint names must match); "
         "relative paths resolve against the spec file's directory.",
     )
-    observation_noise: bool = Field(False, description="Add uniform noise to observations (g1_walk).")
+    observation_noise: bool = Field(
+        False, description="Add uniform noise to observations (G1 tasks; cartpole refuses it)."
+    )
     domain_randomization: bool = Field(
-        False, description="Randomize floor friction and added base mass at reset (g1_walk)."
+        False, description="Randomize floor friction and added base mass at reset (G1 tasks; cartpole refuses it)."
     )
     push_interval_s: Annotated[float, Field(gt=0)] | None = Field(
         None, description="Push the robot base every this many seconds (an interval event); unset: no pushes."
