@@ -205,13 +205,17 @@ class TrainingSpec(_Section):
         "(as CUDA_VISIBLE_DEVICES orders them) or GPU UUIDs.",
     )
     env_steps_per_sync: Annotated[int, Field(ge=1)] = Field(
-        1, description="K: env steps per collector/learner synchronisation. 1 is the exact contract."
+        1,
+        description="K: env steps per collector/learner synchronisation. 1 is the exact contract, and the "
+        "only one this unilab's executor runs (K > 1 is refused at plan time, rule `sync.action-dependency`).",
     )
     inference_slot_capacity: Annotated[int, Field(ge=1)] = Field(
         1, description="Action requests the learner serves per sync; 1 with K=1."
     )
     action_dependency: Literal["synchronous", "precommitted_sequence"] | None = Field(
-        None, description="How actions relate to observations; K=1 resolves to `synchronous`, K>1 must say."
+        None,
+        description="How actions relate to observations; K=1 resolves to `synchronous`, K>1 must say. "
+        "`precommitted_sequence` is part of the spec language but not implemented yet (refused at plan time).",
     )
     cuda_process_sharing: Literal["none", "mps"] = Field(
         "none", description="`mps`: collector and learner are clients of a running MPS daemon for their GPU."

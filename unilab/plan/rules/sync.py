@@ -29,10 +29,15 @@ def sync_action_dependency(r: Rule, ctx: Context) -> list[Diagnostic]:
             ]
         return []
     if dep is None:
+        multi = [d for d in IMPLEMENTED_ACTION_DEPENDENCIES if d != "synchronous"]
         return [
             r.diag(
                 f"K = {k} > 1 needs an explicit action_dependency (there is no default)",
-                "set training.env_steps_per_sync = 1, or set training.action_dependency",
+                # Offer only what the executor runs: today that is K = 1 alone.
+                f"set training.env_steps_per_sync = 1, or training.action_dependency = {multi[0]!r}"
+                if multi
+                else "set training.env_steps_per_sync = 1 (this unilab's executor implements no action "
+                "dependency for K > 1 yet)",
             )
         ]
     if dep == "synchronous":
