@@ -70,7 +70,7 @@ def test_mps_without_service_names_the_start_command() -> None:
         'training.dp_gradient_wire_dtype="float32"',
     )
     assert_clean_error(r)
-    assert "unilab mps start --gpus 0 --name train-gpu0" in r.stderr
+    assert "unilab mps start --gpus 0 --name train-gpu0 --daemon" in r.stderr
 
 
 def test_plan_out_json_validates_against_committed_schema(tmp_path: Path) -> None:

@@ -234,7 +234,7 @@ CASES = [
         {**MJWARP_GPU, "training__cuda_process_sharing": "mps"},
         True,
         "no MPS service is registered",
-        fix="unilab mps start --gpus 0 --name train-gpu0",
+        fix="unilab mps start --gpus 0 --name train-gpu0 --daemon",
     ),
     Case(
         "mps.service",
@@ -242,7 +242,7 @@ CASES = [
         MPS_NODE,
         True,
         "control socket",
-        fix="unilab mps start --gpus 1 --name train-gpu1",
+        fix="unilab mps start --gpus 1 --name train-gpu1 --daemon",
     ),
     Case(
         "mps.service",

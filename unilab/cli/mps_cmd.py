@@ -63,7 +63,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
         return EXIT_ERROR
     services = service.status(_state(args))
     if not services:
-        print("no MPS services registered (start one with: unilab mps start --gpus 0 --name train-gpu0)")
+        print("no MPS services registered (start one with: unilab mps start --gpus 0 --name train-gpu0 --daemon)")
         return EXIT_OK
     bad = 0
     for s in services:

@@ -16,7 +16,7 @@ def _wants_mps(ctx: Context) -> bool:
 
 
 def _start_cmd(index: int) -> str:
-    return f"unilab mps start --gpus {index} --name train-gpu{index}"
+    return f"unilab mps start --gpus {index} --name train-gpu{index} --daemon"  # left running for apply
 
 
 @rule(
