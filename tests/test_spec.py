@@ -8,7 +8,7 @@ import pytest
 from pydantic import ValidationError
 
 from tests.conftest import SPECS, spec_data
-from unilab.errors import PlanRefused, SpecError
+from unilab.errors import SpecError
 from unilab.spec.load import apply_overrides, load_spec, parse_override, spec_digest, validate_spec_data
 
 
@@ -51,15 +51,28 @@ def test_algo_union_error_path_has_no_tag() -> None:
 
 
 def test_ppo_offpolicy_keys_refused_by_rule() -> None:
-    with pytest.raises(PlanRefused) as e:
+    with pytest.raises(SpecError) as e:
         validate_spec_data(spec_data(algo={"name": "ppo", "batch_size": 512, "tau": 0.01}), "s.toml")
     ids = [(d.rule_id, d.key_path) for d in e.value.diagnostics]
     assert ids == [("algo.ppo-offpolicy-keys", "algo.batch_size"), ("algo.ppo-offpolicy-keys", "algo.tau")]
 
 
+def test_ppo_offpolicy_keys_are_reported_with_every_other_invalid_key() -> None:
+    data = spec_data(algo={"name": "ppo", "batch_size": 512, "learning_rate": -1.0}, task__num_envs=0)
+    with pytest.raises(SpecError) as e:
+        validate_spec_data(data, "s.toml")
+    ids = sorted((d.rule_id, d.key_path) for d in e.value.diagnostics)
+    assert ids == [
+        ("algo.ppo-offpolicy-keys", "algo.batch_size"),
+        ("spec.value", "algo.learning_rate"),
+        ("spec.value", "task.num_envs"),
+    ]
+    assert e.value.summary == "s.toml: 3 invalid values"
+
+
 def test_switching_the_shipped_spec_to_ppo_from_the_command_line() -> None:
     """`--set algo.name=ppo` keeps g1.toml's SAC keys; the fix offers the table override, which works."""
-    with pytest.raises(PlanRefused) as e:
+    with pytest.raises(SpecError) as e:
         load_spec(SPECS / "g1.toml", ['algo.name="ppo"'])
     (fix,) = {d.fix for d in e.value.diagnostics}
     assert fix.startswith("""pass --set 'algo={name="ppo"}' instead"""), fix

@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from unilab.errors import Diagnostic, PlanRefused, SpecError
+from unilab.errors import Diagnostic, SpecError
 from unilab.spec.diagnose import format_validation_error
 from unilab.spec.models import Spec
 
@@ -125,13 +125,20 @@ def validate_spec_data(data: dict[str, Any], source: str, overridden: set[str] |
                 )
             ],
         )
+    # Off-policy keys in a PPO section are named by their rule, and reported with every other
+    # invalid key (pydantic sees the section without them, so it does not call them unknown).
     diags = check_ppo_offpolicy_keys(data, overridden)
+    checked = data
     if diags:
-        raise PlanRefused(diags)
+        checked = {**data, "algo": {k: v for k, v in data["algo"].items() if k not in OFF_POLICY_KEYS}}
     try:
-        return Spec.model_validate(data)
+        spec = Spec.model_validate(checked)
     except ValidationError as exc:
-        raise format_validation_error(exc, source, data, overridden) from None
+        diags += format_validation_error(exc, source, checked, overridden).diagnostics
+    if diags:
+        n = len(diags)
+        raise SpecError(f"{source}: {n} invalid value{'s' if n != 1 else ''}", diagnostics=diags)
+    return spec
 
 
 def read_toml(path: Path) -> dict[str, Any]:
