@@ -22,12 +22,12 @@ def _plan():  # type: ignore[no-untyped-def]
 
 def test_a_node_with_other_package_versions_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     plan = _plan()
-    rank.check_node(plan)  # this node is the one planned for
+    rank.check_node(plan, 0)  # this node is the one planned for
     facts = probe_host()
     other = facts.model_copy(update={"packages": facts.packages.model_copy(update={"torch": "0.0.1"})})
     monkeypatch.setattr("unilab.host.probe.probe_host", lambda: other)
     with pytest.raises(UnilabError, match=r"software differs from the plan's: packages\.torch") as e:
-        rank.check_node(plan)
+        rank.check_node(plan, 0)
     assert "unilab host --json" in e.value.fix
 
 
@@ -79,3 +79,30 @@ def test_rank0_refuses_a_run_dir_another_process_is_running(
         os.close(fd)
     assert f"run directory {run_dir} is in use" in capsys.readouterr().err
     assert list(run_dir.iterdir()) == []
+
+
+def test_a_gpu_rank_whose_gpu_is_not_on_this_node_is_refused() -> None:
+    """A plan pins GPUs by UUID of the host it was compiled for; another node lacks them."""
+    from tests.conftest import FIXTURES
+    from unilab.cli.common import read_host_facts
+
+    loaded = load_spec(SPECS / "g1.toml", ["training.devices=[0]", 'sim.backend="mjwarp"'])
+    plan = compile_plan(loaded.spec, read_host_facts(FIXTURES / "hosts" / "one_h200.json"), loaded.spec_dir)
+    assert plan.ranks[0].device == "cuda"
+    with pytest.raises(UnilabError, match=f"rank 0's planned GPU {plan.ranks[0].gpu_uuid} is not on this node") as e:
+        rank.check_node(plan, 0)
+    assert "--nnodes 1" in e.value.fix
+
+
+def test_a_launch_with_another_world_size_is_refused_before_anything_is_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from unilab.plan.render import render
+
+    plan_file = tmp_path / "plan.toml"
+    plan_file.write_text(render(_plan()))  # one rank
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "3")
+    assert rank.main([str(plan_file), "--run-dir", str(tmp_path / "run")]) == 1
+    assert "the plan has 1 rank, the launcher started 3" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()

@@ -3,8 +3,9 @@
     torchrun --nnodes N --nproc-per-node M --rdzv-backend c10d --rdzv-endpoint HOST:PORT \\
         -m unilab.rank PLAN.toml [--run-dir DIR] [--resume RUN_DIR]
 
-Every node runs it with the same saved plan (compiled for the cluster with --host-facts). Each rank
-checks that its node has the planned package versions and the planned input files (by sha256). Rank
+Every node runs it with the same saved plan (compiled for the cluster with --host-facts); GPU ranks
+run on the node whose GPUs the plan pins by UUID. Each rank checks that its node has the planned
+package versions, its planned GPU and the planned input files (by sha256). Rank
 0 creates the run directory (or uses --run-dir, which must not hold a run yet), holds its lock as
 `unilab apply` does, and records the run; the other ranks write nothing.
 """
@@ -41,9 +42,16 @@ def main(argv: list[str] | None = None) -> int:
         from unilab.run.launch import rank_entry
 
         plan = load_plan(args.plan)
-        check_node(plan)
+        rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+        if world != plan.topology.world_size:  # before rank 0 creates anything
+            raise UnilabError(
+                f"the plan has {plan.topology.world_size} rank{'s' if plan.topology.world_size != 1 else ''}, "
+                f"the launcher started {world}",
+                fix=f"launch with --nnodes N --nproc-per-node M where N*M = {plan.topology.world_size}",
+            )
+        check_node(plan, rank)
         run_dir, ckpt = args.run_dir, None
-        rank0 = int(os.environ["RANK"]) == 0
+        rank0 = rank == 0
         if args.resume is not None:
             if rank0:  # held until the process ends, as `unilab apply` holds it: one writer per run
                 lock_run_dir(args.resume)
@@ -70,15 +78,26 @@ def main(argv: list[str] | None = None) -> int:
         return err.exit_code
 
 
-def check_node(plan: Plan) -> None:
+def check_node(plan: Plan, rank: int) -> None:
     """What `unilab apply PLAN` checks, as far as it holds on every node of a cluster. The whole
-    stale-plan comparison does not (each node has its own GPU UUIDs and CPU set), but the software
-    must be the one planned for, and the input files the ones whose digests the plan recorded."""
+    stale-plan comparison does not (each node has its own CPU set), but the software must be the
+    one planned for, the input files the ones whose digests the plan recorded, and a GPU rank's
+    GPU (pinned by UUID) must be on this node."""
     from unilab.host.probe import probe_host
     from unilab.plan.fingerprint import compare_fingerprint
     from unilab.plan.inputs import check_planned_inputs
 
-    changes = [c for c in compare_fingerprint(plan.host_facts, probe_host()) if c.key.startswith("packages.")]
+    facts = probe_host()
+    rp = plan.ranks[rank]
+    if rp.device == "cuda" and rp.gpu_uuid and facts.gpu_by_uuid(rp.gpu_uuid) is None:
+        raise UnilabError(
+            f"rank {rank}'s planned GPU {rp.gpu_uuid} is not on this node",
+            detail="a plan pins each GPU rank to a GPU by its UUID on the host it was compiled for; "
+            "this unilab plans the GPUs of one node",
+            fix="run a GPU plan's ranks on the node it was planned for (torchrun --nnodes 1, or unilab apply "
+            "PLAN there); only CPU ranks can spread over nodes",
+        )
+    changes = [c for c in compare_fingerprint(plan.host_facts, facts) if c.key.startswith("packages.")]
     if changes:
         raise UnilabError(
             f"this node's software differs from the plan's: {changes[0].render()}"

@@ -60,7 +60,8 @@ def rank_entry(plan_path: str, run_dir: str | None, resume_checkpoint: str | Non
     plan = load_plan(Path(plan_path))
     if world != plan.topology.world_size:
         raise UnilabError(
-            f"the plan has {plan.topology.world_size} ranks, the launcher started {world}",
+            f"the plan has {plan.topology.world_size} rank{'s' if plan.topology.world_size != 1 else ''}, "
+            f"the launcher started {world}",
             fix=f"launch with --nnodes N --nproc-per-node M where N*M = {plan.topology.world_size}",
         )
     prepare_rank_env(plan, rank)
