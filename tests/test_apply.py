@@ -239,6 +239,9 @@ def test_resume_continues_counters(tmp_path: Path, sig: signal.Signals) -> None:
     assert blob["env_steps"] == done
     r = apply(tmp_path, *resume[0].split()[2:])
     assert r.returncode == 0, r.stderr
+    # The summary's counters are the whole run's, its time and rates this session's: it says which.
+    assert r.stdout.startswith("run succeeded: 4,800 env steps, "), r.stdout
+    assert f"(resumed from ckpt-{done:013d}.pt; this session " in r.stdout.splitlines()[0], r.stdout
     m2 = json.loads((run_dir / "manifest.json").read_text())
     assert m2["status"] == "succeeded" and m2["resumed_from"].endswith(f"ckpt-{done:013d}.pt")
     assert m2["counters"]["env_steps"] == 4800 and m2["counters"]["updates"] > manifest["counters"]["updates"]

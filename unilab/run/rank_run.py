@@ -217,10 +217,16 @@ def _finish(rec: RunRecorder, events: EventLog, status: str, first_error: FirstE
 
 def summarize(rec: RunRecorder, status: str) -> None:
     m = rec.manifest(status)
+    # The counters span the whole run, the timing this session: a resumed run says so.
+    rates = f"{m.timing.env_steps_per_s:,.0f} env steps/s, {m.timing.updates_per_s:,.1f} updates/s"
+    when = (
+        f" (resumed from {Path(m.resumed_from).name}; this session {m.timing.wall_s:.0f} s, {rates})"
+        if m.resumed_from
+        else f" in {m.timing.wall_s:.0f} s ({rates})"
+    )
     print(
         f"run {status}: {m.counters.env_steps:,} env steps, {m.counters.updates:,} updates, "
-        f"{m.counters.episodes:,} episodes in {m.timing.wall_s:.0f} s "
-        f"({m.timing.env_steps_per_s:,.0f} env steps/s, {m.timing.updates_per_s:,.1f} updates/s)"
+        f"{m.counters.episodes:,} episodes{when}"
     )
     if m.metrics.episode_return_mean is not None:
         print(
