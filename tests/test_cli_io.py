@@ -137,6 +137,21 @@ def test_apply_without_target(tmp_path: Path) -> None:
     assert not list(tmp_path.iterdir())
 
 
+def test_resume_never_replans(tmp_path: Path) -> None:
+    """A run resumes with its own plan: --set cannot change it, and a plan made for other host
+    facts is refused with a fix that does not send the user to re-plan (a new plan id)."""
+    run = tmp_path / "run"
+    run.mkdir()
+    other = str(ROOT / "tests" / "fixtures" / "hosts" / "one_h200.json")  # not this machine's facts
+    assert unilab("plan", CARTPOLE, "--host-facts", other, "--out", str(run / "plan.toml")).returncode == 0
+    r = unilab("apply", "--resume", str(run), "--set", "task.num_envs=8")
+    assert_io_error(r, "--resume continues the run's own plan; --set would make another plan")
+    r = unilab("apply", "--resume", str(run))
+    assert_io_error(r, f"run {run} was planned for other host facts: ")
+    assert "re-plan" not in r.stderr and "start a new run: unilab apply SPEC" in r.stderr
+    assert sorted(p.name for p in run.iterdir()) == ["plan.toml"]
+
+
 def test_manifest_validate_directory_without_manifest(tmp_path: Path) -> None:
     r = unilab("manifest", "validate", str(tmp_path))
     assert_io_error(r, f"{tmp_path} is a directory without manifest.json")

@@ -12,8 +12,9 @@ if TYPE_CHECKING:
     from unilab.plan.models import Plan
 
 
-def _resolve(target: Path, overrides: list[str]) -> Plan:
-    """A spec is planned against this host; a saved plan is re-checked against it (stale-plan refusal)."""
+def _resolve(target: Path, overrides: list[str], resume_dir: Path | None = None) -> Plan:
+    """A spec is planned against this host; a saved plan is re-checked against it (stale-plan refusal).
+    `resume_dir`: the plan is that run's own, which no re-plan can replace."""
     from unilab.cli.common import reading
     from unilab.host.probe import probe_host
     from unilab.plan.fingerprint import compare_fingerprint
@@ -32,6 +33,12 @@ def _resolve(target: Path, overrides: list[str]) -> Plan:
         changes = compare_fingerprint(plan.host_facts, facts)
         if changes:
             more = f" (and {len(changes) - 1} more)" if len(changes) > 1 else ""
+            if resume_dir is not None:  # a new plan would have a new plan id, which --resume refuses
+                raise UnilabError(
+                    f"run {resume_dir} was planned for other host facts: {changes[0].render()}{more}",
+                    detail="a run resumes only on the host facts its plan was compiled against",
+                    fix="restore what changed to its planned value, or start a new run: unilab apply SPEC",
+                )
             raise UnilabError(
                 f"the saved plan {target} is stale: {changes[0].render()}{more}",
                 detail="a plan is only valid on the host facts it was compiled against",
@@ -55,13 +62,18 @@ def cmd_apply(args: argparse.Namespace) -> int:
             raise UnilabError(
                 "apply needs a SPEC or a saved PLAN", fix="unilab apply specs/g1.toml (or --resume RUN_DIR)"
             )
+        if args.set:
+            raise UnilabError(
+                "--resume continues the run's own plan; --set would make another plan",
+                fix=f"drop --set to resume {args.resume}, or start a new run: unilab apply SPEC --set ...",
+            )
         target = args.resume / "plan.toml"  # the run's own plan, re-checked against this host
         if not target.is_file():
             raise UnilabError(
                 f"{args.resume} is not a unilab run directory (no plan.toml)",
                 fix="pass the directory `unilab apply` printed at the end of the run",
             )
-    plan = _resolve(target, args.set)
+    plan = _resolve(target, args.set, args.resume if args.target is None else None)
     return run_apply(ApplyRequest(plan=plan, resume_dir=args.resume, progress=not args.quiet))
 
 
