@@ -32,18 +32,42 @@ def test_a_node_with_other_package_versions_is_refused(monkeypatch: pytest.Monke
 
 
 def test_a_run_dir_that_holds_a_run_is_never_overwritten(tmp_path: Path) -> None:
+    from unilab.run.rank_dir import check_run_dir_free, drop_unstarted_run_dir, make_run_dir
+
     plan = _plan()
-    fresh = rank.create_run_dir(plan, tmp_path / "run")
-    assert (fresh / "plan.toml").is_file()
+    fresh = tmp_path / "out" / "run"
+    check_run_dir_free(fresh)
+    made = make_run_dir(plan, fresh)
+    assert made == [fresh, fresh.parent] and (fresh / "plan.toml").is_file()
     (fresh / "manifest.json").write_text("{}")
     before = (fresh / "plan.toml").read_bytes()
-    with pytest.raises(UnilabError, match="already holds a run") as e:
-        rank.create_run_dir(plan, fresh)
-    assert f"--resume {fresh}" in e.value.fix
+    with pytest.raises(UnilabError, match="is in use"):
+        check_run_dir_free(fresh)  # make_run_dir holds its lock (a second open conflicts, even here)
     assert (fresh / "plan.toml").read_bytes() == before
+    held = tmp_path / "held"  # a finished run, not locked by anyone
+    held.mkdir()
+    (held / "manifest.json").write_text("{}")
+    with pytest.raises(UnilabError, match="already holds a run") as e:
+        check_run_dir_free(held)
+    assert f"--resume {held}" in e.value.fix
+    drop_unstarted_run_dir(fresh, made)  # it has a manifest: it ran, it stays
+    assert (fresh / "manifest.json").is_file()
     empty = tmp_path / "empty"
     empty.mkdir()
-    assert rank.create_run_dir(plan, empty) == empty  # an existing empty directory is fine
+    check_run_dir_free(empty)  # an existing empty directory is fine
+    assert make_run_dir(plan, empty) == []
+    drop_unstarted_run_dir(empty, [])  # a run that never started leaves it as it was
+    assert empty.is_dir() and list(empty.iterdir()) == []
+    drop_unstarted_run_dir(fresh.parent / "other", [])
+
+
+def test_an_unstarted_run_leaves_no_directory(tmp_path: Path) -> None:
+    from unilab.run.rank_dir import drop_unstarted_run_dir, make_run_dir
+
+    run = tmp_path / "runs" / "r1"
+    made = make_run_dir(_plan(), run)
+    drop_unstarted_run_dir(run, made)
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_outside_torchrun_it_says_how_to_start(

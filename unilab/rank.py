@@ -6,8 +6,8 @@
 Every node runs it with the same saved plan (compiled for the cluster with --host-facts); GPU ranks
 run on the node whose GPUs the plan pins by UUID. Each rank checks that its node has the planned
 package versions, its planned GPU and the planned input files (by sha256). Rank
-0 creates the run directory (or uses --run-dir, which must not hold a run yet), holds its lock as
-`unilab apply` does, and records the run; the other ranks write nothing.
+0 creates the run directory (or uses --run-dir, which must not hold a run yet) once every rank has
+joined, holds its lock as `unilab apply` does, and records the run; the other ranks write nothing.
 """
 
 from __future__ import annotations
@@ -38,8 +38,9 @@ def main(argv: list[str] | None = None) -> int:
                 fix="use `unilab apply PLAN.toml` on one node, or launch with torchrun",
             )
         from unilab.plan.render import load_plan
-        from unilab.run.apply import lock_run_dir, resolve_resume
+        from unilab.run.apply import lock_run_dir, new_run_dir, resolve_resume
         from unilab.run.launch import rank_entry
+        from unilab.run.rank_dir import check_run_dir_free
 
         plan = load_plan(args.plan)
         rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
@@ -58,16 +59,14 @@ def main(argv: list[str] | None = None) -> int:
             ckpt = resolve_resume(plan, args.resume)
             run_dir = args.resume
         elif rank0:
-            # An existing --run-dir is locked before it is read; a new directory once it exists.
-            held = run_dir is not None and lock_run_dir(run_dir) is not None
-            run_dir = create_run_dir(plan, run_dir)
-            if not held:
-                lock_run_dir(run_dir)
+            run_dir = run_dir if run_dir is not None else new_run_dir(plan)
+            check_run_dir_free(run_dir)  # made by rank_entry once every rank has joined
         code = rank_entry(
             str(args.plan.resolve()),
             str(run_dir) if run_dir else None,
             str(ckpt) if ckpt else None,
             sys.stderr.isatty(),
+            make_dir=rank0 and args.resume is None,
         )
         return int(code or 0)
     except (UnilabError, OSError) as exc:
@@ -107,26 +106,6 @@ def check_node(plan: Plan, rank: int) -> None:
             "(unilab host --json > node.json; unilab plan SPEC --host-facts node.json --out PLAN.toml)",
         )
     check_planned_inputs(plan.task, Path.cwd())
-
-
-def create_run_dir(plan: Plan, run_dir: Path | None) -> Path:
-    """Rank 0's run directory: a new one, or --run-dir if it holds no run yet (a run's files are
-    never overwritten; --resume continues one)."""
-    from unilab.plan.render import render
-    from unilab.run.apply import new_run_dir
-    from unilab.run.atomic import write_text_atomic
-
-    if run_dir is None:
-        run_dir = new_run_dir(plan)
-    taken = [n for n in ("plan.toml", "manifest.json", "checkpoints") if (run_dir / n).exists()]
-    if taken:
-        raise UnilabError(
-            f"--run-dir {run_dir} already holds a run ({', '.join(taken)})",
-            fix=f"pass a new directory, or continue that run with --resume {run_dir}",
-        )
-    run_dir.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(run_dir / "plan.toml", render(plan), "plan")
-    return run_dir
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ from torch.distributed.elastic.multiprocessing.errors import record
 
 from unilab.errors import EXIT_INTERRUPTED, UnilabError
 from unilab.plan.models import Plan
+from unilab.run.apply import resume_command
 
 COLLECTIVE_TIMEOUT = timedelta(minutes=10)  # a rank's first collective waits for every collector to build
 
@@ -39,9 +40,12 @@ def prepare_rank_env(plan: Plan, rank: int) -> None:
 
 
 @record
-def rank_entry(plan_path: str, run_dir: str | None, resume_checkpoint: str | None, progress: bool) -> int:
+def rank_entry(
+    plan_path: str, run_dir: str | None, resume_checkpoint: str | None, progress: bool, make_dir: bool = False
+) -> int:
     """The entry point of every rank process (decorated with @record: an exception becomes the
-    elastic error file the launcher reports)."""
+    elastic error file the launcher reports). `make_dir` (rank 0 under torchrun): create `run_dir`
+    once the process group has formed, i.e. once every rank has passed its node's checks."""
     # Out of the terminal's process group: a Ctrl-C reaches the launcher, which forwards one SIGINT
     # to every rank, instead of two (the terminal's, then the launcher's) cutting a graceful stop short.
     try:
@@ -70,7 +74,12 @@ def rank_entry(plan_path: str, run_dir: str | None, resume_checkpoint: str | Non
     stop = StopFlag()
     stop.install()
     dist.init_process_group(backend=plan.topology.process_group_backend, timeout=COLLECTIVE_TIMEOUT)
+    made: list[Path] = []
     try:
+        if make_dir and run_dir:
+            from unilab.run.rank_dir import make_run_dir
+
+            made = make_run_dir(plan, Path(run_dir))
         job = RankJob(
             plan=plan,
             rank=rank,
@@ -82,6 +91,10 @@ def rank_entry(plan_path: str, run_dir: str | None, resume_checkpoint: str | Non
     finally:
         stop.restore()
         dist.destroy_process_group()
+        if make_dir and run_dir:
+            from unilab.run.rank_dir import drop_unstarted_run_dir
+
+            drop_unstarted_run_dir(Path(run_dir), made)
     if code == EXIT_INTERRUPTED and stop.signal == signal.SIGINT:
         # The SIGINT came from the launcher shutting the ranks down after a Ctrl-C: it no longer
         # reads their return values, and returning would wait for it to do so until it SIGKILLs us
@@ -132,7 +145,7 @@ def launch_ranks(plan: Plan, run_dir: Path, resume_checkpoint: Path | None, prog
             f"rank {rank} failed: {message}",
             detail=f"(pid {failure.pid}, exit code {failure.exitcode})",
             fix=f"read events.jsonl and the manifest in {run_dir}; if it holds a checkpoint, resume with: "
-            f"unilab apply {run_dir / 'plan.toml'} --resume {run_dir}",
+            f"{resume_command(run_dir)}",
         ) from None
     except SignalException:
         return 130

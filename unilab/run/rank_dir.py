@@ -1,0 +1,58 @@
+"""Rank 0's run directory under torchrun (`python -m unilab.rank`): checked before the launch,
+made only once every rank has joined the process group (a rank refused on its node must leave no
+half-made directory behind), and dropped again if the run never started."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from unilab.errors import UnilabError
+from unilab.plan.models import Plan
+from unilab.run.apply import lock_run_dir
+
+_RUN_FILES = ("plan.toml", "manifest.json", "checkpoints")
+
+
+def check_run_dir_free(run_dir: Path) -> None:
+    """A --run-dir that already holds a run is refused (a run's files are never overwritten;
+    --resume continues one). An existing directory is locked first: another launch may be writing it."""
+    if run_dir.is_dir():
+        lock_run_dir(run_dir)  # held until the process ends
+    taken = [n for n in _RUN_FILES if (run_dir / n).exists()]
+    if taken:
+        raise UnilabError(
+            f"--run-dir {run_dir} already holds a run ({', '.join(taken)})",
+            fix=f"pass a new directory, or continue that run with --resume {run_dir}",
+        )
+
+
+def make_run_dir(plan: Plan, run_dir: Path) -> list[Path]:
+    """Create `run_dir` (locked, if this call made it) with the plan; returns the directories it
+    made, deepest first, for `drop_unstarted_run_dir`."""
+    from unilab.plan.render import render
+    from unilab.run.atomic import write_text_atomic
+
+    made = [p for p in [run_dir, *run_dir.parents] if not p.exists()]
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if made:
+        lock_run_dir(run_dir)
+    write_text_atomic(run_dir / "plan.toml", render(plan), "plan")
+    return made
+
+
+def drop_unstarted_run_dir(run_dir: Path, made: list[Path]) -> None:
+    """A run that never started (no manifest) leaves nothing behind: the plan it wrote, and the
+    directories it made if they are empty."""
+    if (run_dir / "manifest.json").exists():
+        return
+    if made and made[0] == run_dir:
+        shutil.rmtree(run_dir, ignore_errors=True)
+        made = made[1:]
+    else:
+        (run_dir / "plan.toml").unlink(missing_ok=True)
+    for parent in made:  # deepest first; stop at the first that holds something
+        try:
+            parent.rmdir()
+        except OSError:
+            break
