@@ -80,6 +80,18 @@ def test_switching_the_shipped_spec_to_ppo_from_the_command_line() -> None:
     assert loaded.spec.algo.name == "ppo" and loaded.spec.task.num_envs == 64
 
 
+def test_an_offpolicy_key_set_on_a_ppo_spec_is_dropped_from_the_command_line(tmp_path: Path) -> None:
+    ppo = tmp_path / "ppo.toml"
+    ppo.write_text(
+        'schema_version = 1\n[run]\nname = "p"\ntotal_env_steps = 1000\n[task]\nname = "cartpole"\nnum_envs = 4\n'
+        '[algo]\nname = "ppo"\n'
+    )
+    with pytest.raises(SpecError) as e:
+        load_spec(ppo, ["algo.batch_size=3"])
+    (d,) = e.value.diagnostics
+    assert (d.rule_id, d.fix) == ("algo.ppo-offpolicy-keys", "drop `--set algo.batch_size=...`")
+
+
 def test_ppo_without_offpolicy_keys_passes() -> None:
     spec = validate_spec_data(spec_data(algo={"name": "ppo", "num_steps_per_env": 32}), "s.toml")
     assert spec.algo.name == "ppo"

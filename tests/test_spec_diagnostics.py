@@ -129,6 +129,14 @@ def test_missing_algo_name_is_a_missing_key(tmp_path: Path) -> None:
     assert d.fix == f'add `name = ...` under [algo] in {bad} (one of "sac", "flashsac", "ppo")'
 
 
+def test_missing_algo_name_in_a_table_set_names_it_in_that_set() -> None:
+    """`--set 'algo={}'` replaced the file's [algo]: the fix is a --set that names one, and it works."""
+    (d,) = diags(G1, "algo={}").values()
+    assert (d.rule_id, d.key_path) == ("spec.missing-key", "algo.name")
+    assert d.fix == """name it in that --set: --set 'algo={name="sac"}' (one of "sac", "flashsac", "ppo")"""
+    assert load_spec(G1, [shlex.split(d.fix.split("--set ", 1)[1].split(" (")[0])[0]]).spec.algo.name == "sac"
+
+
 # (overrides, key path, rule id, condition): a spec has lists, never pydantic's tuples.
 LIST_ERRORS = [
     (["algo.hidden_dims=256"], "algo.hidden_dims", "spec.type", "must be a list of integers (got 256)"),

@@ -9,7 +9,6 @@ never shown: a TOML spec has lists and tables.
 
 from __future__ import annotations
 
-import ast
 import difflib
 import re
 import types
@@ -181,14 +180,8 @@ def _list_words(err: Any, where: str, data: dict[str, Any]) -> str:
     return f"a list of {items[1]} {words}" if items[1] is not None else f"a list of {words}"
 
 
-def _tags(err: Any, where: str, data: dict[str, Any]) -> list[Any]:
-    """The values the discriminator key takes: from the error, else from the union's members."""
-    try:
-        tags = ast.literal_eval("[" + str((err.get("ctx") or {}).get("expected_tags", "")) + "]")
-    except (ValueError, SyntaxError):
-        tags = []
-    if tags:
-        return list(tags)
+def _tags(where: str, data: dict[str, Any]) -> list[Any]:
+    """The values the discriminator key takes, read from the union's members (their `Literal` tags)."""
     disc = where.rsplit(".", 1)[-1]
     out: list[Any] = []
     for member in _members(_field_type(where.rpartition(".")[0], data)) if "." in where else ():
@@ -234,7 +227,7 @@ def _message(err: Any, where: str, data: dict[str, Any]) -> str:
     if t in ("missing", "union_tag_not_found"):
         return "required key is missing"
     if t == "union_tag_invalid":
-        tags = _tags(err, where, data)
+        tags = _tags(where, data)
         return f"must be {_one_of(tags)}" if tags else "is not one of the names this key takes"
     if t in _TABLE_ERRORS:
         return "must be a table (a [section] or { key = value, ... })"
@@ -312,9 +305,13 @@ def _table_name(keys: list[str]) -> str:
 def _tag_fix(err: Any, where: str, data: dict[str, Any], source: str, overridden: set[str]) -> str:
     """The fix of a discriminator (`algo.name`) that names no member: the nearest name, as an
     edit of the file or as the --set that set it."""
-    tags = _tags(err, where, data)
+    tags = _tags(where, data)
     if err["type"] == "union_tag_not_found":
         table, _, disc = where.rpartition(".")
+        tables = table.split(".")
+        if table and tags and any(".".join(tables[: i + 1]) in overridden for i in range(len(tables))):
+            # The table came from a --set (`algo={}`): the name goes in that --set.
+            return f"name it in that --set: --set '{table}={{{disc}={_toml(tags[0])}}}' ({_one_of(tags)})"
         under = f"[{table}]" if table else "the top level"
         return f"add `{disc} = ...` under {under} in {source}" + (f" ({_one_of(tags)})" if tags else "")
     given = err.get("input", {}).get(where.rsplit(".", 1)[-1]) if isinstance(err.get("input"), dict) else None

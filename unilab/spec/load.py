@@ -92,17 +92,25 @@ def check_ppo_offpolicy_keys(data: dict[str, Any], overridden: set[str] | None =
     if not isinstance(algo, dict) or algo.get("name") != "ppo":
         return []
     # `--set algo.name=ppo` on a SAC spec keeps the file's SAC keys; a table value replaces them all.
-    from_set = "algo.name" in (overridden or set())
+    overridden = overridden or set()
     table_fix = (
         """pass --set 'algo={name="ppo"}' instead: a table replaces the whole [algo] section (PPO's """
         "defaults; add PPO keys inside the braces)"
     )
+
+    def fix(k: str) -> str:
+        if f"algo.{k}" in overridden:
+            return f"drop `--set algo.{k}=...`"
+        if "algo.name" in overridden:
+            return table_fix
+        return f'remove algo.{k}, or set algo.name = "sac" or "flashsac"'
+
     return [
         Diagnostic(
             "algo.ppo-offpolicy-keys",
             f"algo.{k}",
             f"`{k}` is an off-policy (SAC/FlashSAC) setting; PPO does not use it",
-            table_fix if from_set else f'remove algo.{k}, or set algo.name = "sac" or "flashsac"',
+            fix(k),
         )
         for k in OFF_POLICY_KEYS
         if k in algo
