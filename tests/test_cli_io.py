@@ -123,7 +123,8 @@ def test_unreadable_run_dir_export(tmp_path: Path, run_dir: Path) -> None:
 def test_export_of_a_file_names_the_run_directory(tmp_path: Path, run_dir: Path) -> None:
     """A file of a run (its manifest, a checkpoint) is not a run directory; the fix names the one it is in."""
     run = copy_run(run_dir, tmp_path)
-    for f in (run / "manifest.json", sorted((run / "checkpoints").glob("*.pt"))[-1]):
+    tb = next((run / "tensorboard").rglob("events.out.tfevents.*"))
+    for f in (run / "manifest.json", sorted((run / "checkpoints").glob("*.pt"))[-1], tb):
         r = unilab("export", str(f))
         assert_io_error(r, f"{f} is a file")
         assert f"fix: unilab export {run}" in r.stderr, r.stderr

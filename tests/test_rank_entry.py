@@ -115,6 +115,8 @@ def test_a_gpu_rank_whose_gpu_is_not_on_this_node_is_refused() -> None:
     assert plan.ranks[0].device == "cuda"
     with pytest.raises(UnilabError, match=f"rank 0's planned GPU {plan.ranks[0].gpu_uuid} is not on this node") as e:
         rank.check_node(plan, 0)
+    # A node without an NVIDIA driver (this CPU machine) is told so, not only that the GPU is absent.
+    assert ("no NVIDIA driver" in e.value.summary) == bool(probe_host().nvidia.nvml_error)
     assert "--nnodes 1" in e.value.fix
 
 

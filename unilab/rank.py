@@ -89,8 +89,9 @@ def check_node(plan: Plan, rank: int) -> None:
     facts = probe_host()
     rp = plan.ranks[rank]
     if rp.device == "cuda" and rp.gpu_uuid and facts.gpu_by_uuid(rp.gpu_uuid) is None:
+        why = f" (no NVIDIA driver: {facts.nvidia.nvml_error})" if facts.nvidia.nvml_error else ""
         raise UnilabError(
-            f"rank {rank}'s planned GPU {rp.gpu_uuid} is not on this node",
+            f"rank {rank}'s planned GPU {rp.gpu_uuid} is not on this node{why}",
             detail="a plan pins each GPU rank to a GPU by its UUID on the host it was compiled for; "
             "this unilab plans the GPUs of one node",
             fix="run a GPU plan's ranks on the node it was planned for (torchrun --nnodes 1, or unilab apply "

@@ -72,12 +72,12 @@ def _read_plan(run_dir: Path) -> Plan:
     plan_path = run_dir / "plan.toml"
     try:
         if run_dir.is_file():
-            inside = (run_dir.parent / "plan.toml").is_file() or (run_dir.parent.parent / "plan.toml").is_file()
-            hint = run_dir.parent.parent if run_dir.parent.name == "checkpoints" else run_dir.parent
+            # A file of a run (manifest, checkpoint, tensorboard event file): name the run it is in.
+            home = next((d for d in run_dir.parents[:2] if (d / "plan.toml").is_file()), None)
             raise UnilabError(
                 f"{run_dir} is a file; export takes a run directory (RUN_DIR)",
-                fix=f"unilab export {hint}"
-                if inside
+                fix=f"unilab export {home}"
+                if home
                 else "pass the directory `unilab apply` printed at the end of the run",
             )
         if not run_dir.is_dir():
