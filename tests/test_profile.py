@@ -30,6 +30,13 @@ def test_arm_keeps_commas_inside_toml_values() -> None:
     assert arm.name == "big"
     assert arm.overrides == (("algo.hidden_dims", "[64, 64]"), ("sim.workers", "2"))
     assert arm.set_args() == ["algo.hidden_dims=[64, 64]", "sim.workers=2"]
+    # Inline tables and strings may hold `, key=` too; only a comma outside them starts a pair.
+    arm = parse_arm('p:algo={name="ppo", num_steps_per_env=8},run.seed=3,task.motion="a, b=c.npz"')
+    assert arm.overrides == (
+        ("algo", '{name="ppo", num_steps_per_env=8}'),
+        ("run.seed", "3"),
+        ("task.motion", '"a, b=c.npz"'),
+    )
 
 
 @pytest.mark.parametrize(

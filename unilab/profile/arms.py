@@ -10,8 +10,27 @@ from unilab.errors import UnilabError
 # Keys the profile sets itself to place the warm-up and measured windows; an arm may not move them.
 RESERVED_KEYS = ("run.total_env_steps", "run.checkpoint_every_env_steps", "run.output_dir", "run.name")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,39}$")
-# Split on commas that start a new KEY=, so TOML values may hold commas: hidden_dims=[256,256].
-_PAIR_SPLIT = re.compile(r",(?=\s*[A-Za-z_][\w.]*\s*=)")
+# A new pair starts after a comma outside brackets, braces and strings, followed by KEY=: TOML
+# values may hold commas (hidden_dims=[256,256], algo={name="ppo", num_steps_per_env=8}).
+_KEY_AHEAD = re.compile(r"\s*[A-Za-z_][\w.]*\s*=")
+
+
+def _split_pairs(text: str) -> list[str]:
+    chunks, depth, quote, start = [], 0, "", 0
+    for i, ch in enumerate(text):
+        if quote:
+            if ch == quote and text[i - 1] != "\\":
+                quote = ""
+        elif ch in "\"'":
+            quote = ch
+        elif ch in "[{":
+            depth += 1
+        elif ch in "]}":
+            depth -= 1
+        elif ch == "," and depth == 0 and _KEY_AHEAD.match(text, i + 1):
+            chunks.append(text[start:i])
+            start = i + 1
+    return [*chunks, text[start:]]
 
 
 @dataclass(frozen=True)
@@ -31,7 +50,7 @@ def parse_arm(text: str) -> Arm:
             fix="e.g. --arm one:sim.workers=1 --arm two:sim.workers=2 (NAME: letters, digits, _ . -)",
         )
     pairs: list[tuple[str, str]] = []
-    for chunk in _PAIR_SPLIT.split(rest) if rest.strip() else []:
+    for chunk in _split_pairs(rest) if rest.strip() else []:
         key, eq, value = chunk.partition("=")
         if not eq or not key.strip() or not value.strip():
             raise UnilabError(
