@@ -377,6 +377,11 @@ def test_what_a_run_prints_without_quiet(tmp_path: Path) -> None:
     out = loud.stdout.splitlines()
     assert out[0].startswith("run succeeded: 3,0") and out[-1].startswith("run directory: runs/cartpole")
     assert "last mean episode return" in loud.stdout
+    # The rates are over the training loop, which the summary names beside the whole wall time.
+    m = json.loads((tmp_path / out[-1].removeprefix("run directory: ") / "manifest.json").read_text())
+    t = m["timing"]
+    assert 0 < t["train_s"] <= t["wall_s"]
+    assert f"in {t['wall_s']:.0f} s ({t['train_s']:.0f} s training: {t['env_steps_per_s']:,.0f} env steps/s" in out[0]
     quiet = subprocess.run(
         [*cmd, "--quiet"], cwd=tmp_path, capture_output=True, text=True, timeout=300, env=_env(tmp_path, "quiet")
     )

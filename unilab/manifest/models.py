@@ -146,8 +146,11 @@ class Counters(_M):
 class Timing(_M):
     # A resumed run's timing is its last session's, as its transition counters are.
     wall_s: float = Field(0.0, description="Wall time of this session (a resumed run: since the resume).")
-    env_steps_per_s: float = Field(0.0, description="Env steps per second of this session, all ranks.")
-    updates_per_s: float = Field(0.0, description="Update cycles per second of this session, per rank.")
+    train_s: float = Field(
+        0.0, description="Time in the training loop of this session (wall_s less start-up); the rates are over it."
+    )
+    env_steps_per_s: float = Field(0.0, description="Env steps per second of training in this session, all ranks.")
+    updates_per_s: float = Field(0.0, description="Update cycles per second of training in this session, per rank.")
     collector_phases_us: dict[str, float] = Field(
         default_factory=dict, description="Mean microseconds per sync of each collector lifecycle phase."
     )

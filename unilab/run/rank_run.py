@@ -218,7 +218,10 @@ def _finish(rec: RunRecorder, events: EventLog, status: str, first_error: FirstE
 def summarize(rec: RunRecorder, status: str) -> None:
     m = rec.manifest(status)
     # The counters span the whole run, the timing this session: a resumed run says so.
-    rates = f"{m.timing.env_steps_per_s:,.0f} env steps/s, {m.timing.updates_per_s:,.1f} updates/s"
+    rates = (
+        f"{m.timing.train_s:.0f} s training: {m.timing.env_steps_per_s:,.0f} env steps/s, "
+        f"{m.timing.updates_per_s:,.1f} updates/s"
+    )
     when = (
         f" (resumed from {Path(m.resumed_from).name}; this session {m.timing.wall_s:.0f} s, {rates})"
         if m.resumed_from

@@ -127,6 +127,7 @@ class RunRecorder:
             updates_run = int(self.last_metrics.get("updates_run", prog.updates))
             timing = Timing(
                 wall_s=wall,
+                train_s=run_s,
                 env_steps_per_s=steps_run / run_s if run_s > 0 else 0.0,
                 updates_per_s=updates_run / run_s if run_s > 0 else 0.0,
                 collector_phases_us={k: 1e6 * v / max(prog.syncs, 1) for k, v in prog.phase_s.items()},
