@@ -14,6 +14,7 @@ from unilab.manifest.models import (
     Manifest,
     Provenance,
     SharingEvidence,
+    Timing,
     Topology,
 )
 
@@ -55,6 +56,7 @@ def test_each_contradiction_is_named() -> None:
         "finished_at is missing": manifest(status="interrupted", finished_at=None),
         "updated_at 2026-11-29T09:00:00Z is before": manifest(updated_at="2026-11-29T09:00:00Z"),
         "dropped 3 transitions": manifest(counters=Counters(env_steps=1000, dropped_transitions=3)),
+        "train_s 20.0 exceeds the session's wall_s 10.0": manifest(timing=Timing(wall_s=10.0, train_s=20.0)),
         "not increasing": manifest(
             checkpoints=[
                 CheckpointRecord(path="checkpoints/b", env_steps=500, sha256="0" * 64),

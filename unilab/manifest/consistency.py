@@ -44,6 +44,8 @@ def check_fields(m: Manifest) -> list[str]:
         out.append(f"updated_at {m.updated_at} is before started_at {m.started_at}")
     if m.finished_at is not None and _time(m.finished_at) < _time(m.started_at):
         out.append(f"finished_at {m.finished_at} is before started_at {m.started_at}")
+    if m.timing.train_s > m.timing.wall_s:
+        out.append(f"timing.train_s {m.timing.train_s:.1f} exceeds the session's wall_s {m.timing.wall_s:.1f}")
     w = m.topology.world_size
     ids = [r.rank for r in m.ranks]
     if len(set(ids)) != len(ids) or any(not 0 <= r < w for r in ids):
