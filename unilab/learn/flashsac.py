@@ -73,7 +73,7 @@ class UnitLinear(nn.Module):
         self.weight = nn.Parameter(w)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.bmm(x, self.weight.mT)
+        return torch.bmm(x, self.weight.transpose(-2, -1))  # not .mT: the ONNX exporter has no aten::mT
 
     @torch.no_grad()
     def project(self, ok: torch.Tensor) -> None:

@@ -1,0 +1,39 @@
+"""`unilab export` for every learner that has a deployable actor. SAC's and PPO's exports are
+checked with their runs (tests/test_apply.py, tests/test_ppo.py); FlashSAC's here."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from tests.conftest import SPECS
+
+
+def test_flashsac_policy_exports_and_matches_torch(tmp_path: Path) -> None:
+    import onnxruntime as ort
+
+    from unilab.run.export import load_policy
+
+    algo = '{name="flashsac", batch_size=32, hidden_dims=[16], expansion=2, warmup_env_steps=64}'
+    sets = ["run.total_env_steps=320", f"algo={algo}", f'run.output_dir="{tmp_path / "runs"}"']
+    args = [a for s in sets for a in ("--set", s)]
+    r = subprocess.run(
+        [sys.executable, "-m", "unilab", "apply", str(SPECS / "cartpole.toml"), *args, "--quiet"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stderr
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    e = subprocess.run([sys.executable, "-m", "unilab", "export", str(run_dir)], capture_output=True, text=True)
+    assert e.returncode == 0 and e.stderr == "", e.stderr
+    policy, obs_dim = load_policy(run_dir)
+    obs = np.random.default_rng(0).normal(size=(5, obs_dim)).astype(np.float32)
+    sess = ort.InferenceSession(str(run_dir / "policy.onnx"))
+    got = sess.run(None, {"obs": obs})[0]
+    want = policy(torch.from_numpy(obs)).detach().numpy()
+    assert got.shape == (5, 1) and np.abs(got - want).max() < 1e-5
