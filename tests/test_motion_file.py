@@ -81,11 +81,25 @@ def test_missing_file(tmp_path: Path) -> None:
 def test_not_an_npz(tmp_path: Path) -> None:
     bad = tmp_path / "clip.npz"
     bad.write_text("fps,joint_pos\n50,0\n")
-    _refused(bad, "not an .npz")
+    _refused(bad, "not an .npz archive", "not a zip file")
     npy = tmp_path / "array.npz"
     with npy.open("wb") as f:
         np.save(f, np.zeros(3))
-    _refused(npy, "not an .npz")
+    _refused(npy, "single-array .npy file", "numpy.savez")
+    # numpy's own message for a text file suggests loading pickles; unilab never passes it on.
+    with pytest.raises(MotionFileError) as e:
+        inspect_motion(bad)
+    assert "pickle" not in e.value.render()
+
+
+def test_zero_quaternions_are_refused_at_plan_time(tmp_path: Path) -> None:
+    """inspect_motion (what the plan runs) refuses what load_motion (the collector) would."""
+    arrays = _clip()
+    arrays["body_quat_w"][2, 7] = 0.0
+    path = _write(tmp_path, arrays)
+    for read in (inspect_motion, load_motion):
+        with pytest.raises(MotionFileError, match=r"zero-length quaternions \(first at frame, body \(2, 7\)\)"):
+            read(path, num_bodies=G1_BODIES)
 
 
 @pytest.mark.parametrize("key", REQUIRED_KEYS)

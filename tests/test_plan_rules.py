@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from tests.conftest import ROOT, host, spec_data
@@ -532,3 +533,15 @@ def test_push_interval_fixes_are_themselves_whole_steps() -> None:
         for v in values:
             ok = _diags(Case("task.push-interval", "cpu_laptop", {**dotted, "task__push_interval_s": float(v)}, False))
             assert ok == [], (dotted, v)
+
+
+def test_a_clip_shorter_than_two_control_steps_is_refused(tmp_path: Path) -> None:
+    """91 frames at 1 MHz (an fps in the wrong unit) end every episode after one step: refused."""
+    from unilab.tasks.motion_file import BUILTIN_DIR
+
+    with np.load(BUILTIN_DIR / "g1_squat.npz") as clip:
+        arrays = {k: clip[k] for k in clip.files}
+    np.savez(tmp_path / "fast.npz", **{**arrays, "fps": np.array(1e6)})
+    dotted = {"task__name": "g1_motion_tracking", "task__motion": str(tmp_path / "fast.npz")}
+    (d,) = _diags(Case("task.motion", "cpu_laptop", dotted, True))
+    assert "under two control steps (0.04 s)" in d.condition and "fps" in d.fix

@@ -125,6 +125,18 @@ def _read_npz(path: Path) -> dict[str, Any]:
         )
     if not path.is_file():
         raise MotionFileError(f"motion path is not a file: {path}", fix="point task.motion at a .npz file")
+    with path.open("rb") as f:
+        magic = f.read(6)
+    if magic.startswith(b"\x93NUMPY"):  # np.save's single array, not np.savez's archive of them
+        raise MotionFileError(
+            f"motion file {path} is a single-array .npy file, not an .npz archive",
+            fix=f"save the motion with numpy.savez with keys {', '.join(REQUIRED_KEYS)}; {_REGENERATE}",
+        )
+    if not magic.startswith((b"PK\x03\x04", b"PK\x05\x06")):  # numpy's own message would suggest pickles
+        raise MotionFileError(
+            f"motion file is not an .npz archive: {path} (not a zip file)",
+            fix=f"save the motion with numpy.savez with keys {', '.join(REQUIRED_KEYS)}; {_REGENERATE}",
+        )
     try:
         with np.load(path, allow_pickle=False) as data:
             if not isinstance(data, np.lib.npyio.NpzFile):  # pragma: no cover - np.load returns NpzFile here
@@ -234,6 +246,13 @@ def _validate(
                 f"motion file {path}: key {key!r} holds non-finite values (first at index {first})",
                 fix=f"remove NaN/inf values from {key!r}; {_REGENERATE}",
             )
+    zero = np.linalg.norm(arrays["body_quat_w"], axis=-1) < 1e-6
+    if zero.any():
+        first = tuple(int(i) for i in np.argwhere(zero)[0])
+        raise MotionFileError(
+            f"motion file {path}: key 'body_quat_w' holds zero-length quaternions (first at frame, body {first})",
+            fix=f"store unit quaternions (w, x, y, z); {_REGENERATE}",
+        )
     return t, fps, b, arrays
 
 
@@ -253,12 +272,6 @@ def load_motion(path: Path, num_joints: int = 29, num_bodies: int | None = None)
     raw = _read_npz(path)
     t, fps, b, arrays = _validate(path, raw, num_joints, num_bodies)
     out = {k: np.ascontiguousarray(a, dtype=np.float32) for k, a in arrays.items()}
-    norms = np.linalg.norm(out["body_quat_w"], axis=-1, keepdims=True)
-    if (norms < 1e-6).any():
-        raise MotionFileError(
-            f"motion file {path}: key 'body_quat_w' holds zero-length quaternions",
-            fix="store unit quaternions (w, x, y, z)",
-        )
-    out["body_quat_w"] = out["body_quat_w"] / norms
+    out["body_quat_w"] = out["body_quat_w"] / np.linalg.norm(out["body_quat_w"], axis=-1, keepdims=True)
     info = MotionInfo(num_frames=t, fps=fps, num_bodies=b, sha256=file_sha256(path))
     return Motion(info=info, **out)

@@ -16,8 +16,8 @@ def _from_error(r: Rule, exc: UnilabError, key: str) -> Diagnostic:
 @rule(
     "task.motion",
     "task.motion",
-    "g1_motion_tracking has a valid motion file (keys, 29 joints, the robot's bodies, finite, fps > 0); "
-    "g1_walk has none.",
+    "g1_motion_tracking has a valid motion file (keys, 29 joints, the robot's bodies, finite, unit "
+    "quaternions, fps > 0) that lasts at least two control steps; g1_walk has none.",
 )
 def task_motion(r: Rule, ctx: Context) -> list[Diagnostic]:
     t = ctx.spec.task
@@ -37,6 +37,17 @@ def task_motion(r: Rule, ctx: Context) -> list[Diagnostic]:
         ]
     if isinstance(ctx.motion, UnilabError):
         return [_from_error(r, ctx.motion, "task.motion")]
+    dt = control_dt(ctx.spec.sim.timestep, ctx.spec.sim.decimation)
+    if ctx.motion is not None and ctx.motion.duration_s < 2 * dt:
+        # Episodes would end on the clip's last frame after one step: nothing to track, yet it "trains".
+        m = ctx.motion
+        return [
+            r.diag(
+                f"the clip lasts {m.duration_s:.4g} s ({m.num_frames} frames at {m.fps:g} fps), under two "
+                f"control steps ({2 * dt:.4g} s)",
+                "check the clip's fps (frames per second of its data), or use a longer clip",
+            )
+        ]
     return []
 
 
