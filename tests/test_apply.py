@@ -233,6 +233,9 @@ def test_resume_continues_counters(tmp_path: Path, sig: signal.Signals) -> None:
     resume = [line.removeprefix("resume with: ") for line in out.splitlines() if line.startswith("resume with: ")]
     assert resume == [f"unilab apply --resume {run_dir.relative_to(tmp_path)}"], out
     done = manifest["counters"]["env_steps"]
+    # Its rates end where its counters do (a stop between two log points logs once more).
+    t = manifest["timing"]
+    assert abs(t["env_steps_per_s"] * t["train_s"] - done) <= 0.01 * done, (t, done)
     assert marked_pids(mark) == []
     # The final checkpoint holds the interrupted run's counters; resuming continues from them.
     blob = torch.load(sorted((run_dir / "checkpoints").glob("*.pt"))[-1], weights_only=True)

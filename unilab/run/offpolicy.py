@@ -172,7 +172,17 @@ class OffPolicyRank:
             self.interrupted = True
             return prog
         t_start = time.perf_counter()
-        last_log = t_start
+        last_log, logged_steps = t_start, prog.env_steps
+
+        def log(now: float) -> None:
+            self._read_collector_stats()
+            metrics = {k: float(v) for k, v in last_metrics.items() if v.dim() == 0}
+            metrics["skipped_updates"] = float(skipped)
+            metrics["elapsed_s"] = now - t_start
+            metrics["env_steps_run"] = prog.env_steps - started_steps
+            metrics["updates_run"] = prog.updates - started_updates
+            self.hooks.on_log(prog, metrics)
+
         action = torch.empty(n, hello.act_dim)
         t = 0  # this session's syncs: the collector's obs slot index
         while prog.env_steps < total:
@@ -222,14 +232,8 @@ class OffPolicyRank:
 
             now = time.perf_counter()
             if now - last_log >= p.run.log_every_seconds or prog.env_steps >= total:
-                last_log = now
-                self._read_collector_stats()
-                metrics = {k: float(v) for k, v in last_metrics.items() if v.dim() == 0}
-                metrics["skipped_updates"] = float(skipped)
-                metrics["elapsed_s"] = now - t_start
-                metrics["env_steps_run"] = prog.env_steps - started_steps
-                metrics["updates_run"] = prog.updates - started_updates
-                self.hooks.on_log(prog, metrics)
+                last_log, logged_steps = now, prog.env_steps
+                log(now)
             if next_ckpt is not None and prog.env_steps * p.topology.world_size >= next_ckpt and prog.env_steps < total:
                 next_ckpt += ckpt_every
                 self._read_collector_stats()
@@ -237,6 +241,8 @@ class OffPolicyRank:
             if self._stop_requested():
                 self.interrupted = True
                 break
+        if self.interrupted and prog.env_steps != logged_steps:
+            log(time.perf_counter())  # the manifest's rates and training time end where the counters do
         self._read_collector_stats()
         self.skipped_updates = int(skipped)
         self.final_state = self._state(learner, normalizer, prog)

@@ -146,8 +146,21 @@ class OnPolicyRank:
         next_ckpt = (prog.env_steps * p.topology.world_size // ckpt_every + 1) * ckpt_every if ckpt_every else None
         base_syncs, base_env_steps, base_updates = prog.syncs, prog.env_steps, prog.updates
         t_start = time.perf_counter()
-        last_log = t_start
+        last_log, logged_steps = t_start, prog.env_steps
         losses: dict[str, float] = {}
+
+        def log(now: float) -> None:
+            self._read_collector_stats()
+            metrics = {f"ppo_{k}": float(v) for k, v in losses.items()}
+            metrics["learning_rate"] = float(runner.alg.learning_rate)
+            metrics["action_std"] = float(runner.alg.get_policy().output_std.detach().mean())
+            metrics["iterations"] = float(self.iterations)
+            metrics["steps_per_iteration"] = float(per_iteration)
+            metrics["elapsed_s"] = now - t_start
+            metrics["env_steps_run"] = prog.env_steps - base_env_steps
+            metrics["updates_run"] = prog.updates - base_updates
+            self.hooks.on_log(prog, metrics)
+
         while prog.env_steps < total:
             try:
                 losses = runner.iterate()
@@ -160,17 +173,8 @@ class OnPolicyRank:
             self._account(env, base_syncs, base_env_steps, n)
             now = time.perf_counter()
             if now - last_log >= p.run.log_every_seconds or prog.env_steps >= total:
-                last_log = now
-                self._read_collector_stats()
-                metrics = {f"ppo_{k}": float(v) for k, v in losses.items()}
-                metrics["learning_rate"] = float(runner.alg.learning_rate)
-                metrics["action_std"] = float(runner.alg.get_policy().output_std.detach().mean())
-                metrics["iterations"] = float(self.iterations)
-                metrics["steps_per_iteration"] = float(per_iteration)
-                metrics["elapsed_s"] = now - t_start
-                metrics["env_steps_run"] = prog.env_steps - base_env_steps
-                metrics["updates_run"] = prog.updates - base_updates
-                self.hooks.on_log(prog, metrics)
+                last_log, logged_steps = now, prog.env_steps
+                log(now)
             if next_ckpt is not None and prog.env_steps * p.topology.world_size >= next_ckpt and prog.env_steps < total:
                 while next_ckpt <= prog.env_steps * p.topology.world_size:
                     next_ckpt += ckpt_every
@@ -179,6 +183,8 @@ class OnPolicyRank:
             if self._stop_requested():
                 self.interrupted = True
                 break
+        if self.interrupted and prog.env_steps != logged_steps:
+            log(time.perf_counter())  # the manifest's rates and training time end where the counters do
         self._read_collector_stats()
         self.final_state = self._state(runner, prog)
         return prog
