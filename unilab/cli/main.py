@@ -198,7 +198,9 @@ def build_parser() -> argparse.ArgumentParser:
         "diff",
         help="compare two specs or saved plans key by key (exit 0 equal, 2 different, 1 error)",
         description="Compare A and B (each a spec, compiled for this host, or a saved plan) key by "
-        "key. Exit code: 0 when equal, 2 when they differ, 1 on error.",
+        "key. --set applies to both sides (so both must be specs): compare a spec with its override by "
+        "saving one side first (unilab plan SPEC --set ... --out B.toml). Exit code: 0 when equal, 2 when "
+        "they differ, 1 on error.",
     )
     sp.add_argument("a", type=Path, metavar="A", help="spec (.toml) or saved plan")
     sp.add_argument("b", type=Path, metavar="B", help="spec (.toml) or saved plan")

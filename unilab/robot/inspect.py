@@ -53,7 +53,7 @@ def inspect_mjcf(path: Path) -> MjcfInfo:
     path = Path(path).expanduser()
     if not path.is_file():
         raise RobotModelError(
-            f"robot MJCF not found: {path}",
+            f"robot MJCF is a directory, not a file: {path}" if path.is_dir() else f"robot MJCF not found: {path}",
             detail="task.robot_mjcf must name an existing MJCF file.",
             fix=f"correct the path in task.robot_mjcf, {_FIX_BUILTIN}",
         )

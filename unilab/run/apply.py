@@ -64,7 +64,8 @@ def resolve_resume(plan: Plan, run_dir: Path) -> Path:
     check_recorded_digest(run_dir, ckpts[-1])
     if blob["env_steps"] >= plan.run.total_env_steps:
         raise UnilabError(
-            f"{run_dir} already finished its {plan.run.total_env_steps:,} env steps; nothing to resume",
+            f"{run_dir} already finished its run ({blob['env_steps']:,} env steps of "
+            f"{plan.run.total_env_steps:,} requested); nothing to resume",
             fix="nothing is left to run in it; for more training, start a new run with a larger "
             "run.total_env_steps (a finished run cannot be extended: its plan fixes the budget)",
         )
