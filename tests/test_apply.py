@@ -380,6 +380,13 @@ def test_what_a_run_prints_without_quiet(tmp_path: Path) -> None:
     out = loud.stdout.splitlines()
     assert out[0].startswith("run succeeded: 3,0") and out[-1].startswith("run directory: runs/cartpole")
     assert "last mean episode return" in loud.stdout
+    # Each iteration record breaks the episodes' return into its reward terms (they add up to it)
+    # and says how many episodes terminated rather than timed out.
+    run_dir = tmp_path / out[-1].removeprefix("run directory: ")
+    events = [json.loads(ln) for ln in (run_dir / "events.jsonl").read_text().splitlines()]
+    last = [e for e in events if e["event"] == "iteration" and e["episode_return"] is not None][-1]
+    assert last["episode_reward"] and 0.0 <= last["terminated_fraction"] <= 1.0
+    assert abs(sum(last["episode_reward"].values()) - last["episode_return"]) < 1e-3 * max(1.0, last["episode_return"])
     # The rates are over the training loop, which the summary names beside the whole wall time.
     m = json.loads((tmp_path / out[-1].removeprefix("run directory: ") / "manifest.json").read_text())
     t = m["timing"]

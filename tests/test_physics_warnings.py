@@ -33,7 +33,7 @@ def test_warnings_cross_from_the_collector_to_the_learner() -> None:
     from unilab.run.collector_client import CollectorStats
     from unilab.run.offpolicy import Progress
 
-    bufs = ch.SharedBuffers.allocate(2, 3, 1)
+    bufs = ch.SharedBuffers.allocate(2, 3, 1, 0)
     assert ch.read_evidence(bufs.physics_warnings) is None  # nothing written: no warning
     ch.write_evidence(bufs.physics_warnings, {"badqacc": 2, "overflow_nefc_worlds": 1})
     prog = Progress()

@@ -58,6 +58,9 @@ class SharedBuffers:
     truncated: torch.Tensor  # [N] bool
     nonfinite: torch.Tensor  # [N] bool: worlds whose step was non-finite (reset; transition not stored)
     stats: torch.Tensor  # [NUM_STATS] float64, cumulative
+    # Over completed episodes, cumulative: [0] episodes that terminated (not truncated), then each
+    # reward term's sum (weighted and scaled by the step, as in the return), in `Hello.reward_names` order.
+    episode_terms: torch.Tensor  # [1 + reward terms] float64
     phase_s: torch.Tensor  # [len(PHASES)] float64, cumulative wall seconds per collector phase
     phase_cpu_s: torch.Tensor  # [len(PHASES)] float64, cumulative collector-thread CPU seconds per phase
     physics_replays: torch.Tensor  # [1] int64, graph replays of the physics backend
@@ -68,7 +71,7 @@ class SharedBuffers:
     physics_warnings: torch.Tensor  # [WARNINGS_BYTES] uint8
 
     @staticmethod
-    def allocate(num_envs: int, obs_dim: int, act_dim: int) -> SharedBuffers:
+    def allocate(num_envs: int, obs_dim: int, act_dim: int, num_reward_terms: int) -> SharedBuffers:
         def z(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
             return torch.zeros(*shape, dtype=dtype).share_memory_()
 
@@ -81,6 +84,7 @@ class SharedBuffers:
             truncated=z(num_envs, dtype=torch.bool),
             nonfinite=z(num_envs, dtype=torch.bool),
             stats=z(NUM_STATS, dtype=torch.float64),
+            episode_terms=z(1 + num_reward_terms, dtype=torch.float64),
             phase_s=z(len(PHASES), dtype=torch.float64),
             phase_cpu_s=z(len(PHASES), dtype=torch.float64),
             physics_replays=z(1, dtype=torch.int64),
@@ -99,6 +103,7 @@ class Hello:
     obs_dim: int
     act_dim: int
     num_envs: int
+    reward_names: list[str]
     buffers: SharedBuffers
     physics_graph_enabled: bool
     physics_graph_disable_reason: str | None

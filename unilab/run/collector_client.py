@@ -54,6 +54,8 @@ class CollectorStats:
     physics_replays: int = 0
     collector_graph: dict[str, Any] | None = None  # the update-state graph's evidence, when it runs
     physics_warnings: dict[str, int] = field(default_factory=dict)  # peak count per kind seen
+    terminated: float = 0.0  # completed episodes that terminated (not truncated)
+    reward_term_sums: dict[str, float] = field(default_factory=dict)  # per term, over completed episodes
 
 
 def collector_for(plan: Plan, rank: int, resume_state: dict[str, Any] | None) -> CollectorClient:
@@ -148,6 +150,7 @@ class CollectorClient:
     def read_stats(self) -> CollectorStats:
         b = self.buffers
         s = b.stats.tolist()
+        terms = b.episode_terms.tolist()
         return CollectorStats(
             syncs=int(s[ch.STAT_SYNCS]),
             env_steps=int(s[ch.STAT_ENV_STEPS]),
@@ -161,6 +164,8 @@ class CollectorClient:
             physics_replays=int(b.physics_replays[0]),
             collector_graph=ch.read_evidence(b.collector_graph),
             physics_warnings=ch.read_evidence(b.physics_warnings) or {},
+            terminated=terms[0],
+            reward_term_sums=dict(zip(self.hello.reward_names, terms[1:], strict=True)) if self.hello else {},
         )
 
     def close(self) -> None:

@@ -77,7 +77,8 @@ def collector_main(
             seed=cfg.seed,
             update_graph="cuda_graph" if cfg.update_graph else None,
         )
-        bufs = SharedBuffers.allocate(collector.num_envs, collector.obs_dim, collector.action_dim)
+        reward_names = list(collector.task.reward_names)
+        bufs = SharedBuffers.allocate(collector.num_envs, collector.obs_dim, collector.action_dim, len(reward_names))
         diag = getattr(collector.backend, "diagnostics", dict)()
         hello_q.put(
             Hello(
@@ -87,6 +88,7 @@ def collector_main(
                 obs_dim=collector.obs_dim,
                 act_dim=collector.action_dim,
                 num_envs=collector.num_envs,
+                reward_names=reward_names,
                 buffers=bufs,
                 physics_graph_enabled=bool(diag.get("graph_enabled", False)),
                 physics_graph_disable_reason=diag.get("graph_disable_reason"),
@@ -97,6 +99,7 @@ def collector_main(
         t = 0
         warned: dict[str, int] = {}
         stats = bufs.stats
+        episode_terms = bufs.episode_terms.numpy()  # a view: += writes the shared tensor
         # numpy views of the shared tensors: a slice assignment of a list costs a few microseconds.
         phase_s, phase_cpu_s, timer = bufs.phase_s.numpy(), bufs.phase_cpu_s.numpy(), collector.timer
         while True:
@@ -118,7 +121,7 @@ def collector_main(
             # Episodes completed this step: read and clear the collector's sums, so the float64
             # totals here stay exact however long the run.
             done = collector.completed_totals
-            count, ret_sum, len_sum = done[:3].tolist()
+            count, ret_sum, len_sum, *term_sums = done.tolist()
             stats[STAT_SYNCS] += 1
             stats[STAT_ENV_STEPS] += collector.num_envs
             if count:
@@ -126,6 +129,7 @@ def collector_main(
                 stats[STAT_EPISODES] += count
                 stats[STAT_RETURN_SUM] += ret_sum
                 stats[STAT_LENGTH_SUM] += len_sum
+                episode_terms += term_sums  # terminated count, then the reward terms' sums
             stats[STAT_NONFINITE] = collector.nonfinite_worlds_total
             # Phase totals every sync (a few us), so a reader at any sync sees exact figures.
             phase_s[:] = timer.wall_seconds()

@@ -51,6 +51,10 @@ class Progress:
     collector_wait_s: float = 0.0
     last_return: float | None = None
     last_length: float | None = None
+    # Over the episodes completed between the last two folds: the share that terminated (not
+    # truncated) and each reward term's mean per episode (the terms of last_return).
+    last_terminated_fraction: float | None = None
+    last_reward_terms: dict[str, float] = field(default_factory=dict)
     phase_s: dict[str, float] = field(default_factory=dict)
     phase_cpu_s: dict[str, float] = field(default_factory=dict)
     physics_replays: int = 0
@@ -60,6 +64,7 @@ class Progress:
     episodes_base: int = 0  # episodes before this session (a resumed run's)
     # The collector's cumulative (episodes, return sum, length sum) at the previous fold.
     _seen: tuple[int, float, float] = (0, 0.0, 0.0)
+    _seen_terms: tuple[float, dict[str, float]] = (0.0, {})
 
     def counters_state(self) -> dict[str, int]:
         return {"env_steps": self.env_steps, "syncs": self.syncs, "updates": self.updates, "episodes": self.episodes}
@@ -76,7 +81,11 @@ class Progress:
         if new > 0:
             self.last_return = (s.return_sum - self._seen[1]) / new
             self.last_length = (s.length_sum - self._seen[2]) / new
+            terminated, sums = self._seen_terms
+            self.last_terminated_fraction = (s.terminated - terminated) / new
+            self.last_reward_terms = {k: (v - sums.get(k, 0.0)) / new for k, v in s.reward_term_sums.items()}
         self._seen = (s.episodes, s.return_sum, s.length_sum)
+        self._seen_terms = (s.terminated, s.reward_term_sums)
         self.episodes = self.episodes_base + s.episodes
         self.nonfinite_resets = s.nonfinite
         self.collector_wait_s = s.wait_s

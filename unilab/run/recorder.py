@@ -242,6 +242,8 @@ class RunRecorder:
             "episodes": prog.episodes * self.world,
             "episode_return": prog.last_return,
             "episode_length": prog.last_length,
+            "terminated_fraction": prog.last_terminated_fraction,
+            "episode_reward": {k: round(v, 6) for k, v in prog.last_reward_terms.items()},
             **{k: round(v, 6) for k, v in metrics.items()},
         }
         self.events.info("iteration", **record)
@@ -252,6 +254,9 @@ class RunRecorder:
             if prog.last_return is not None:
                 self.tb.add_scalar("episode/return", prog.last_return, step)
                 self.tb.add_scalar("episode/length", prog.last_length or 0.0, step)
+                self.tb.add_scalar("episode/terminated_fraction", prog.last_terminated_fraction or 0.0, step)
+                for name, v in prog.last_reward_terms.items():  # the return's terms, as mjlab logs them
+                    self.tb.add_scalar(f"episode_reward/{name}", v, step)
             for k, v in metrics.items():
                 if k not in ("elapsed_s", "env_steps_run"):
                     self.tb.add_scalar(f"learner/{k}", v, step)
