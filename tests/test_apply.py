@@ -208,6 +208,23 @@ def test_apply_leaves_a_complete_run_directory_and_resumes(tmp_path: Path) -> No
     got = sess.run(None, {"obs": obs})[0]
     want = policy(torch.from_numpy(obs)).detach().numpy()
     assert got.shape == (8, 29) and np.abs(got - want).max() < 1e-5
+    # It carries what turns an action into joint targets, as the task the run trained did.
+    from unilab.collect.build import build_collector
+    from unilab.plan.render import load_plan
+
+    meta = sess.get_modelmeta().custom_metadata_map
+    plan = load_plan(run_dir / "plan.toml")
+    assert meta["unilab.plan_id"] == plan.plan_id and float(meta["unilab.control_dt"]) == plan.task.control_dt
+    from unilab.spec.load import load_spec
+
+    spec_task = load_spec(spec).spec
+    with build_collector(spec_task.task, spec_task.sim, spec_dir=tmp_path, num_envs=1, workers=1) as c:
+        task = c.task
+        assert json.loads(meta["unilab.joint_names"]) == list(task.layout.joint_names)
+        np.testing.assert_allclose(json.loads(meta["unilab.action_scale"]), task.action_scale.numpy(), rtol=1e-5)
+        np.testing.assert_allclose(
+            json.loads(meta["unilab.default_joint_pos"]), task.default_joint_pos.numpy(), atol=1e-6
+        )
 
     # Resume: more steps of the same plan are a different plan, so resume with the saved plan's budget.
     r = apply(tmp_path, str(spec), *SMALL, "--resume", str(run_dir))

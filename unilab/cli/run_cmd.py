@@ -152,7 +152,9 @@ def add_parsers(sub: argparse._SubParsersAction, spec_opts) -> None:
         "export",
         help="export a run's policy for deployment",
         description="Write the actor of RUN_DIR's last checkpoint, with its observation normalizer, "
-        "as an ONNX model: input `obs` [batch, obs_dim], output `action` [batch, act_dim] in [-1, 1].",
+        "as an ONNX model: input `obs` [batch, obs_dim], output `action` [batch, act_dim] in [-1, 1]; "
+        "its metadata holds the control period and, for the G1, the joint names, standing pose and "
+        "action scale (joint targets = default_joint_pos + action_scale * action).",
     )
     sp.add_argument("run_dir", type=Path, metavar="RUN_DIR")
     sp.add_argument("--format", choices=("onnx",), default="onnx")

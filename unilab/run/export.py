@@ -147,9 +147,41 @@ def check_export_out(run_dir: Path, out: Path) -> None:
             )
 
 
-def _fixed_feature_dims(model_bytes: bytes, obs_dim: int, act_dim: int) -> bytes:
+def deployment_metadata(plan: Plan) -> dict[str, str]:
+    """What a deployment needs beside the network, as the ONNX file's metadata (strings; lists as
+    JSON): the plan, the control period, and for the G1 the joints in action order with the
+    standing pose and action scale, so that joint targets = default_joint_pos + action_scale * action."""
+    import json
+
+    task = plan.task
+    meta = {"unilab.plan_id": plan.plan_id, "unilab.task": task.name, "unilab.control_dt": repr(task.control_dt)}
+    if task.name == "cartpole":
+        return meta
+    from unilab.digests import file_sha256
+    from unilab.plan.inputs import resolve_input_path
+    from unilab.robot.model import RobotLayout, load_model
+    from unilab.tasks.base import joint_action_scale
+
+    mjcf = None if task.robot.source == "builtin" else resolve_input_path(task.robot.source, Path.cwd())
+    if mjcf is not None:  # the plan's path is relative to where it was planned; the file may have changed
+        try:
+            same = file_sha256(mjcf) == task.robot.sha256
+        except OSError:
+            same = False
+        if not same:
+            meta["unilab.joints"] = f"not embedded: the run's robot MJCF {task.robot.source} is not here as it ran"
+            return meta
+    layout = RobotLayout.from_model(load_model(mjcf, plan.sim.timestep))
+    meta["unilab.joint_names"] = json.dumps(list(layout.joint_names))
+    meta["unilab.default_joint_pos"] = json.dumps([round(float(v), 6) for v in layout.default_joint_pos])
+    meta["unilab.action_scale"] = json.dumps([round(float(v), 6) for v in joint_action_scale(layout)])
+    return meta
+
+
+def _finish_model(model_bytes: bytes, obs_dim: int, act_dim: int, metadata: dict[str, str]) -> bytes:
     """The tracer leaves the action's feature dimension symbolic after a tanh; a deployment reads
-    the shapes from the file, so both are stated: obs [batch, obs_dim], action [batch, act_dim]."""
+    the shapes from the file, so both are stated: obs [batch, obs_dim], action [batch, act_dim].
+    The deployment constants go in as metadata."""
     import onnx
 
     model = onnx.load_from_string(model_bytes)
@@ -157,6 +189,7 @@ def _fixed_feature_dims(model_bytes: bytes, obs_dim: int, act_dim: int) -> bytes
         dims = value.type.tensor_type.shape.dim
         dims[0].dim_param = "batch"
         dims[1].dim_value = size  # replaces a symbolic name (a oneof in the proto)
+    onnx.helper.set_model_props(model, metadata)
     onnx.checker.check_model(model)
     return model.SerializeToString()
 
@@ -190,7 +223,7 @@ def export_onnx(run_dir: Path, out: Path | None) -> Path:
         ) from None
     with torch.no_grad():
         act_dim = int(policy(example).shape[-1])
-    data = _fixed_feature_dims(buf.getvalue(), obs_dim, act_dim)
+    data = _finish_model(buf.getvalue(), obs_dim, act_dim, deployment_metadata(plan))
     write_atomic(
         out,
         lambda f: f.write(data),

@@ -46,13 +46,26 @@ def _contiguous(adr: tuple[int, ...]) -> slice | None:
     return None
 
 
+# Joint-space action offsets: ctrl = default_pose + action_scale * action (mjlab's G1 rule:
+# 0.25 * effort_limit / kp per joint).
+ACTION_SCALE_FACTOR = 0.25
+
+
+def joint_action_scale(layout: RobotLayout) -> torch.Tensor:
+    """[29] float32 on the CPU, in the layout's joint order: an action of 1 asks for a quarter of
+    the joint's effort limit (the G1's published limit where the model leaves it unlimited)."""
+    effort = [
+        e if math.isfinite(e) else g1.EFFORT_LIMIT[j]
+        for e, j in zip(layout.effort_limit.tolist(), layout.joint_names, strict=True)
+    ]
+    kp = torch.tensor(layout.kp, dtype=torch.float32).clamp(min=1e-6)
+    return ACTION_SCALE_FACTOR * torch.tensor(effort, dtype=torch.float32) / kp
+
+
 class Task(ABC):
     """Common machinery of the G1 tasks; subclasses build the terms."""
 
     name: str = "task"
-    # Joint-space action offsets: ctrl = default_pose + action_scale * action (mjlab's G1 rule:
-    # 0.25 * effort_limit / kp per joint).
-    ACTION_SCALE_FACTOR = 0.25
 
     def __init__(
         self,
@@ -104,13 +117,7 @@ class Task(ABC):
         self.default_joint_pos = self.default_qpos[self._qpos_idx].clone()
         self.joint_lower = torch.tensor(layout.joint_range[:, 0], device=dev, dtype=f32)
         self.joint_upper = torch.tensor(layout.joint_range[:, 1], device=dev, dtype=f32)
-        # mjlab's G1 rule: an action of 1 asks for a quarter of the joint's effort limit.
-        effort = [
-            e if math.isfinite(e) else g1.EFFORT_LIMIT[j]
-            for e, j in zip(layout.effort_limit.tolist(), layout.joint_names, strict=True)
-        ]
-        kp = torch.tensor(layout.kp, dtype=f32).clamp(min=1e-6)
-        self.action_scale = (self.ACTION_SCALE_FACTOR * torch.tensor(effort, dtype=f32) / kp).to(dev)
+        self.action_scale = joint_action_scale(layout).to(dev)
 
         self._consts: dict[tuple[float, torch.dtype], torch.Tensor] = {}
         # Persistent buffers.
