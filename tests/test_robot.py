@@ -373,7 +373,7 @@ def test_inspect_refuses_torque_motors(tmp_path: Path) -> None:
         act.tag = "motor"
         for attr in ("kp", "kv", "class", "ctrlrange"):
             act.attrib.pop(attr, None)
-    with pytest.raises(RobotModelError, match="actuators cover only part") as err:
+    with pytest.raises(RobotModelError, match="none of its 29 actuators is a joint position actuator") as err:
         inspect_mjcf(_write(tree, tmp_path / "g1_motors.xml"))
     assert "not joint position actuators" in err.value.detail
 

@@ -152,8 +152,10 @@ def check_args(args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"output .npz (default: ./{DEFAULT_OUT})")
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
+    p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output .npz, relative to the working directory")
     p.add_argument("--force", action="store_true", help="replace --out if it exists")
     p.add_argument("--duration", type=float, default=4.0, help="clip length, s")
     p.add_argument("--fps", type=float, default=50.0, help="frames per second")

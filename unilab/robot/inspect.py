@@ -124,6 +124,7 @@ def _load_include(
         )
     # MuJoCo looks next to the including file, then next to the main file.
     candidates = [Path(name)] if Path(name).is_absolute() else [includer_dir / name, main_dir / name]
+    candidates = list(dict.fromkeys(candidates))  # the includer is often the main file: one place, named once
     found = next((c for c in candidates if c.is_file()), None)
     if found is None:
         raise RobotModelError(
@@ -314,8 +315,13 @@ def _check_actuators(path: Path, root: ET.Element, defaults: _DefaultTable) -> L
             parts.append(f"actuators that are not joint position actuators: {', '.join(not_position)}")
         if repeated:
             parts.append(f"joints with more than one actuator: {', '.join(repeated)}")
+        summary = (  # e.g. 29 <motor>s: they cover every joint, but not as position actuators
+            f"robot MJCF {path.name}: none of its {len(elems)} actuators is a joint position actuator"
+            if not per_joint
+            else f"robot MJCF {path.name}: actuators cover only part of the G1 ({len(elems)} actuators)"
+        )
         raise RobotModelError(
-            f"robot MJCF {path.name}: actuators cover only part of the G1 ({len(elems)} actuators)",
+            summary,
             detail="; ".join(parts) + ". A file either has one position actuator per joint for all 29 joints "
             "(unilab keeps them) or none (unilab adds its PD position actuators).",
             fix="remove the whole <actuator> section to use unilab's PD gains, or give each of the 29 joints "
