@@ -114,7 +114,8 @@ def _cmd_schema(args: argparse.Namespace) -> int:
         if not args.out.is_dir():
             raise UnilabError(
                 f"schema directory {args.out} does not exist",
-                fix=f"pass the directory of the committed schemas, or create it with `unilab schema --out {args.out}`",
+                fix="pass the directory of the committed schemas with --out (unilab schema --check --out "
+                f"CHECKOUT/schemas), or create it with `unilab schema --out {args.out}`",
             )
         from unilab.cli.common import reading
 
@@ -123,7 +124,8 @@ def _cmd_schema(args: argparse.Namespace) -> int:
         if stale:
             raise UnilabError(
                 f"schemas under {args.out}/ differ from the code: {', '.join(stale)}",
-                fix=f"regenerate them with `unilab schema --out {args.out}` and commit the result",
+                fix=f"regenerate them with `unilab schema --out {args.out}` and commit the result (run in "
+                "the checkout, or point --out at its schemas/)",
             )
         print(f"schemas under {args.out}/ match the code")
         return EXIT_OK
