@@ -39,17 +39,12 @@ def main(argv: list[str] | None = None) -> int:
             )
         from unilab.plan.render import load_plan
         from unilab.run.apply import lock_run_dir, new_run_dir, resolve_resume
-        from unilab.run.launch import rank_entry
+        from unilab.run.launch import check_world_size, rank_entry
         from unilab.run.rank_dir import check_run_dir_free
 
         plan = load_plan(args.plan)
         rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-        if world != plan.topology.world_size:  # before rank 0 creates anything
-            raise UnilabError(
-                f"the plan has {plan.topology.world_size} rank{'s' if plan.topology.world_size != 1 else ''}, "
-                f"the launcher started {world}",
-                fix=f"launch with --nnodes N --nproc-per-node M where N*M = {plan.topology.world_size}",
-            )
+        check_world_size(plan, world)  # before rank 0 creates anything
         check_node(plan, rank)
         run_dir, ckpt = args.run_dir, None
         rank0 = rank == 0

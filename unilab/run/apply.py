@@ -72,7 +72,7 @@ def resolve_resume(plan: Plan, run_dir: Path) -> Path:
     return ckpts[-1]
 
 
-def _drop_if_nothing_ran(run_dir: Path, resume_dir: Path | None, made_parents: list[Path] | None = None) -> bool:
+def drop_if_nothing_ran(run_dir: Path, resume_dir: Path | None, made_parents: list[Path] | None = None) -> bool:
     """A new run directory without a manifest holds nothing that ran: remove it, leaving no
     half-made run directory, and the parents this run made (run.output_dir) if they are empty.
     True when it was removed."""
@@ -149,7 +149,7 @@ def run_apply(req: ApplyRequest) -> int:
         except BaseException:
             if lock is not None:
                 os.close(lock)
-            _drop_if_nothing_ran(run_dir, None, made)  # e.g. a full disk: no empty run directory left
+            drop_if_nothing_ran(run_dir, None, made)  # e.g. a full disk: no empty run directory left
             raise
     try:
         if plan.topology.world_size == 1:
@@ -166,14 +166,14 @@ def run_apply(req: ApplyRequest) -> int:
             from unilab.run.launch import launch_ranks
 
             code = launch_ranks(plan, run_dir, checkpoint, req.progress)
-        if _drop_if_nothing_ran(run_dir, req.resume_dir, made):  # stopped before the collector started
+        if drop_if_nothing_ran(run_dir, req.resume_dir, made):  # stopped before the collector started
             print("stopped before the run started; no run directory was kept", file=sys.stderr)
         elif code == EXIT_INTERRUPTED and _has_checkpoint(run_dir):
             print(f"resume with: {resume_command(run_dir)}")
         return code
     except BaseException as exc:
         # No import here: a Ctrl-C can land while torch is half imported.
-        if _drop_if_nothing_ran(run_dir, req.resume_dir, made):
+        if drop_if_nothing_ran(run_dir, req.resume_dir, made):
             if isinstance(exc, UnilabError) and exc.fix == RUN_FAILED_FIX:  # there is no run to read or resume
                 exc.fix = "nothing ran and no run directory was kept: correct the problem above and apply again"
         elif (run_dir / "manifest.json").exists():

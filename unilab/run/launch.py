@@ -39,6 +39,16 @@ def prepare_rank_env(plan: Plan, rank: int) -> None:
         os.environ.setdefault(var.name, var.value)
 
 
+def check_world_size(plan: Plan, world: int) -> None:
+    """The launcher started as many rank processes as the plan has ranks."""
+    n = plan.topology.world_size
+    if world != n:
+        raise UnilabError(
+            f"the plan has {n} rank{'s' if n != 1 else ''}, the launcher started {world}",
+            fix=f"launch with --nnodes N --nproc-per-node M where N*M = {n}",
+        )
+
+
 @record
 def rank_entry(
     plan_path: str, run_dir: str | None, resume_checkpoint: str | None, progress: bool, make_dir: bool = False
@@ -62,12 +72,7 @@ def rank_entry(
     rank = int(os.environ["RANK"])
     world = int(os.environ["WORLD_SIZE"])
     plan = load_plan(Path(plan_path))
-    if world != plan.topology.world_size:
-        raise UnilabError(
-            f"the plan has {plan.topology.world_size} rank{'s' if plan.topology.world_size != 1 else ''}, "
-            f"the launcher started {world}",
-            fix=f"launch with --nnodes N --nproc-per-node M where N*M = {plan.topology.world_size}",
-        )
+    check_world_size(plan, world)
     prepare_rank_env(plan, rank)
     if plan.ranks[rank].device == "cuda":
         torch.cuda.set_device(0)  # the only visible GPU: this rank's, by UUID

@@ -4,12 +4,11 @@ half-made directory behind), and dropped again if the run never started."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 from unilab.errors import UnilabError
 from unilab.plan.models import Plan
-from unilab.run.apply import lock_run_dir
+from unilab.run.apply import drop_if_nothing_ran, lock_run_dir
 
 _RUN_FILES = ("plan.toml", "manifest.json", "checkpoints")
 
@@ -44,15 +43,7 @@ def make_run_dir(plan: Plan, run_dir: Path) -> list[Path]:
 def drop_unstarted_run_dir(run_dir: Path, made: list[Path]) -> None:
     """A run that never started (no manifest) leaves nothing behind: the plan it wrote, and the
     directories it made if they are empty."""
-    if (run_dir / "manifest.json").exists():
-        return
     if made and made[0] == run_dir:
-        shutil.rmtree(run_dir, ignore_errors=True)
-        made = made[1:]
-    else:
+        drop_if_nothing_ran(run_dir, None, made[1:])
+    elif not (run_dir / "manifest.json").exists():  # a --run-dir that existed: only the plan is ours
         (run_dir / "plan.toml").unlink(missing_ok=True)
-    for parent in made:  # deepest first; stop at the first that holds something
-        try:
-            parent.rmdir()
-        except OSError:
-            break

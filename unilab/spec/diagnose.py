@@ -396,5 +396,10 @@ def format_validation_error(
         else:
             fix = _fix(rule, where, msg, data, source, overridden or set())
         diags.append(Diagnostic(rule, where, msg + shown, fix))
+    return spec_error(source, diags)
+
+
+def spec_error(source: str, diags: list[Diagnostic]) -> SpecError:
+    """One error for every broken key of a spec."""
     n = len(diags)
     return SpecError(f"{source}: {n} invalid value{'s' if n != 1 else ''}", diagnostics=diags)

@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from unilab.errors import Diagnostic, SpecError
-from unilab.spec.diagnose import format_validation_error
+from unilab.spec.diagnose import format_validation_error, spec_error
 from unilab.spec.models import Spec
 
 # Keys that only mean something to off-policy learners; a PPO spec that sets them is refused
@@ -144,8 +144,7 @@ def validate_spec_data(data: dict[str, Any], source: str, overridden: set[str] |
     except ValidationError as exc:
         diags += format_validation_error(exc, source, checked, overridden).diagnostics
     if diags:
-        n = len(diags)
-        raise SpecError(f"{source}: {n} invalid value{'s' if n != 1 else ''}", diagnostics=diags)
+        raise spec_error(source, diags)
     return spec
 
 
