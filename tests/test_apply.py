@@ -447,5 +447,12 @@ def test_a_run_directory_in_use_is_not_resumed_twice(tmp_path: Path) -> None:
     _out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
     assert json.loads((run_dir / "manifest.json").read_text())["status"] == "interrupted"
-    assert set(before) <= {p.name for p in (run_dir / "checkpoints").iterdir()}
+    # The refused resume wrote nothing: one session in the events, and every checkpoint the manifest
+    # lists has the bytes the running apply saved (its own pruning may have removed `before`'s).
+    kinds = [json.loads(line)["event"] for line in (run_dir / "events.jsonl").read_text().splitlines()]
+    assert kinds.count("run_started") == 1, kinds
+    from unilab.run.manifest_io import validate_manifest_file
+
+    _m, report = validate_manifest_file(run_dir)
+    assert report.checkpoints_verified >= 1 and before
     assert marked_pids(mark) == []
