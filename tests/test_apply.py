@@ -225,6 +225,10 @@ def test_apply_leaves_a_complete_run_directory_and_resumes(tmp_path: Path) -> No
         np.testing.assert_allclose(
             json.loads(meta["unilab.default_joint_pos"]), task.default_joint_pos.numpy(), atol=1e-6
         )
+        # And what each column of its input holds, term by term, as the task lays it out.
+        layout = {name: [sl.start, sl.stop] for name, sl in task.observation_layout().items()}
+        assert json.loads(meta["unilab.observation_layout"]) == layout
+        assert max(stop for _, stop in layout.values()) == obs_dim
 
     # Resume: more steps of the same plan are a different plan, so resume with the saved plan's budget.
     r = apply(tmp_path, str(spec), *SMALL, "--resume", str(run_dir))

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import signal
 import subprocess
@@ -16,7 +17,9 @@ import torch
 
 from tests.conftest import ROOT
 from tests.test_apply import _env, _wait_for_checkpoint, apply, marked_pids, only_run_dir, spec_copy
+from unilab.spec.load import load_spec
 from unilab.spec.models import PpoSpec
+from unilab.tasks.declarations import declared_terms
 
 NUM_ENVS, STEPS_PER_ENV = 16, 8
 PER_ITERATION = NUM_ENVS * STEPS_PER_ENV  # env steps of one PPO iteration on one rank
@@ -130,6 +133,11 @@ def test_ppo_single_rank_completes_with_a_valid_manifest(tmp_path: Path) -> None
     (got,) = sess.run(["action"], {"obs": obs.numpy()})
     np.testing.assert_allclose(got, want, atol=1e-5)
     assert np.abs(got).max() <= 1.0
+    # The file says what each input column holds: the task's observation terms, in order, end to end.
+    layout = json.loads(sess.get_modelmeta().custom_metadata_map["unilab.observation_layout"])
+    declared = [t.name for t in declared_terms(load_spec(spec).spec.task) if t.kind == "observation"]
+    assert list(layout) == declared and layout[declared[0]][0] == 0 and layout[declared[-1]][1] == obs_dim
+    assert all(layout[a][1] == layout[b][0] for a, b in itertools.pairwise(declared))
 
 
 @pytest.mark.slow

@@ -104,6 +104,14 @@ class Hello:
     act_dim: int
     num_envs: int
     reward_names: list[str]
+    # (name, columns) of each observation term, in observation order: recorded in checkpoints so
+    # that an exported policy can say what its input vector holds.
+    obs_terms: list[tuple[str, int]]
     buffers: SharedBuffers
     physics_graph_enabled: bool
     physics_graph_disable_reason: str | None
+
+
+def obs_terms_state(hello: Hello | None) -> list[list[str | int]]:
+    """The observation layout as checkpoint state: plain lists, loadable with weights_only=True."""
+    return [[name, dim] for name, dim in hello.obs_terms] if hello is not None else []

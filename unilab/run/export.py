@@ -98,11 +98,15 @@ def _read_plan(run_dir: Path) -> Plan:
 def load_policy(run_dir: Path, plan: Plan | None = None) -> tuple[nn.Module, int]:
     """The deployable policy of the newest checkpoint in `run_dir`, and its observation size
     (``plan``: the run's plan when the caller already read it)."""
-    from unilab.learn.normalizer import ObsNormalizer
-    from unilab.run.checkpoint import check_recorded_digest, list_checkpoints, load_checkpoint
-    from unilab.run.learners import make_offpolicy_learner
-
     plan = plan or _read_plan(run_dir)
+    return policy_from_state(plan, newest_state(run_dir, plan))
+
+
+def newest_state(run_dir: Path, plan: Plan) -> dict[str, Any]:
+    """The learner state of the newest checkpoint in `run_dir`, checked against the run's plan and
+    the digest the run recorded for it."""
+    from unilab.run.checkpoint import check_recorded_digest, list_checkpoints, load_checkpoint
+
     try:
         os.listdir(run_dir / "checkpoints")  # glob() hides a permission error as "no checkpoint"
     except FileNotFoundError:
@@ -114,6 +118,14 @@ def load_policy(run_dir: Path, plan: Plan | None = None) -> tuple[nn.Module, int
         raise UnilabError(f"{run_dir}/checkpoints holds no checkpoint", fix="export a run that wrote a checkpoint")
     state = load_checkpoint(ckpts[-1], plan_id=plan.plan_id)["state"]  # a corrupt file is named as such first
     check_recorded_digest(run_dir, ckpts[-1])
+    return state
+
+
+def policy_from_state(plan: Plan, state: dict[str, Any]) -> tuple[nn.Module, int]:
+    """The deployable policy held in a checkpoint's learner state, and its observation size."""
+    from unilab.learn.normalizer import ObsNormalizer
+    from unilab.run.learners import make_offpolicy_learner
+
     if plan.algo.name == "ppo":
         return _ppo_policy(plan, state)
     learner_state = state["learner"]
@@ -129,6 +141,22 @@ def load_policy(run_dir: Path, plan: Plan | None = None) -> tuple[nn.Module, int
         mean, inv_std = torch.zeros(obs_dim), torch.ones(obs_dim)
     actor = learner.actor.eval()
     return DeployPolicy(actor, mean, inv_std, norm.clip, flash=plan.algo.name == "flashsac").eval(), obs_dim
+
+
+def observation_metadata(state: dict[str, Any], obs_dim: int) -> dict[str, str]:
+    """The observation layout the run's collector reported (term name -> [first, end) columns,
+    in order), as ONNX metadata. Checkpoints written before the layout was recorded lack it."""
+    import json
+
+    terms = state.get("obs_terms") or []
+    layout: dict[str, list[int]] = {}
+    start = 0
+    for name, dim in terms:
+        layout[str(name)] = [start, start + int(dim)]
+        start += int(dim)
+    if not terms or start != obs_dim:
+        return {"unilab.observation_layout": "not recorded: the checkpoint predates observation layouts"}
+    return {"unilab.observation_layout": json.dumps(layout)}
 
 
 def check_export_out(run_dir: Path, out: Path) -> None:
@@ -203,7 +231,8 @@ def export_onnx(run_dir: Path, out: Path | None) -> Path:
         raise UnilabError(
             f"cannot use --out {exc.filename or out}: {exc.strerror or exc}", fix="check the path and its permissions"
         ) from None
-    policy, obs_dim = load_policy(run_dir, plan)
+    state = newest_state(run_dir, plan)
+    policy, obs_dim = policy_from_state(plan, state)
     example = torch.zeros(1, obs_dim)
     buf = io.BytesIO()
     try:
@@ -223,7 +252,8 @@ def export_onnx(run_dir: Path, out: Path | None) -> Path:
         ) from None
     with torch.no_grad():
         act_dim = int(policy(example).shape[-1])
-    data = _finish_model(buf.getvalue(), obs_dim, act_dim, deployment_metadata(plan))
+    meta = deployment_metadata(plan) | observation_metadata(state, obs_dim)
+    data = _finish_model(buf.getvalue(), obs_dim, act_dim, meta)
     write_atomic(
         out,
         lambda f: f.write(data),

@@ -312,4 +312,5 @@ class OffPolicyRank:
             "counters": prog.counters_state(),
             "obs_dim": int(normalizer.dim),
             "act_dim": int(learner.act_dim),
+            "obs_terms": ch.obs_terms_state(self.collector.hello),
         }

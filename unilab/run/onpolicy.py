@@ -27,6 +27,7 @@ import torch
 from unilab.dist import param_digest
 from unilab.errors import UnilabError
 from unilab.plan.models import Plan
+from unilab.run import channel as ch
 from unilab.run.collector_client import collector_for
 from unilab.run.offpolicy import Progress, RankHooks
 from unilab.run.ppo_runner import RankSyncedMLPModel, UnilabOnPolicyRunner, train_cfg
@@ -215,4 +216,5 @@ class OnPolicyRank:
             "counters": prog.counters_state(),
             "obs_dim": int(env.num_obs) if env is not None else 0,
             "act_dim": int(env.num_actions) if env is not None else 0,
+            "obs_terms": ch.obs_terms_state(self.collector.hello),
         }
