@@ -16,6 +16,7 @@ learner's obs[t] (the transition's first element) is never overwritten before it
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,9 +24,12 @@ import torch
 
 from unilab.collect.timing import PHASES
 
-# Per-sync counters the collector publishes (float64 slots of `stats`).
+# Per-sync counters the collector publishes (float64 slots of `stats`). STAT_SEQ is odd while the
+# collector updates the counters and `episode_terms` (a sequence lock: see `read_counters`).
 STAT_SYNCS, STAT_ENV_STEPS, STAT_EPISODES, STAT_RETURN_SUM, STAT_LENGTH_SUM, STAT_NONFINITE, STAT_WAIT_S = range(7)
-NUM_STATS = 7
+STAT_SEQ = 7
+NUM_STATS = 8
+SEQ_READ_TRIES = 2000  # 0.1 ms apart: a counter update takes microseconds
 GRAPH_EVIDENCE_BYTES = 64 * 1024
 WARNINGS_BYTES = 4 * 1024
 
@@ -115,3 +119,38 @@ class Hello:
 def obs_terms_state(hello: Hello | None) -> list[list[str | int]]:
     """The observation layout as checkpoint state: plain lists, loadable with weights_only=True."""
     return [[name, dim] for name, dim in hello.obs_terms] if hello is not None else []
+
+
+def publish_sync(
+    stats: torch.Tensor, episode_terms: Any, num_envs: int, completed: list[float], nonfinite_total: int
+) -> bool:
+    """Add one sync to the shared counters: ``completed`` is the collector's [episodes, return sum,
+    length sum, terminated, reward term sums...] since the last sync. Under the sequence lock, so a
+    reader never pairs counters of two syncs. True when episodes completed (the caller clears them)."""
+    count, ret_sum, len_sum, *term_sums = completed
+    stats[STAT_SEQ] += 1  # odd: being updated
+    stats[STAT_SYNCS] += 1
+    stats[STAT_ENV_STEPS] += num_envs
+    if count:
+        stats[STAT_EPISODES] += count
+        stats[STAT_RETURN_SUM] += ret_sum
+        stats[STAT_LENGTH_SUM] += len_sum
+        episode_terms += term_sums  # terminated count, then the reward terms' sums
+    stats[STAT_NONFINITE] = nonfinite_total
+    stats[STAT_SEQ] += 1
+    return bool(count)
+
+
+def read_counters(bufs: SharedBuffers) -> tuple[list[float], list[float]]:
+    """`stats` and `episode_terms` as of one sync. A reader may come while the collector is between
+    two updates (a stop that interrupted the wait for its step): it retries until the sequence
+    number is even and unchanged over the copy, so an episode count is never paired with the reward
+    sums of another sync. A collector that died mid-update leaves the last copy."""
+    seq = bufs.stats[STAT_SEQ : STAT_SEQ + 1]
+    for _ in range(SEQ_READ_TRIES):
+        before = seq.item()
+        stats, terms = bufs.stats.tolist(), bufs.episode_terms.tolist()
+        if before % 2 == 0 and stats[STAT_SEQ] == before and seq.item() == before:
+            break
+        time.sleep(1e-4)
+    return stats, terms

@@ -149,8 +149,7 @@ class CollectorClient:
 
     def read_stats(self) -> CollectorStats:
         b = self.buffers
-        s = b.stats.tolist()
-        terms = b.episode_terms.tolist()
+        s, terms = ch.read_counters(b)
         return CollectorStats(
             syncs=int(s[ch.STAT_SYNCS]),
             env_steps=int(s[ch.STAT_ENV_STEPS]),

@@ -49,15 +49,10 @@ def collector_main(
 
         from unilab.collect.build import build_collector
         from unilab.run.channel import (
-            STAT_ENV_STEPS,
-            STAT_EPISODES,
-            STAT_LENGTH_SUM,
-            STAT_NONFINITE,
-            STAT_RETURN_SUM,
-            STAT_SYNCS,
             STAT_WAIT_S,
             Hello,
             SharedBuffers,
+            publish_sync,
             write_evidence,
         )
         from unilab.sim.contract import physics_warnings
@@ -122,16 +117,8 @@ def collector_main(
             # Episodes completed this step: read and clear the collector's sums, so the float64
             # totals here stay exact however long the run.
             done = collector.completed_totals
-            count, ret_sum, len_sum, *term_sums = done.tolist()
-            stats[STAT_SYNCS] += 1
-            stats[STAT_ENV_STEPS] += collector.num_envs
-            if count:
+            if publish_sync(stats, episode_terms, collector.num_envs, done.tolist(), collector.nonfinite_worlds_total):
                 done.zero_()
-                stats[STAT_EPISODES] += count
-                stats[STAT_RETURN_SUM] += ret_sum
-                stats[STAT_LENGTH_SUM] += len_sum
-                episode_terms += term_sums  # terminated count, then the reward terms' sums
-            stats[STAT_NONFINITE] = collector.nonfinite_worlds_total
             # Phase totals every sync (a few us), so a reader at any sync sees exact figures.
             phase_s[:] = timer.wall_seconds()
             phase_cpu_s[:] = timer.cpu_seconds()

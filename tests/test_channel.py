@@ -1,0 +1,51 @@
+"""The collector's shared counters read as of one sync, even while the collector is updating them."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import time
+
+import torch
+
+from unilab.run import channel as ch
+
+
+def _writer(bufs: ch.SharedBuffers, syncs: int, started: mp.Event) -> None:
+    # Every sync completes one episode of return 1 and length 1 that terminated, with reward terms
+    # 2 and 3: a consistent read has episodes == return == length == terminated == terms / 2 == terms / 3.
+    terms = bufs.episode_terms.numpy()
+    started.set()
+    for _ in range(syncs):
+        ch.publish_sync(bufs.stats, terms, 4, [1.0, 1.0, 1.0, 1.0, 2.0, 3.0], 0)
+
+
+def test_counters_never_pair_two_syncs() -> None:
+    bufs = ch.SharedBuffers.allocate(4, 3, 1, 2)
+    ctx = mp.get_context("spawn")
+    started = ctx.Event()
+    proc = ctx.Process(target=_writer, args=(bufs, 50_000, started))
+    proc.start()
+    try:
+        started.wait(timeout=60)
+        reads = 0
+        while proc.is_alive() or reads == 0:
+            stats, terms = ch.read_counters(bufs)
+            n = stats[ch.STAT_EPISODES]
+            assert stats[ch.STAT_SEQ] % 2 == 0
+            assert [stats[ch.STAT_SYNCS], stats[ch.STAT_RETURN_SUM], stats[ch.STAT_LENGTH_SUM]] == [n, n, n]
+            assert stats[ch.STAT_ENV_STEPS] == 4 * n and terms == [n, 2 * n, 3 * n], (stats, terms)
+            reads += 1
+    finally:
+        proc.join(timeout=60)
+    assert proc.exitcode == 0 and reads > 10
+    assert ch.read_counters(bufs)[0][ch.STAT_EPISODES] == 50_000
+
+
+def test_a_collector_that_died_mid_update_leaves_the_last_copy() -> None:
+    bufs = ch.SharedBuffers.allocate(4, 3, 1, 0)
+    bufs.stats[ch.STAT_SEQ] = 1  # odd for ever
+    bufs.stats[ch.STAT_EPISODES] = 5
+    t0 = time.perf_counter()
+    stats, _ = ch.read_counters(bufs)
+    assert stats[ch.STAT_EPISODES] == 5 and time.perf_counter() - t0 < 5
+    assert torch.equal(bufs.stats[ch.STAT_SEQ], torch.tensor(1.0, dtype=torch.float64))
