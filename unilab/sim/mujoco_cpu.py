@@ -78,6 +78,7 @@ class _Resources:
 
     workers: list[_Worker] = field(default_factory=list)
     shm: _SharedBlock | None = None
+    shm_unlinked: bool = False
     closed: bool = False
 
 
@@ -100,11 +101,16 @@ def _release(res: _Resources, quit_timeout_s: float = 5.0) -> None:
         w.done_conn.close()
         w.process.close()
     if res.shm is not None:
-        try:
-            res.shm.unlink()
-        except FileNotFoundError:
-            pass
+        _unlink(res)
         res.shm.close()
+
+
+def _unlink(res: _Resources) -> None:
+    if res.shm is None or res.shm_unlinked:
+        return
+    res.shm_unlinked = True
+    with contextlib.suppress(FileNotFoundError):
+        res.shm.unlink()
 
 
 class _SharedBlock(SharedMemory):
@@ -209,6 +215,10 @@ class MujocoCpuBackend:
             self._fd_owner[w.done_fd] = ("done", w)
             self._fd_owner[w.process.sentinel] = ("exit", w)
         self._wait(self._res.workers, timeout_s, "start")
+        # Every process has the block mapped: drop its name now, so that nothing is left in /dev/shm
+        # however the processes end (kill -9 of the whole process group included). The mappings
+        # stay valid until each process unmaps or exits.
+        _unlink(self._res)
 
     def _command(self, cmd: bytes, workers: list[_Worker], what: str) -> None:
         try:
