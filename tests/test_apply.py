@@ -52,8 +52,11 @@ UNILAB = [sys.executable, "-m", "unilab"]
 APPLY = [*UNILAB, "apply"]
 
 
-def apply_in_background(tmp_path: Path, spec: Path, mark: str, total_env_steps: int) -> subprocess.Popen[str]:
-    """A small G1 apply left running, for tests that stop, kill or race it from outside."""
+def apply_in_background(
+    tmp_path: Path, spec: Path, mark: str, total_env_steps: int, new_session: bool = False
+) -> subprocess.Popen[str]:
+    """A small G1 apply left running, for tests that stop, kill or race it from outside
+    (``new_session``: in a process group of its own, for signals to the whole group)."""
     return subprocess.Popen(
         [*APPLY, str(spec), *SMALL, "--quiet", "--set", f"run.total_env_steps={total_env_steps}"],
         cwd=tmp_path,
@@ -61,6 +64,7 @@ def apply_in_background(tmp_path: Path, spec: Path, mark: str, total_env_steps: 
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        start_new_session=new_session,
     )
 
 
@@ -238,14 +242,16 @@ def test_apply_leaves_a_complete_run_directory_and_resumes(tmp_path: Path) -> No
     assert r.returncode == 1 and "was run with plan" in r.stderr and "Traceback" not in r.stderr
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=["ctrl-c", "sigterm", "hangup"])
 def test_resume_continues_counters(tmp_path: Path, sig: signal.Signals) -> None:
-    """Ctrl-C, or SIGTERM as a scheduler or `docker stop` sends it, stops with a final checkpoint."""
+    """Ctrl-C, SIGTERM as a scheduler, `timeout` or `docker stop` sends it, or SIGHUP from a closed
+    SSH session, stops with a final checkpoint. Each goes to the whole process group, as a terminal
+    or `kill -- -PGID` sends it: the collector and its physics workers leave the stop to the learner."""
     spec = spec_copy(tmp_path)
     mark = uuid.uuid4().hex
-    proc = apply_in_background(tmp_path, spec, mark, total_env_steps=4800)
+    proc = apply_in_background(tmp_path, spec, mark, total_env_steps=4800, new_session=True)
     run_dir = _wait_for_checkpoint(tmp_path)
-    proc.send_signal(sig)
+    os.killpg(proc.pid, sig)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
     manifest = json.loads((run_dir / "manifest.json").read_text())
@@ -305,11 +311,42 @@ def _wait_for_checkpoint(tmp_path: Path, timeout: float = 120) -> Path:
     raise AssertionError("no checkpoint appeared")
 
 
+def test_a_closed_output_pipe_does_not_end_the_run(tmp_path: Path) -> None:
+    """`unilab apply ... | head -1`: the reader has gone, the run goes on to its end and its record."""
+    mark = uuid.uuid4().hex
+    proc = subprocess.Popen(
+        [*APPLY, str(ROOT / "specs" / "cartpole.toml"), "--set", "run.total_env_steps=3000"],
+        cwd=tmp_path,
+        env=_env(tmp_path, mark),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    assert proc.stdout is not None
+    assert proc.stdout.readline().startswith(b"sac on cartpole")
+    proc.stdout.close()  # later progress lines and the summary meet a closed pipe
+    assert proc.wait(timeout=300) == 0
+    manifest = json.loads((only_run_dir(tmp_path) / "manifest.json").read_text())
+    assert manifest["status"] == "succeeded" and manifest["counters"]["env_steps"] >= 3000
+    assert marked_pids(mark) == []
+
+
+def _shm_mappings(pid: int) -> list[str]:
+    try:
+        maps = Path(f"/proc/{pid}/maps").read_text().splitlines()
+    except OSError:  # exited meanwhile
+        return []
+    return [line.split(None, 5)[-1] for line in maps if "/dev/shm/" in line]
+
+
 def test_sigkill_of_the_collector_fails_fast_and_cleanly(tmp_path: Path) -> None:
     spec = spec_copy(tmp_path)
     mark = uuid.uuid4().hex
     proc = apply_in_background(tmp_path, spec, mark, total_env_steps=100000)
     run_dir = _wait_for_checkpoint(tmp_path)
+    # Every shared block and channel of the run is unnamed once in use (mapped, not linked in
+    # /dev/shm), so however its processes end, a kill -9 of all of them included, none is left behind.
+    shm = [line for pid in marked_pids(mark) for line in _shm_mappings(pid)]
+    assert shm and all(line.endswith("(deleted)") for line in shm), shm
     collector = json.loads((run_dir / "manifest.json").read_text())["ranks"][0]["collector_pid"]
     os.kill(collector, signal.SIGKILL)
     t0 = time.monotonic()

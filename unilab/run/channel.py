@@ -1,13 +1,15 @@
-"""The collector <-> learner channel of one rank: preallocated shared-memory tensors and two
-semaphores. Nothing is pickled per step.
+"""The collector <-> learner channel of one rank: preallocated shared-memory tensors and two token
+pipes (one byte per post). Nothing is pickled per step. Pipes rather than multiprocessing
+semaphores: a pipe leaves nothing behind however its processes end, where a named semaphore of the
+spawn start method stays in /dev/shm after a kill -9 of the whole process group.
 
 K = 1 protocol (one sync per env step):
 
-    collector: reset -> obs[0] -> post obs_ready
-    learner:   wait obs_ready -> action[t] = policy(obs[t % 2]) -> post act_ready -> gradient
-               updates (overlapping the physics step) -> wait obs_ready -> store transition t
-    collector: wait act_ready -> env.step(action) -> next_obs, reward, done, obs[(t + 1) % 2]
-               -> post obs_ready
+    collector: reset -> obs[0] -> post TOKEN_OBS
+    learner:   wait TOKEN_OBS -> action[t] = policy(obs[t % 2]) -> post TOKEN_STEP -> gradient
+               updates (overlapping the physics step) -> wait TOKEN_OBS -> store transition t
+    collector: wait TOKEN_STEP -> env.step(action) -> next_obs, reward, done, obs[(t + 1) % 2]
+               -> post TOKEN_OBS
 
 Observations are double-buffered: the collector writes obs[t+1] into the other slot, so the
 learner's obs[t] (the transition's first element) is never overwritten before it is stored.
@@ -16,6 +18,7 @@ learner's obs[t] (the transition's first element) is never overwritten before it
 from __future__ import annotations
 
 import json
+import select
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -23,6 +26,18 @@ from typing import Any
 import torch
 
 from unilab.collect.timing import PHASES
+
+TOKEN_OBS = b"o"  # collector -> learner: the next observation is in place
+TOKEN_STEP = b"s"  # learner -> collector: the action is in place, step
+TOKEN_QUIT = b"q"  # learner -> collector: stop
+
+
+def readable(fd: int, timeout_s: float) -> bool:
+    """Whether ``fd`` has a token (or end of file: the other side is gone) within ``timeout_s``."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(timeout_s * 1000.0))
+
 
 # Per-sync counters the collector publishes (float64 slots of `stats`). STAT_SEQ is odd while the
 # collector updates the counters and `episode_terms` (a sequence lock: see `read_counters`).

@@ -4,12 +4,11 @@ post actions, read its published counters, notice its death at once, and stop it
 from __future__ import annotations
 
 import os
-import queue
 import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import torch.multiprocessing as tmp
 
@@ -19,7 +18,7 @@ from unilab.plan.inputs import planned_task
 from unilab.plan.models import Plan
 from unilab.run import channel as ch
 from unilab.run.collector_proc import CollectorConfig, collector_main
-from unilab.run.stop import signals_ignored
+from unilab.run.stop import STOP_SIGNALS, signals_ignored
 
 HELLO_TIMEOUT_S = 600.0  # building a MuJoCo Warp collector compiles kernels on first use
 WAIT_SLICE_S = 0.2
@@ -73,6 +72,11 @@ class CollectorClient:
         self.ctx = tmp.get_context("spawn")
         self.proc: Any = None
         self.hello: ch.Hello | None = None
+        self._messages_closed = False
+        # This side's ends of the message pipe and the two token pipes (unilab.run.channel).
+        self._messages: Any = None
+        self._obs: Any = None
+        self._act: Any = None
 
     def start(self) -> ch.Hello:
         p, rp = self.plan, self.rp
@@ -90,29 +94,31 @@ class CollectorClient:
             seed=self.seed,
             parent_pid=os.getpid(),
         )
-        self.hello_q, self.err_q = self.ctx.Queue(), self.ctx.Queue()
-        self.obs_ready, self.act_ready, self.stop = self.ctx.Semaphore(0), self.ctx.Semaphore(0), self.ctx.Event()
+        msg_r, msg_w = self.ctx.Pipe(duplex=False)
+        obs_r, obs_w = self.ctx.Pipe(duplex=False)
+        act_r, act_w = self.ctx.Pipe(duplex=False)
         self.proc = self.ctx.Process(
             target=collector_main,
             name=self.where,
             # Not a daemon: it starts physics worker processes of its own. It dies with this process
             # (PR_SET_PDEATHSIG) and `close` joins it.
-            args=(cfg, self.hello_q, self.err_q, self.obs_ready, self.act_ready, self.stop),
+            args=(cfg, msg_w, obs_w, act_r),
             daemon=False,
         )
-        # Born with SIGINT ignored (kept across exec): a Ctrl-C during its imports is the learner's to
-        # handle, not a traceback from a child that dies before it can report.
-        with signals_ignored(signal.SIGINT):
+        # Born with the stop signals ignored (kept across exec): a Ctrl-C or SIGTERM during its
+        # imports is the learner's to handle, not a child that dies before it can report.
+        with signals_ignored(*STOP_SIGNALS):
             self.proc.start()
+        # Keep only this side's ends: the other side's death then reads as end of file.
+        for conn in (msg_w, obs_w, act_r):
+            conn.close()
+        self._messages, self._obs, self._act = msg_r, obs_r, act_w
         deadline = time.monotonic() + HELLO_TIMEOUT_S
-        while True:
+        while self.hello is None:
             self.check()
-            try:
-                self.hello = self.hello_q.get(timeout=WAIT_SLICE_S)
-                return self.hello
-            except queue.Empty:
-                if time.monotonic() > deadline:
-                    raise RunFailed(self.where, f"did not start within {HELLO_TIMEOUT_S:.0f} s") from None
+            if not self._receive(WAIT_SLICE_S) and time.monotonic() > deadline:
+                raise RunFailed(self.where, f"did not start within {HELLO_TIMEOUT_S:.0f} s")
+        return self.hello
 
     @property
     def buffers(self) -> ch.SharedBuffers:
@@ -120,32 +126,57 @@ class CollectorClient:
             raise UnilabError("internal: the collector has not started")
         return self.hello.buffers
 
+    def _receive(self, timeout_s: float) -> bool:
+        """Take the collector's messages (its Hello; its first error, raised), waiting up to
+        ``timeout_s`` for the first. False when none came."""
+        if self._messages_closed:
+            time.sleep(timeout_s)
+            return False
+        got = False
+        while self._messages.poll(timeout_s):
+            try:
+                kind, body = self._messages.recv()
+            except (EOFError, OSError):  # the collector's end is closed: it has exited or is exiting
+                self._messages_closed = True
+                return got
+            if kind == "error":
+                raise RunFailed(*body)
+            self.hello, got, timeout_s = body, True, 0.0
+        return got
+
     def check(self) -> None:
         """Raise the collector's own first error if it reported one, else its exit status."""
-        try:
-            raise RunFailed(*self.err_q.get_nowait())
-        except queue.Empty:
-            pass
+        self._receive(0.0)
         if self.proc is not None and not self.proc.is_alive():
-            try:  # an error message may arrive just after the process ends
-                raise RunFailed(*self.err_q.get(timeout=0.5))
-            except queue.Empty:
-                pass
+            self._receive(0.5)  # an error message may arrive just after the process ends
             code = self.proc.exitcode
             how = f"was killed by {signal.Signals(-code).name}" if code and code < 0 else f"exited with code {code}"
             raise RunFailed(self.where, f"the collector process (pid {self.proc.pid}) {how}")
 
     def wait_obs(self, should_stop: Any) -> bool:
         """Wait for the collector's next observation; False if `should_stop()` turns true meanwhile."""
-        while not self.obs_ready.acquire(timeout=WAIT_SLICE_S):
+        fd = self._obs.fileno()
+        while not ch.readable(fd, WAIT_SLICE_S):
             self.check()
             if should_stop():
                 return False
-        return True
+        if os.read(fd, 1) == ch.TOKEN_OBS:
+            return True
+        self._gone("closed its channel")
 
     def post_action(self) -> None:
         """The action buffer is filled: let the collector step."""
-        self.act_ready.release()
+        try:
+            os.write(self._act.fileno(), ch.TOKEN_STEP)
+        except BrokenPipeError:
+            self._gone("closed its channel before taking an action")
+
+    def _gone(self, what: str) -> NoReturn:
+        """The collector's end of the channel closed: report how its process ended."""
+        if self.proc is not None:
+            self.proc.join(timeout=5.0)
+        self.check()
+        raise RunFailed(self.where, f"the collector process {what} but did not exit")
 
     def read_stats(self) -> CollectorStats:
         b = self.buffers
@@ -170,10 +201,17 @@ class CollectorClient:
     def close(self) -> None:
         if self.proc is None:
             return
-        self.stop.set()
-        self.act_ready.release()
+        if self._act is not None:
+            try:
+                os.write(self._act.fileno(), ch.TOKEN_QUIT)
+            except OSError:
+                pass  # it has exited already
         self.proc.join(timeout=10)
         if self.proc.is_alive():
             self.proc.kill()
             self.proc.join(timeout=5)
         self.proc = None
+        for conn in (self._messages, self._obs, self._act):
+            if conn is not None:
+                conn.close()
+        self._messages = self._obs = self._act = None

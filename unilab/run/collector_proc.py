@@ -1,6 +1,7 @@
 """The collector process of one rank: builds the physics backend and the task, then serves the
-channel protocol (see `unilab.run.channel`) until told to stop. It ignores SIGINT: the learner
-decides how a run ends, so Ctrl-C gives a final checkpoint rather than a torn collector."""
+channel protocol (see `unilab.run.channel`) until told to stop. It ignores the stop signals
+(SIGINT, SIGTERM, SIGHUP): the learner decides how a run ends, so Ctrl-C or a signal to the whole
+process group gives a final checkpoint rather than a torn collector."""
 
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ import sys
 import time
 import traceback
 from dataclasses import dataclass
-from multiprocessing.synchronize import Event, Semaphore
 from pathlib import Path
 from typing import Any
 
@@ -35,10 +35,11 @@ class CollectorConfig:
     parent_pid: int
 
 
-def collector_main(
-    cfg: CollectorConfig, hello_q: Any, err_q: Any, obs_ready: Semaphore, act_ready: Semaphore, stop: Event
-) -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+def collector_main(cfg: CollectorConfig, messages: Any, obs_conn: Any, act_conn: Any) -> None:
+    """``messages``: this process's reports to the learner (its Hello, or its first error);
+    ``obs_conn`` / ``act_conn``: the token pipes of the channel protocol (unilab.run.channel)."""
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # the learner's to act on (unilab.run.stop)
+        signal.signal(sig, signal.SIG_IGN)
     where = f"rank{cfg.rank}.collector"
     collector = None
     try:
@@ -50,9 +51,12 @@ def collector_main(
         from unilab.collect.build import build_collector
         from unilab.run.channel import (
             STAT_WAIT_S,
+            TOKEN_OBS,
+            TOKEN_STEP,
             Hello,
             SharedBuffers,
             publish_sync,
+            readable,
             write_evidence,
         )
         from unilab.sim.contract import physics_warnings
@@ -75,23 +79,27 @@ def collector_main(
         reward_names = list(collector.task.reward_names)
         bufs = SharedBuffers.allocate(collector.num_envs, collector.obs_dim, collector.action_dim, len(reward_names))
         diag = getattr(collector.backend, "diagnostics", dict)()
-        hello_q.put(
-            Hello(
-                pid=os.getpid(),
-                cpu_ids_applied=sorted(os.sched_getaffinity(0)),
-                physics_workers=cfg.workers if cfg.sim.backend == "mujoco" else 1,
-                obs_dim=collector.obs_dim,
-                act_dim=collector.action_dim,
-                num_envs=collector.num_envs,
-                reward_names=reward_names,
-                obs_terms=[(t.name, int(t.dim)) for t in collector.task.observations],
-                buffers=bufs,
-                physics_graph_enabled=bool(diag.get("graph_enabled", False)),
-                physics_graph_disable_reason=diag.get("graph_disable_reason"),
+        messages.send(
+            (
+                "hello",
+                Hello(
+                    pid=os.getpid(),
+                    cpu_ids_applied=sorted(os.sched_getaffinity(0)),
+                    physics_workers=cfg.workers if cfg.sim.backend == "mujoco" else 1,
+                    obs_dim=collector.obs_dim,
+                    act_dim=collector.action_dim,
+                    num_envs=collector.num_envs,
+                    reward_names=reward_names,
+                    obs_terms=[(t.name, int(t.dim)) for t in collector.task.observations],
+                    buffers=bufs,
+                    physics_graph_enabled=bool(diag.get("graph_enabled", False)),
+                    physics_graph_disable_reason=diag.get("graph_disable_reason"),
+                ),
             )
         )
+        obs_fd, act_fd = obs_conn.fileno(), act_conn.fileno()
         bufs.obs[0].copy_(collector.reset_all())
-        obs_ready.release()
+        os.write(obs_fd, TOKEN_OBS)
         t = 0
         warned: dict[str, int] = {}
         stats = bufs.stats
@@ -100,10 +108,10 @@ def collector_main(
         phase_s, phase_cpu_s, timer = bufs.phase_s.numpy(), bufs.phase_cpu_s.numpy(), collector.timer
         while True:
             t0 = time.perf_counter()
-            while not act_ready.acquire(timeout=WAIT_SLICE_S):
-                if stop.is_set() or os.getppid() != cfg.parent_pid:
+            while not readable(act_fd, WAIT_SLICE_S):
+                if os.getppid() != cfg.parent_pid:
                     return
-            if stop.is_set():
+            if os.read(act_fd, 1) != TOKEN_STEP:  # told to quit, or the learner's end is gone
                 return
             stats[STAT_WAIT_S] += time.perf_counter() - t0
             obs, reward, terminated, truncated = collector.step(bufs.action)
@@ -132,7 +140,7 @@ def collector_main(
                     write_evidence(bufs.physics_warnings, warned)
                 if collector.update_graph is not None:
                     write_evidence(bufs.collector_graph, collector.update_graph.stats.evidence())
-            obs_ready.release()
+            os.write(obs_fd, TOKEN_OBS)
     except BaseException as exc:  # report the first error of this process to the learner, then exit non-zero
         # A unilab error crosses with its own detail and fix; any other as one line (its traceback
         # only with UNILAB_DEBUG, for the developer).
@@ -142,7 +150,9 @@ def collector_main(
             tb = traceback.format_exc().strip() if os.environ.get("UNILAB_DEBUG") else ""
             report = (where, f"{type(exc).__name__}: {exc}", tb, "")
         try:
-            err_q.put(report)
+            messages.send(("error", report))
+        except OSError:
+            pass  # the learner is gone: nobody to tell
         finally:
             if collector is not None:
                 collector.close()
