@@ -74,7 +74,10 @@ def cmd_apply(args: argparse.Namespace) -> int:
                 fix="pass the directory `unilab apply` printed at the end of the run",
             )
     plan = _resolve(target, args.set, args.resume if args.target is None else None)
-    return run_apply(ApplyRequest(plan=plan, resume_dir=args.resume, progress=not args.quiet))
+    from unilab.run.terminal import terminal_may_go
+
+    with terminal_may_go():  # a closed pipe or hung-up terminal must not end the training run
+        return run_apply(ApplyRequest(plan=plan, resume_dir=args.resume, progress=not args.quiet))
 
 
 def cmd_manifest_validate(args: argparse.Namespace) -> int:

@@ -68,6 +68,7 @@ def rank_entry(
     from unilab.plan.render import load_plan
     from unilab.run.rank_run import RankJob, run_rank
     from unilab.run.stop import StopFlag
+    from unilab.run.terminal import terminal_may_go
 
     rank = int(os.environ["RANK"])
     world = int(os.environ["WORLD_SIZE"])
@@ -92,7 +93,8 @@ def rank_entry(
             resume_checkpoint=Path(resume_checkpoint) if resume_checkpoint else None,
             progress=progress,
         )
-        code = run_rank(job, stop)
+        with terminal_may_go():  # a closed pipe or hung-up terminal must not end the rank
+            code = run_rank(job, stop)
     finally:
         stop.restore()
         dist.destroy_process_group()

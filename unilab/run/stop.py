@@ -1,5 +1,6 @@
-"""Graceful stop on the first SIGINT/SIGTERM: the rank loop polls the flag and ends the run with a
-final checkpoint. A second signal falls through to the default handler (stop at once)."""
+"""Graceful stop on the first SIGINT, SIGTERM or SIGHUP (Ctrl-C; a scheduler, `timeout` or
+`docker stop`; a closed SSH session): the rank loop polls the flag and ends the run with a final
+checkpoint. A second signal falls through to the default handler (stop at once)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+# The signals that ask a run to stop. Its child processes (collector, physics workers) ignore them:
+# a signal to the whole process group is the learner's to act on, and they end when it tells them to
+# (or when it dies: PR_SET_PDEATHSIG).
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
 
 class StopFlag:
     def __init__(self) -> None:
@@ -16,7 +22,7 @@ class StopFlag:
         self._old: dict[int, Any] = {}
 
     def install(self) -> None:
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in STOP_SIGNALS:
             self._old[sig] = signal.signal(sig, self._handle)
 
     def _handle(self, signum: int, frame: Any) -> None:

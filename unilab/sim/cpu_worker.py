@@ -9,8 +9,9 @@ Connection.send_bytes; the raw pipe round trip was the cheapest, see ``unilab.si
                                   one line for the user, a newline, then the traceback (for UNILAB_DEBUG)
 
 A worker exits when the parent goes away: ``PR_SET_PDEATHSIG`` kills it at once, and an
-end-of-file on the cmd pipe (the parent's write end closed) ends its loop. It ignores SIGINT:
-on Ctrl-C the parent shuts the workers down.
+end-of-file on the cmd pipe (the parent's write end closed) ends its loop. It ignores SIGINT,
+SIGTERM and SIGHUP: on Ctrl-C or a signal to the whole process group the parent shuts the workers
+down.
 """
 
 from __future__ import annotations
@@ -69,7 +70,8 @@ def send_error(fd: int, message: str, tb: str) -> None:
 def worker_main(cfg: WorkerConfig, cmd_conn: Connection, done_conn: Connection) -> None:
     cmd_fd, done_fd = cmd_conn.fileno(), done_conn.fileno()
     try:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # the parent ends us (quit, or its death)
+            signal.signal(sig, signal.SIG_IGN)
         die_with_parent(cfg.parent_pid)
         if cfg.cpu is not None:
             os.sched_setaffinity(0, {cfg.cpu})
