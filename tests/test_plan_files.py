@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 
 from tests.test_cli import assert_clean_error, unilab
+from unilab.digests import file_sha256
 from unilab.plan.render import is_plan_file
+from unilab.robot.inspect import builtin_mjcf_path, mjcf_digest
 from unilab.tasks.motion_file import BUILTIN_DIR
 
 SPEC = """\
@@ -82,3 +84,48 @@ def test_a_saved_plan_applied_from_another_directory_names_where_paths_are_taken
     assert "task.motion: the plan's file sub/clip.npz cannot be read from" in r.stderr
     assert "working directory it was made in" in r.stderr
     assert not (project / "sub" / "runs").exists()
+
+
+def _robot_in_two_files(project: Path) -> Path:
+    """A Menagerie-style scene.xml that includes the robot's own file."""
+    robot = project / "sub" / "robot"
+    robot.mkdir()
+    shutil.copy(builtin_mjcf_path(), robot / "g1.xml")
+    (robot / "scene.xml").write_text('<mujoco model="scene">\n  <include file="g1.xml"/>\n</mujoco>\n')
+    return robot
+
+
+def test_an_mjcf_digest_covers_its_includes(project: Path) -> None:
+    robot = _robot_in_two_files(project)
+    one_file = mjcf_digest(robot / "g1.xml")
+    assert one_file == file_sha256(robot / "g1.xml")  # a one-file model: the file's digest, as before
+    before = mjcf_digest(robot / "scene.xml")
+    assert before != file_sha256(robot / "scene.xml")
+    text = (robot / "g1.xml").read_text()
+    (robot / "g1.xml").write_text(text.replace("<mujoco", "<!-- edited -->\n<mujoco", 1))
+    assert mjcf_digest(robot / "scene.xml") != before
+
+
+def test_a_saved_plan_whose_included_robot_file_changed_is_refused(project: Path) -> None:
+    robot = _robot_in_two_files(project)
+    r = unilab(
+        "plan", "sub/track.toml", "--set", 'task.robot_mjcf="robot/scene.xml"', "--out", "robot.plan.toml", cwd=project
+    )
+    assert r.returncode == 0, r.stderr
+    (robot / "g1.xml").write_text((robot / "g1.xml").read_text() + "\n<!-- an edit after planning -->\n")
+    r = unilab("apply", "robot.plan.toml", cwd=project)
+    assert_clean_error(r)
+    assert "task.robot_mjcf: sub/robot/scene.xml changed since the plan was made" in r.stderr
+    assert "its includes or its meshes" in r.stderr
+    assert not (project / "runs").exists()
+
+
+def test_a_resume_from_another_directory_names_the_directory_the_run_was_applied_in(project: Path) -> None:
+    r = unilab("apply", "sub/track.plan.toml", "--quiet", cwd=project)
+    assert r.returncode == 0, r.stderr
+    (run_dir,) = (project / "runs").iterdir()
+    r = unilab("apply", "--resume", str(run_dir), cwd=project / "sub")
+    assert_clean_error(r)
+    assert "cannot be read from" in r.stderr
+    assert f"cd {project} && unilab apply --resume {run_dir}" in r.stderr
+    assert "re-plan" not in r.stderr  # a new plan could not resume this run

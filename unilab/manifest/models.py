@@ -29,6 +29,10 @@ class Provenance(_M):
     mujoco_warp: str | None = None
     gpu_names: list[str] = Field(default_factory=list)
     driver_version: str | None = None
+    working_dir: str | None = Field(
+        None,
+        description="Working directory of the run's (latest) `unilab apply`: the plan's relative paths resolve there.",
+    )
 
 
 class Topology(_M):

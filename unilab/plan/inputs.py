@@ -69,25 +69,52 @@ def planned_task(task: TaskPlan) -> TaskPlan:
     return task.model_copy(update={key: source for key, source, _ in _user_files(task)})
 
 
-def check_planned_inputs(task: TaskPlan, cwd: Path) -> None:
+def check_planned_inputs(task: TaskPlan, cwd: Path, resume_dir: Path | None = None) -> None:
     """Refuse to run a plan whose input files are gone or changed since it was made: the plan
-    (and the manifest that embeds it) would describe files other than the ones that ran."""
-    from unilab.digests import file_sha256  # the digest the plan recorded for both kinds
+    (and the manifest that embeds it) would describe files other than the ones that ran. A robot
+    MJCF counts with its includes and asset files (unilab.robot.inspect.mjcf_digest).
+    ``resume_dir``: the run being resumed, whose fixes differ (a new plan cannot resume it)."""
+    from unilab.digests import file_sha256
+    from unilab.robot.inspect import mjcf_digest
 
+    where = _applied_from(resume_dir) if resume_dir is not None else None
     for field, source, digest in _user_files(task):
         key = f"task.{field}"
         path = resolve_input_path(source, cwd)
         try:
-            actual = file_sha256(path)
-        except OSError as exc:
+            actual = mjcf_digest(path) if field == "robot_mjcf" else file_sha256(path)
+        except (OSError, UnilabError) as exc:
+            why = exc.strerror if isinstance(exc, OSError) else exc.summary
+            if resume_dir is None:
+                fix = "run `unilab apply` from that directory, or re-plan: unilab plan SPEC --out PLAN.toml"
+            else:
+                run = resume_dir.resolve()
+                fix = f"resume from the directory the run was applied in: cd {where or 'DIR'} && "
+                fix += f"unilab apply --resume {run}"
             raise UnilabError(
-                f"{key}: the plan's file {source} cannot be read from {cwd}: {exc.strerror}",
+                f"{key}: the plan's file {source} cannot be read from {cwd}: {why}",
                 detail="relative paths in a plan are taken against the working directory it was made in",
-                fix="run `unilab apply` from that directory, or re-plan: unilab plan SPEC --out PLAN.toml",
+                fix=fix,
             ) from None
         if actual != digest:
+            what = "its files" if field == "robot_mjcf" else source
             raise UnilabError(
                 f"{key}: {source} changed since the plan was made (sha256 {actual[:12]}, planned {digest[:12]})",
-                detail="a plan names the exact files it runs; this one would run a different file",
-                fix="re-plan against the current file: unilab plan SPEC --out PLAN.toml (or apply the spec)",
+                detail="a plan names the exact files it runs; this one would run different "
+                + ("robot files (the MJCF, its includes or its meshes)" if field == "robot_mjcf" else "data"),
+                fix="re-plan against the current file: unilab plan SPEC --out PLAN.toml (or apply the spec)"
+                if resume_dir is None
+                else f"restore {what} as they were when the run started to resume it, or start a new run: "
+                "unilab apply SPEC",
             )
+
+
+def _applied_from(run_dir: Path) -> Path | None:
+    """The working directory the run's last `unilab apply` ran in, as its manifest recorded it."""
+    import json
+
+    try:
+        wd = json.loads((run_dir / "manifest.json").read_text())["provenance"].get("working_dir")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    return Path(wd) if isinstance(wd, str) else None

@@ -29,7 +29,10 @@ class PlanHeader(_P):
 
 class RobotPlan(_P):
     source: str = Field(description="`builtin` or the path of the user's MJCF.")
-    sha256: str | None = Field(None, description="Digest of the user's MJCF file.")
+    sha256: str | None = Field(
+        None,
+        description="Digest of the user's MJCF: of the file, or when it has includes or asset files, of all of them.",
+    )
     actuators: Literal["unilab_pd", "file"] = Field(description="Whose position actuators drive the joints.")
 
 

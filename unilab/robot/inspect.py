@@ -9,6 +9,7 @@ free joint on the pelvis, or actuators that cover only some joints.
 from __future__ import annotations
 
 import hashlib
+import os
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,7 +34,9 @@ class MjcfInfo:
     """What the planner needs to know about a user's robot file."""
 
     path: Path  # resolved absolute path
-    sha256: str  # of the main file's bytes (included files and meshes are not hashed)
+    # Of the model as MuJoCo would compile it: the main file, the files it includes and the asset
+    # files they reference (``mjcf_digest``).
+    sha256: str
     joint_names: tuple[str, ...]  # hinge and slide joints, in document order
     # "file": the file's position actuators drive all 29 joints; "unilab_pd": no actuators, unilab adds its PD.
     actuators: Literal["unilab_pd", "file"]
@@ -58,19 +61,16 @@ def inspect_mjcf(path: Path) -> MjcfInfo:
             fix=f"correct the path in task.robot_mjcf, {_FIX_BUILTIN}",
         )
     path = path.resolve()
-    data = path.read_bytes()
-    root = _parse(path, data)
-    _expand_includes(root, path.parent, path.parent, depth=0, stack=(path,))
-
+    root, files = _read_model(path)
     defaults = _DefaultTable(root)
-    mesh_files = _check_assets(root, path)
+    mesh_files, asset_files = _check_assets(root, path)
     worldbody_joints = _collect_joints(root, defaults)
     joint_names = _check_joints(path, worldbody_joints)
     _check_bodies(path, root)
     actuators = _check_actuators(path, root, defaults)
     return MjcfInfo(
         path=path,
-        sha256=hashlib.sha256(data).hexdigest(),
+        sha256=_digest(path, [*files, *asset_files]),
         joint_names=joint_names,
         actuators=actuators,
         mesh_files=mesh_files,
@@ -98,16 +98,48 @@ def _parse(path: Path, data: bytes) -> ET.Element:
     return root
 
 
-def _expand_includes(elem: ET.Element, includer_dir: Path, main_dir: Path, depth: int, stack: tuple[Path, ...]) -> None:
+def mjcf_digest(path: Path) -> str:
+    """The digest a plan records for a user's MJCF: of the main file alone when it includes and
+    references no other file, else of every file of the model (the main file, its includes and
+    their asset files, each with its path relative to the main file), so an edited include or mesh
+    changes it too. Raises ``RobotModelError`` when a file of the model is missing."""
+    path = Path(path).expanduser().resolve()
+    root, files = _read_model(path)
+    return _digest(path, [*files, *_check_assets(root, path)[1]])
+
+
+def _read_model(path: Path) -> tuple[ET.Element, list[Path]]:
+    """The main file's XML with every include expanded, and the included files (resolved)."""
+    root = _parse(path, path.read_bytes())
+    included: list[Path] = []
+    _expand_includes(root, path.parent, path.parent, depth=0, stack=(path,), included=included)
+    return root, included
+
+
+def _digest(main: Path, others: list[Path]) -> str:
+    from unilab.digests import file_sha256
+
+    rest = sorted({p for p in others if p != main}, key=str)
+    if not rest:  # a one-file model: the file's own digest, as plans have always recorded it
+        return file_sha256(main)
+    h = hashlib.sha256()
+    for p in (main, *rest):
+        h.update(f"{os.path.relpath(p, main.parent)}\0{file_sha256(p)}\n".encode())
+    return h.hexdigest()
+
+
+def _expand_includes(
+    elem: ET.Element, includer_dir: Path, main_dir: Path, depth: int, stack: tuple[Path, ...], included: list[Path]
+) -> None:
     """Replace every ``<include file=...>`` below ``elem`` by the children of the included root."""
     idx = 0
     while idx < len(elem):
         child = elem[idx]
         if child.tag != "include":
-            _expand_includes(child, includer_dir, main_dir, depth, stack)
+            _expand_includes(child, includer_dir, main_dir, depth, stack, included)
             idx += 1
             continue
-        sub = _load_include(child.get("file"), includer_dir, main_dir, depth, stack)
+        sub = _load_include(child.get("file"), includer_dir, main_dir, depth, stack, included)
         elem.remove(child)
         for offset, grandchild in enumerate(list(sub)):
             elem.insert(idx + offset, grandchild)
@@ -115,7 +147,7 @@ def _expand_includes(elem: ET.Element, includer_dir: Path, main_dir: Path, depth
 
 
 def _load_include(
-    name: str | None, includer_dir: Path, main_dir: Path, depth: int, stack: tuple[Path, ...]
+    name: str | None, includer_dir: Path, main_dir: Path, depth: int, stack: tuple[Path, ...], included: list[Path]
 ) -> ET.Element:
     if not name:
         raise RobotModelError(
@@ -139,8 +171,9 @@ def _load_include(
             detail=" -> ".join(p.name for p in (*stack, found)),
             fix="remove the circular <include>",
         )
+    included.append(found)
     sub = _parse(found, found.read_bytes())
-    _expand_includes(sub, found.parent, main_dir, depth + 1, (*stack, found))
+    _expand_includes(sub, found.parent, main_dir, depth + 1, (*stack, found), included)
     return sub
 
 
@@ -169,7 +202,8 @@ class _DefaultTable:
 
 # ---------------------------------------------------------------------------------------------
 # Assets.
-def _check_assets(root: ET.Element, path: Path) -> tuple[str, ...]:
+def _check_assets(root: ET.Element, path: Path) -> tuple[tuple[str, ...], list[Path]]:
+    """(the mesh files, every asset file) the model references, resolved; refuses a missing one."""
     meshdir = texturedir = ""
     strip = False
     for compiler in root.iter("compiler"):
@@ -211,7 +245,7 @@ def _check_assets(root: ET.Element, path: Path) -> tuple[str, ...]:
             fix="copy the mesh/texture files next to the model as its <compiler meshdir=...> says, "
             f"or correct the paths, {_FIX_BUILTIN}",
         )
-    return tuple(meshes)
+    return tuple(meshes), [resolved for _, resolved in referenced]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -122,7 +122,7 @@ def run_apply(req: ApplyRequest) -> int:
     from unilab.plan.render import render
 
     plan = req.plan
-    check_planned_inputs(plan.task, Path.cwd())
+    check_planned_inputs(plan.task, Path.cwd(), req.resume_dir)
     checkpoint = None
     made: list[Path] = []  # run.output_dir's directories this run creates, deepest first
     if req.resume_dir is not None:

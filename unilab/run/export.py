@@ -185,16 +185,17 @@ def deployment_metadata(plan: Plan) -> dict[str, str]:
     meta = {"unilab.plan_id": plan.plan_id, "unilab.task": task.name, "unilab.control_dt": repr(task.control_dt)}
     if task.name == "cartpole":
         return meta
-    from unilab.digests import file_sha256
+    from unilab.errors import RobotModelError
     from unilab.plan.inputs import resolve_input_path
+    from unilab.robot.inspect import mjcf_digest
     from unilab.robot.model import RobotLayout, load_model
     from unilab.tasks.base import joint_action_scale
 
     mjcf = None if task.robot.source == "builtin" else resolve_input_path(task.robot.source, Path.cwd())
-    if mjcf is not None:  # the plan's path is relative to where it was planned; the file may have changed
+    if mjcf is not None:  # the plan's path is relative to where it was planned; the files may have changed
         try:
-            same = file_sha256(mjcf) == task.robot.sha256
-        except OSError:
+            same = mjcf_digest(mjcf) == task.robot.sha256
+        except (OSError, RobotModelError):
             same = False
         if not same:
             meta["unilab.joints"] = f"not embedded: the run's robot MJCF {task.robot.source} is not here as it ran"

@@ -4,6 +4,7 @@ manifest JSON schema before it is written (atomically) and emitted as a `manifes
 from __future__ import annotations
 
 import json
+import os
 import platform
 import subprocess
 from datetime import UTC, datetime
@@ -51,6 +52,7 @@ def provenance(facts: HostFacts) -> Provenance:
         mujoco_warp=facts.packages.mujoco_warp,
         gpu_names=[g.name for g in facts.nvidia.gpus],
         driver_version=facts.nvidia.driver_version,
+        working_dir=os.getcwd(),
     )
 
 
