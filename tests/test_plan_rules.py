@@ -130,6 +130,9 @@ CASES = [
     ),
     Case("sim.workers", "one_h200", {**MJWARP_GPU, "sim__workers": 2}, True, "has no effect"),
     Case("sim.workers", "cpu_laptop", {"sim__workers": 2}, False),
+    Case("sim.buffers", "cpu_laptop", {"sim__njmax": 400}, True, "sim.njmax = 400 has no effect"),
+    Case("sim.buffers", "cpu_laptop", {"sim__nconmax": 64}, True, "sim.nconmax = 64 has no effect"),
+    Case("sim.buffers", "one_h200", {**MJWARP_GPU, "sim__njmax": 400, "sim__nconmax": 64}, False),
     Case(
         "wire.bf16-needs-dp",
         "cpu_laptop",

@@ -238,6 +238,25 @@ def test_backends_agree_from_the_same_state_under_the_same_actions():
             check(cpu.step(a), warp.step(a), f"after step {k + 6}")
 
 
+@pytest.mark.slow
+def test_mjwarp_capacities_are_the_requested_ones_and_an_overflow_survives_a_reset():
+    """sim.njmax reaches MuJoCo Warp (default 300 rows per world, above what a falling G1 needs),
+    and a world whose constraint rows overflowed is reported even after it was reset (MuJoCo Warp
+    clears the flag on reset; the collector reads diagnostics only every 64 syncs)."""
+    with make_backend("mjwarp", g1_xml(), N, DECIMATION, device="cpu") as roomy:
+        reset_standing(roomy)
+        roomy.step(standing()[1])
+        d = roomy.diagnostics()
+        assert (d["njmax"], d["overflow_worlds"]) == (300, 0) and d["nconmax"] >= 35
+    with make_backend("mjwarp", g1_xml(), N, DECIMATION, device="cpu", njmax=8, nconmax=64) as tight:
+        reset_standing(tight)
+        tight.step(standing()[1])  # two feet on the floor: more than 8 rows
+        tight.reset(torch.ones(N, dtype=torch.bool), standing()[0], torch.zeros(N, tight.dims.nv))
+        d = tight.diagnostics()
+        assert (d["njmax"], d["nconmax"]) == (8, 64)
+        assert d["overflow_worlds"] == N and "NEFC" in d["overflow_kinds"], d
+
+
 def test_closed_backend_refuses_to_step_and_close_is_idempotent():
     b = make_backend("mujoco", g1_xml(), 2, DECIMATION, workers=1)
     b.close()

@@ -73,6 +73,8 @@ def make_physics(
         workers=workers,
         physics_graph=physics_graph,
         world_params=world_params,
+        njmax=sim.njmax,
+        nconmax=sim.nconmax,
     )
 
 

@@ -111,7 +111,8 @@ class BackendDiagnostics(_M):
         default_factory=dict,
         description="Rank 0's physics warnings, only kinds seen (read every 64 syncs): MuJoCo's warning counts "
         "summed over worlds (e.g. `bad_qacc`: a world MuJoCo reset itself), or MuJoCo Warp's worlds whose contact "
-        "or constraint buffers overflowed (`overflow_<kind>_worlds`). Empty: none.",
+        "or constraint buffers overflowed since the start (`overflow_<kind>_worlds`; `nefc`: raise sim.njmax, "
+        "`broadphase`/`narrowphase`: raise sim.nconmax). Empty: none.",
     )
 
 

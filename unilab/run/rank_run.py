@@ -22,6 +22,7 @@ from unilab.run.offpolicy import OffPolicyRank, RankHooks
 from unilab.run.progress import ProgressLine
 from unilab.run.recorder import RunRecorder
 from unilab.run.stop import StopFlag, signals_ignored
+from unilab.sim.contract import physics_warning_fix
 
 if TYPE_CHECKING:
     from unilab.run.onpolicy import OnPolicyRank
@@ -237,4 +238,8 @@ def summarize(rec: RunRecorder, status: str) -> None:
             f"length {m.metrics.episode_length_mean:.0f} steps"
         )
     print(f"run directory: {rec.run_dir}")
+    for kind, n in m.backend.physics_warnings.items():
+        fix = physics_warning_fix(kind, rec.plan.sim.njmax, rec.plan.sim.nconmax)
+        if fix:  # physics ran without some constraints or contacts: say so even with --quiet
+            print(f"warning: {kind} = {n}: the physics dropped what did not fit; {fix}", file=sys.stderr)
     sys.stdout.flush()

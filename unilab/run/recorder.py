@@ -27,6 +27,7 @@ from unilab.plan.models import Plan
 from unilab.run.events import EventLog
 from unilab.run.manifest_io import provenance, utc_now, write_manifest
 from unilab.run.progress import ProgressLine, cpu_ranges, plural
+from unilab.sim.contract import physics_warning_fix
 
 
 def existing_checkpoints(run_dir: Path) -> list[CheckpointRecord]:
@@ -221,7 +222,11 @@ class RunRecorder:
             if kind not in self._warned:
                 self._warned.add(kind)
                 self.events.info("physics_warning", kind=kind, count=n)
-                self.line.note(f"physics warning on rank 0: {kind} ({n}); the manifest records the counts")
+                fix = physics_warning_fix(kind, self.plan.sim.njmax, self.plan.sim.nconmax)
+                self.line.note(
+                    f"physics warning on rank 0: {kind} ({n}); the manifest records the counts"
+                    + (f"; {fix}" if fix else "")
+                )
 
     def _learner_graph(self) -> GraphEvidence:
         planned = self.plan.graphs.learner.model_dump()

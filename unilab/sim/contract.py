@@ -79,3 +79,22 @@ def physics_warnings(diag: dict[str, Any]) -> dict[str, int]:
         return {k: int(v) for k, v in diag["mujoco_warnings"].items() if v}
     kinds = diag.get("overflow_kinds") or []
     return {f"overflow_{k.lower()}_worlds": int(diag.get("overflow_worlds", 0)) for k in kinds}
+
+
+# MuJoCo Warp's buffer overflows that a spec key sizes (the others: the model or the solver).
+_OVERFLOW_FIXES = {
+    "overflow_nefc_worlds": "sim.njmax",
+    "overflow_njmax_nnz_worlds": "sim.njmax",
+    "overflow_broadphase_worlds": "sim.nconmax",
+    "overflow_narrowphase_worlds": "sim.nconmax",
+    "overflow_ccd_worlds": "sim.nconmax",
+}
+
+
+def physics_warning_fix(kind: str, njmax: int | None = None, nconmax: int | None = None) -> str | None:
+    """What to change for a physics warning, when a spec key can: dropped constraint rows or contacts."""
+    key = _OVERFLOW_FIXES.get(kind)
+    if key is None:
+        return None
+    now = njmax if key == "sim.njmax" else nconmax
+    return f"raise {key}" + (f" (this run: {now} per world)" if now else "") + " and re-plan"

@@ -20,10 +20,13 @@ def make_backend(
     workers: int = 1,
     physics_graph: bool = False,
     world_params: bool = False,
+    njmax: int | None = None,
+    nconmax: int | None = None,
 ) -> PhysicsBackend:
     """``mujoco``: C MuJoCo in ``workers`` processes (``device`` must be ``cpu``; ``physics_graph``
     must be false). ``mjwarp``: MuJoCo Warp on ``device`` (``cpu_ids``/``workers`` do not apply).
-    ``world_params``: per-world floor friction and base mass (``set_world_params``, domain randomization)."""
+    ``world_params``: per-world floor friction and base mass (``set_world_params``, domain randomization).
+    ``njmax`` / ``nconmax``: MuJoCo Warp's per-world constraint and contact capacities (None: defaults)."""
     if backend == "mujoco":
         if device != "cpu":
             raise UnilabError(
@@ -49,6 +52,13 @@ def make_backend(
         from unilab.sim.mjwarp_backend import MjwarpBackend
 
         return MjwarpBackend(
-            model_xml, num_envs, decimation, device=device, physics_graph=physics_graph, world_params=world_params
+            model_xml,
+            num_envs,
+            decimation,
+            device=device,
+            physics_graph=physics_graph,
+            world_params=world_params,
+            njmax=njmax,
+            nconmax=nconmax,
         )
     raise UnilabError(f"unknown physics backend {backend!r}", fix='use "mujoco" or "mjwarp"')

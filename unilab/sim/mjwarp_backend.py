@@ -33,6 +33,11 @@ from unilab.sim.mjmodel import has_acc_stage_sensors, load_mj_model, model_dims
 from unilab.sim.world_params import WorldParamTargets, not_built_with_world_params
 
 # Model fields domain randomization writes, batched per world when it is on.
+# Constraint rows allocated per world when the spec does not say (sim.njmax): mjlab's figure for its
+# G1 tasks. MuJoCo Warp's own estimate for the G1 (64) is below what a falling G1 needs (77-110
+# rows measured with CPU MuJoCo); rows past the capacity are dropped, so it errs high.
+DEFAULT_NJMAX = 300
+
 _WORLD_FIELDS = ("geom_friction", "body_mass", "body_inertia", "body_subtreemass")
 
 # Fields that reset recomputes with forward (for all worlds) and restores for unmasked worlds.
@@ -107,7 +112,9 @@ class MjwarpBackend:
         batch = {f: num_envs for f in _WORLD_FIELDS} if world_params else None
         with wp.ScopedDevice(self._wp_device):
             self._m = mjw.put_model(mjm, batch_sizes=batch)
-            self._d = mjw.make_data(mjm, nworld=num_envs, nconmax=nconmax, njmax=njmax)
+            self.njmax = njmax if njmax is not None else DEFAULT_NJMAX
+            self._d = mjw.make_data(mjm, nworld=num_envs, nconmax=nconmax, njmax=self.njmax)
+            self.nconmax = int(self._d.naconmax) // num_envs
             self._reset_mask_wp = wp.zeros(num_envs, dtype=bool)
 
         if is_cuda:
@@ -131,6 +138,10 @@ class MjwarpBackend:
             sensordata=to_t(d.sensordata),
         )
         self._reset_mask_t = to_t(self._reset_mask_wp)
+        # MuJoCo Warp clears a world's overflow flags when it resets; folded in after every step (one
+        # small device op, no host sync) so that a read every few syncs misses none.
+        self._overflow_t = to_t(d.overflow)
+        self._overflow_seen = torch.zeros_like(self._overflow_t)
         self._snapshot = {f: torch.empty_like(getattr(self.state, f)) for f in _DERIVED}
 
         self._graph_enabled = False
@@ -243,6 +254,7 @@ class MjwarpBackend:
                 if ctrl.is_cuda:  # read on our stream: keep the caller's allocator from reusing it early
                     ctrl.record_stream(self._torch_stream)
             self._launch(self._step_graph, self._step_body)
+            self._overflow_seen.bitwise_or_(self._overflow_t)
         return s
 
     def reset(self, mask: torch.Tensor, qpos: torch.Tensor, qvel: torch.Tensor) -> PhysicsState:
@@ -336,8 +348,8 @@ class MjwarpBackend:
 
         self._check_open()
 
-        with self._warp_scope():  # copy on this backend's stream, after its pending work
-            overflow = self._d.overflow.numpy()
+        with self._on_stream():  # copy on this backend's stream, after its pending work
+            overflow = self._overflow_seen.cpu().numpy()
         flags = int(np.bitwise_or.reduce(overflow)) if overflow.size else 0
         names = [
             f.name for f in self._mjw.OverflowType if f.value and not (f.value & (f.value - 1)) and flags & f.value
@@ -351,4 +363,6 @@ class MjwarpBackend:
             "graph_replays": self._graph_replays,
             "overflow_worlds": int((overflow != 0).sum()),
             "overflow_kinds": names,
+            "njmax": self.njmax,
+            "nconmax": self.nconmax,
         }

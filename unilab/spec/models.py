@@ -109,6 +109,16 @@ class SimSpec(_Section):
         "auto",
         description="CPU backend: worker processes per rank (`auto`: one per CPU of the rank's collector block).",
     )
+    njmax: Annotated[int, Field(ge=1, le=1_000_000)] | None = Field(
+        None,
+        description="MuJoCo Warp: constraint rows allocated per world (unset: 300, mjlab's figure for the G1). "
+        "Rows beyond it are dropped and the manifest reports `overflow_nefc_worlds`: raise it then.",
+    )
+    nconmax: Annotated[int, Field(ge=1, le=1_000_000)] | None = Field(
+        None,
+        description="MuJoCo Warp: contacts allocated per world (unset: MuJoCo Warp's estimate for the model). "
+        "The manifest reports `overflow_ncon_worlds` when it is too small.",
+    )
 
 
 class _AlgoBase(_Section):

@@ -155,6 +155,26 @@ def devices_cpu_blocks(r: Rule, ctx: Context) -> list[Diagnostic]:
 
 
 @rule(
+    "sim.buffers",
+    "sim.njmax",
+    "Constraint and contact capacities (sim.njmax, sim.nconmax) are MuJoCo Warp's; CPU MuJoCo sizes its own.",
+)
+def sim_buffers(r: Rule, ctx: Context) -> list[Diagnostic]:
+    sim = ctx.spec.sim
+    if sim.backend == "mjwarp":
+        return []
+    return [
+        r.diag(
+            f"sim.{key} = {value} has no effect with sim.backend = {sim.backend!r}: CPU MuJoCo allocates as it goes",
+            f'remove sim.{key}, or set sim.backend = "mjwarp"',
+            f"sim.{key}",
+        )
+        for key, value in (("njmax", sim.njmax), ("nconmax", sim.nconmax))
+        if value is not None
+    ]
+
+
+@rule(
     "sim.workers",
     "sim.workers",
     "An explicit worker count is for the CPU backend, at most one per CPU of the block and per env.",
