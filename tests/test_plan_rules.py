@@ -394,7 +394,52 @@ CASES = [
         "the learner would never update",
         "--set algo.warmup_env_steps=10000",
     ),
-    Case("algo.warmup", "cpu_laptop", {"algo": {"name": "flashsac", "warmup_env_steps": 99_999}}, False),
+    Case("algo.warmup", "cpu_laptop", {"algo": {"name": "flashsac", "warmup_env_steps": 99_000}}, False),
+    # 99,999 of 100,000 is shorter, but leaves no sync for FlashSAC's first update (0.5 per step).
+    Case(
+        "algo.warmup",
+        "cpu_laptop",
+        {"algo": {"name": "flashsac", "warmup_env_steps": 99_999}},
+        True,
+        "before the first gradient update",
+    ),
+    # The replay must hold one batch before the last sync: 4 syncs of 16 envs store 48 transitions.
+    Case(
+        "algo.warmup",
+        "cpu_laptop",
+        {
+            "task__num_envs": 16,
+            "run__total_env_steps": 64,
+            "algo": {"name": "sac", "batch_size": 64, "warmup_env_steps": 0},
+        },
+        True,
+        "the run ends after 4 env steps of its 16 envs per rank, before the first gradient update (after 5",
+        "raise run.total_env_steps to at least 80, or lower algo.batch_size",
+    ),
+    Case(
+        "algo.warmup",
+        "cpu_laptop",
+        {
+            "task__num_envs": 16,
+            "run__total_env_steps": 80,
+            "algo": {"name": "sac", "batch_size": 64, "warmup_env_steps": 0},
+        },
+        False,
+    ),
+    # FlashSAC's 3-step returns hold 2 syncs back and its 0.5 updates per step need 2 ready syncs:
+    # the first update comes at the 8th sync (128 env steps of 16 envs); 112 is one short.
+    Case(
+        "algo.warmup",
+        "cpu_laptop",
+        {
+            "task__num_envs": 16,
+            "run__total_env_steps": 112,
+            "algo": {"name": "flashsac", "batch_size": 64, "warmup_env_steps": 0},
+        },
+        True,
+        "(after 8:",
+        "at least 128",
+    ),
     Case("algo.warmup", "cpu_laptop", {"algo": {"name": "ppo"}, "run__total_env_steps": 100}, False),
     Case("algo.buffer-size", "cpu_laptop", {"algo": {"name": "ppo"}, "task__num_envs": 4096}, False),
     Case(

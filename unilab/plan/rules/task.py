@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from unilab.errors import Diagnostic, UnilabError
 from unilab.plan.context import Context
 from unilab.plan.rules.registry import Rule, rule
@@ -156,7 +158,7 @@ def algo_buffer_size(r: Rule, ctx: Context) -> list[Diagnostic]:
     "algo.warmup",
     "algo.warmup_env_steps",
     "An off-policy run has env steps left to learn from after its random warm-up "
-    "(`warmup_env_steps < run.total_env_steps`).",
+    "(`warmup_env_steps < run.total_env_steps`), and its replay fills one batch before it ends.",
 )
 def algo_warmup(r: Rule, ctx: Context) -> list[Diagnostic]:
     algo, total = ctx.spec.algo, ctx.spec.run.total_env_steps
@@ -169,6 +171,26 @@ def algo_warmup(r: Rule, ctx: Context) -> list[Diagnostic]:
                 "or raise run.total_env_steps",
             )
         ]
+    if algo.name != "ppo":
+        # A rank's first update comes at the first sync whose replay holds one batch (an n-step return
+        # holds back the newest n - 1 syncs) and whose warm-up is over, once 1 / updates_per_step such
+        # syncs have added up to one update (unilab.run.offpolicy).
+        n, world = ctx.spec.task.num_envs, ctx.world_size
+        n_step = getattr(algo, "n_step", 1)
+        first = max(-(-algo.batch_size // n) + n_step - 1, -(-(algo.warmup_env_steps // world) // n))
+        needed_syncs = first + math.ceil(1.0 / algo.updates_per_step - 1e-9)
+        syncs = -(-(total // world) // n)
+        if syncs < needed_syncs:
+            return [
+                r.diag(
+                    f"the run ends after {syncs:,} env steps of its {n} envs per rank, before the first gradient "
+                    f"update (after {needed_syncs:,}: one batch of algo.batch_size = {algo.batch_size} in the "
+                    "replay, the warm-up, then 1 / algo.updates_per_step such steps), so the learner would never "
+                    "update",
+                    f"raise run.total_env_steps to at least {needed_syncs * n * world}, or lower algo.batch_size",
+                    "algo.batch_size",
+                )
+            ]
     return []
 
 
