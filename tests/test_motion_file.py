@@ -185,3 +185,20 @@ def test_planner_modules_import_no_heavy_packages() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
+
+
+def test_joint_angles_in_degrees_are_refused(tmp_path: Path) -> None:
+    arrays = _clip()
+    arrays["joint_pos"][3, 10] = 45.0  # 45 degrees, not radians
+    with pytest.raises(MotionFileError, match=r"reaches 45\.0, beyond any G1 joint's range in radians") as info:
+        inspect_motion(_write(tmp_path, arrays), num_bodies=G1_BODIES)
+    assert "np.deg2rad" in info.value.fix
+
+
+def test_a_root_under_the_floor_is_refused(tmp_path: Path) -> None:
+    arrays = _clip()
+    arrays["body_pos_w"][:, :, 2] = 0.75 - 1.0  # a standing clip one metre too low
+    with pytest.raises(MotionFileError, match=r"puts the root body 0\.25 m under the floor \(frame 0\)"):
+        inspect_motion(_write(tmp_path, arrays), num_bodies=G1_BODIES)
+    arrays["body_pos_w"][:, :, 2] = 0.75
+    assert inspect_motion(_write(tmp_path, arrays), num_bodies=G1_BODIES).num_frames == 5

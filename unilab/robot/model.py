@@ -199,8 +199,13 @@ def _compile_error(robot_mjcf: Path | None, exc: Exception) -> RobotModelError:
     return RobotModelError(
         f"MuJoCo cannot compile {which}",
         detail=f"MuJoCo: {exc}",
-        fix="load the file in MuJoCo (python -m mujoco.viewer --mjcf FILE) to see the problem, "
-        "or remove task.robot_mjcf to use the builtin G1",
+        fix=(
+            "correct the file (MuJoCo's message above names the element), check it with: python -c "
+            f"\"import mujoco; mujoco.MjModel.from_xml_path('{robot_mjcf}')\", "
+            if robot_mjcf is not None
+            else ""
+        )
+        + "or remove task.robot_mjcf to use the builtin G1",
     )
 
 

@@ -39,6 +39,10 @@ _LAYOUT: dict[str, tuple[str | int, ...]] = {
     "body_ang_vel_w": ("B", 3),
 }
 REQUIRED_KEYS: tuple[str, ...] = ("fps", *_LAYOUT)
+# Every G1 hinge joint's range is within +-3.1 rad; 2 pi leaves room for any user model's.
+_MAX_JOINT_RAD = 6.283185307179586  # 2 pi
+# The root (pelvis) of a G1 on the floor is above it; a little below allows for retargeting noise.
+_MIN_ROOT_Z = -0.05
 _REGENERATE = (
     "re-export the clip in the layout docs/tasks.md documents (`python tools/make_motion.py --out CLIP.npz` "
     "writes an example)"
@@ -252,6 +256,25 @@ def _validate(
         raise MotionFileError(
             f"motion file {path}: key 'body_quat_w' holds zero-length quaternions (first at frame, body {first})",
             fix=f"store unit quaternions (w, x, y, z); {_REGENERATE}",
+        )
+    # Units and frames a shape check cannot see, in the two forms a conversion gets wrong most:
+    # joint angles in degrees, and positions in another frame or unit (the root under the floor).
+    worst = float(np.abs(arrays["joint_pos"]).max())
+    if worst > _MAX_JOINT_RAD:
+        raise MotionFileError(
+            f"motion file {path}: key 'joint_pos' reaches {worst:.1f}, beyond any G1 joint's range in radians "
+            f"(|q| <= {_MAX_JOINT_RAD:.2f}): the clip looks like it holds degrees",
+            fix=f"store joint angles in radians (np.deg2rad); {_REGENERATE}",
+        )
+    root_z = arrays["body_pos_w"][:, 0, 2]
+    low = int(np.argmin(root_z))
+    if float(root_z[low]) < _MIN_ROOT_Z:
+        raise MotionFileError(
+            f"motion file {path}: key 'body_pos_w' puts the root body {float(-root_z[low]):.2f} m under the floor "
+            f"(frame {low})",
+            detail="positions are world-frame metres, z up, the floor at z = 0, bodies in the robot model's order "
+            "(the root first)",
+            fix=f"convert the positions to that frame (metres, z up, floor at 0); {_REGENERATE}",
         )
     return t, fps, b, arrays
 

@@ -18,8 +18,9 @@ def _from_error(r: Rule, exc: UnilabError, key: str) -> Diagnostic:
 @rule(
     "task.motion",
     "task.motion",
-    "g1_motion_tracking has a valid motion file (keys, 29 joints, the robot's bodies, finite, unit "
-    "quaternions, fps > 0) that lasts at least two control steps; g1_walk has none.",
+    "g1_motion_tracking has a valid motion file (keys, 29 joints, the robot's bodies, finite, non-zero "
+    "quaternions, fps > 0, joint angles in radians, the root above the floor) that lasts at least two control "
+    "steps; g1_walk has none.",
 )
 def task_motion(r: Rule, ctx: Context) -> list[Diagnostic]:
     t = ctx.spec.task
@@ -56,8 +57,8 @@ def task_motion(r: Rule, ctx: Context) -> list[Diagnostic]:
 @rule(
     "task.robot",
     "task.robot_mjcf",
-    "The robot MJCF exists, parses, has the G1's 29 joint names, its mesh files exist, "
-    "and its actuators are all or none.",
+    "The robot MJCF exists, parses as XML, has the G1's 29 joint names, its mesh files exist, "
+    "and its actuators are all or none (MuJoCo itself compiles it when the run starts).",
 )
 def task_robot(r: Rule, ctx: Context) -> list[Diagnostic]:
     if ctx.spec.task.name == "cartpole" and ctx.spec.task.robot_mjcf is not None:
