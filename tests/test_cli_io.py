@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import stat
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -250,6 +251,24 @@ def test_plan_out_to_directory_or_unwritable_path(tmp_path: Path) -> None:
         r = unilab_unprivileged("plan", CARTPOLE, "--host-facts", HOST, "--out", str(ro / "p.toml"))
     assert_io_error(r, str(ro / "p.toml"), "Permission denied")
     assert "--resume" not in r.stderr and "run.output_dir" not in r.stderr
+
+
+def test_plan_out_to_a_pipe_or_a_link_is_refused_and_left_as_it_was(tmp_path: Path) -> None:
+    """--out replaces a file whole: a named pipe (or a device, as root) or a symbolic link would be
+    replaced by a regular file, not written through."""
+    fifo = tmp_path / "p.fifo"
+    os.mkfifo(fifo)
+    r = unilab("plan", CARTPOLE, "--host-facts", HOST, "--out", str(fifo))
+    assert_io_error(r, "is not a regular file")
+    assert stat.S_ISFIFO(fifo.lstat().st_mode)
+    target = tmp_path / "target.toml"
+    target.write_text("keep")
+    link = tmp_path / "link.toml"
+    link.symlink_to(target)
+    r = unilab("plan", CARTPOLE, "--host-facts", HOST, "--out", str(link))
+    assert_io_error(r, "is a symbolic link")
+    assert f"--out {target}" in r.stderr
+    assert link.is_symlink() and target.read_text() == "keep"
 
 
 def test_export_out_unusable(tmp_path: Path, run_dir: Path) -> None:

@@ -36,6 +36,8 @@ def write_atomic(path: Path, write: Callable[[IO[bytes]], None], what: str, fix:
     except OSError as exc:
         tmp.unlink(missing_ok=True)
         why = "the disk is full" if exc.errno == errno.ENOSPC else (exc.strerror or str(exc))
+        if fix == RUN_FILE_FIX and exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+            fix = f"make {path.parent} writable by this user, then resume with --resume RUN_DIR"
         raise UnilabError(
             f"cannot write {what} {path}: {why}",
             detail="the previous version of the file, if any, is unchanged",
@@ -50,8 +52,18 @@ def write_text_atomic(path: Path, text: str, what: str, fix: str = RUN_FILE_FIX)
 def check_out_path(out: Path, example: str) -> None:
     """Refuse an --out that cannot become a file: a directory, or one in a missing directory.
     ``example`` is a file name to suggest in place of a directory."""
+    if out.is_symlink():  # replacing it would replace the link, not write through it
+        raise UnilabError(
+            f"--out {out} is a symbolic link; unilab replaces files whole, so it would replace the link",
+            fix=f"pass the file it points to (--out {out.resolve()}) or another name",
+        )
     if out.is_dir():
         raise UnilabError(f"--out {out} is a directory", fix=f"pass a file name, e.g. --out {out / example}")
+    if out.exists() and not out.is_file():
+        raise UnilabError(
+            f"--out {out} is not a regular file (a device, pipe or socket); unilab would replace it with one",
+            fix=f"pass a regular file name, e.g. --out {example}",
+        )
     if not out.parent.is_dir():
         raise UnilabError(
             f"cannot write {out}: directory {out.parent} does not exist", fix=f"create it first (mkdir -p {out.parent})"
