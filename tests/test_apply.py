@@ -311,6 +311,30 @@ def _wait_for_checkpoint(tmp_path: Path, timeout: float = 120) -> Path:
     raise AssertionError("no checkpoint appeared")
 
 
+def test_sigterm_while_the_run_starts_leaves_no_run_directory(tmp_path: Path) -> None:
+    """Between the plan file and the manifest (imports, the collector's start) a SIGTERM ends the
+    apply as a Ctrl-C there does: nothing ran, so no directory with only a plan is left behind."""
+    mark = uuid.uuid4().hex
+    proc = subprocess.Popen(
+        [*APPLY, str(ROOT / "specs" / "cartpole.toml"), "--quiet"],
+        cwd=tmp_path,
+        env=_env(tmp_path, mark),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 60
+    while not list(tmp_path.glob("runs/*/plan.toml")) and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert not list(tmp_path.glob("runs/*/manifest.json")), "the run started before the signal could be sent"
+    proc.send_signal(signal.SIGTERM)
+    _out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err
+    assert list(tmp_path.glob("runs/*")) == []
+    assert marked_pids(mark) == []
+
+
 def test_a_closed_output_pipe_does_not_end_the_run(tmp_path: Path) -> None:
     """`unilab apply ... | head -1`: the reader has gone, the run goes on to its end and its record."""
     mark = uuid.uuid4().hex

@@ -74,9 +74,12 @@ def cmd_apply(args: argparse.Namespace) -> int:
                 fix="pass the directory `unilab apply` printed at the end of the run",
             )
     plan = _resolve(target, args.set, args.resume if args.target is None else None)
+    from unilab.run.stop import stop_signals_interrupt
     from unilab.run.terminal import terminal_may_go
 
-    with terminal_may_go():  # a closed pipe or hung-up terminal must not end the training run
+    # A closed pipe or hung-up terminal must not end the training run; a SIGTERM before the run's
+    # own stop handling is in place ends it as cleanly as a Ctrl-C.
+    with terminal_may_go(), stop_signals_interrupt():
         return run_apply(ApplyRequest(plan=plan, resume_dir=args.resume, progress=not args.quiet))
 
 

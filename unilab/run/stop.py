@@ -53,3 +53,20 @@ def signals_ignored(*signums: int) -> Iterator[None]:
     finally:
         for s, h in old.items():
             signal.signal(s, h)
+
+
+@contextmanager
+def stop_signals_interrupt() -> Iterator[None]:
+    """Inside the block, SIGTERM and SIGHUP interrupt like Ctrl-C (KeyboardInterrupt) until a
+    StopFlag takes over: a stop during start-up (imports, the run directory, the collector's birth)
+    then goes through the same clean-up as Ctrl-C, not the default action that kills the process
+    and leaves a run directory with only its plan. Main thread only; elsewhere a no-op."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = {s: signal.signal(s, signal.default_int_handler) for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
