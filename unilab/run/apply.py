@@ -174,7 +174,8 @@ def run_apply(req: ApplyRequest) -> int:
     except BaseException as exc:
         # No import here: a Ctrl-C can land while torch is half imported.
         if drop_if_nothing_ran(run_dir, req.resume_dir, made):
-            if isinstance(exc, UnilabError) and exc.fix == RUN_FAILED_FIX:  # there is no run to read or resume
+            # There is no run to read or resume: a fix that points at one (or at its directory) is void.
+            if isinstance(exc, UnilabError) and (exc.fix == RUN_FAILED_FIX or str(run_dir) in (exc.fix or "")):
                 exc.fix = "nothing ran and no run directory was kept: correct the problem above and apply again"
         elif (run_dir / "manifest.json").exists():
             ckpt = _has_checkpoint(run_dir)

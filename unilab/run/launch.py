@@ -102,10 +102,11 @@ def rank_entry(
             from unilab.run.rank_dir import drop_unstarted_run_dir
 
             drop_unstarted_run_dir(Path(run_dir), made)
-    if code == EXIT_INTERRUPTED and stop.signal == signal.SIGINT:
-        # The SIGINT came from the launcher shutting the ranks down after a Ctrl-C: it no longer
-        # reads their return values, and returning would wait for it to do so until it SIGKILLs us
-        # (30 s). The run is already recorded (manifest, final checkpoint), so leave now.
+    if code == EXIT_INTERRUPTED and stop.signal is not None:
+        # The signal came from the launcher shutting the ranks down after a Ctrl-C or SIGTERM (it
+        # forwards what it got), or reached the launcher too: it no longer reads their return
+        # values, and returning would wait for it to do so until it SIGKILLs us (30 s). The run is
+        # already recorded (manifest, final checkpoint), so leave now.
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
