@@ -4,6 +4,7 @@ nothing that was there before, and loading refuses corrupt files and other plans
 from __future__ import annotations
 
 import errno
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,13 @@ import torch
 
 from unilab.errors import UnilabError
 from unilab.run import atomic
-from unilab.run.checkpoint import list_checkpoints, load_checkpoint, save_checkpoint
+from unilab.run.checkpoint import (
+    check_recorded_digest,
+    digest_path,
+    list_checkpoints,
+    load_checkpoint,
+    save_checkpoint,
+)
 
 PLAN = "sha256:" + "ab" * 32
 
@@ -24,6 +31,10 @@ def test_round_trip_and_pruning(tmp_path: Path) -> None:
     for steps in (100, 200, 300, 400):
         save_checkpoint(tmp_path, _state(steps), plan_id=PLAN, env_steps=steps, keep=2)
     assert [p.name for p in list_checkpoints(tmp_path)] == ["ckpt-0000000000300.pt", "ckpt-0000000000400.pt"]
+    assert sorted(p.name for p in tmp_path.glob("*.sha256")) == [  # pruned with their checkpoints
+        "ckpt-0000000000300.pt.sha256",
+        "ckpt-0000000000400.pt.sha256",
+    ]
     blob = load_checkpoint(list_checkpoints(tmp_path)[-1], plan_id=PLAN)
     assert torch.equal(blob["state"]["learner"]["w"], torch.full((3,), 400.0))
 
@@ -39,7 +50,8 @@ def test_full_disk_keeps_the_previous_checkpoint(tmp_path: Path, monkeypatch: py
         save_checkpoint(tmp_path, _state(2), plan_id=PLAN, env_steps=2, keep=5)
     assert "the disk is full" in e.value.summary and "--resume" in e.value.fix
     monkeypatch.undo()
-    assert [p.name for p in tmp_path.iterdir()] == ["ckpt-0000000000001.pt"]  # no temp file, no partial file
+    # No temp file, no partial file: the first checkpoint and its digest, as they were.
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt-0000000000001.pt", "ckpt-0000000000001.pt.sha256"]
     assert load_checkpoint(tmp_path / "ckpt-0000000000001.pt", plan_id=PLAN)["env_steps"] == 1
 
 
@@ -67,3 +79,22 @@ def test_pickled_code_is_not_loaded(tmp_path: Path) -> None:
     torch.save({"format": 1, "plan_id": PLAN, "env_steps": 1, "state": {"x": Evil()}}, path)
     with pytest.raises(UnilabError, match="corrupt or unreadable"):
         load_checkpoint(path, plan_id=PLAN)
+
+
+def test_a_checkpoint_is_verified_against_the_digest_beside_it(tmp_path: Path) -> None:
+    """No manifest needed: the digest file beside the checkpoint vouches for it (in sha256sum's
+    format), a changed byte is refused, and a checkpoint nothing vouches for is refused with a fix."""
+    run = tmp_path / "run"
+    path, digest = save_checkpoint(run / "checkpoints", _state(1), plan_id=PLAN, env_steps=1, keep=2)
+    assert check_recorded_digest(run, path) == digest
+    r = subprocess.run(["sha256sum", "-c", digest_path(path).name], cwd=path.parent, capture_output=True, text=True)
+    assert r.returncode == 0 and r.stdout.strip().endswith(": OK")
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+    with pytest.raises(UnilabError, match="does not have the sha256 the run recorded"):
+        check_recorded_digest(run, path)
+    digest_path(path).unlink()
+    with pytest.raises(UnilabError, match="cannot be verified") as info:
+        check_recorded_digest(run, path)
+    assert f"sha256sum {path.name} > {digest_path(path).name}" in info.value.fix

@@ -42,7 +42,13 @@ def resolve_resume(plan: Plan, run_dir: Path) -> Path:
     """The newest loadable checkpoint of `run_dir`, which must belong to the same plan and still
     have env steps to go."""
     from unilab.plan.render import load_plan
-    from unilab.run.checkpoint import check_recorded_digest, list_checkpoints, load_checkpoint
+    from unilab.run.checkpoint import (
+        check_recorded_digest,
+        checkpoint_name,
+        env_steps_of,
+        list_checkpoints,
+        load_checkpoint,
+    )
 
     saved = run_dir / "plan.toml"
     if not saved.is_file():
@@ -62,6 +68,14 @@ def resolve_resume(plan: Plan, run_dir: Path) -> Path:
         raise UnilabError(f"{run_dir}/checkpoints holds no checkpoint to resume from", fix="start a new run")
     blob = load_checkpoint(ckpts[-1], plan_id=plan.plan_id)  # a corrupt file is named as such first
     check_recorded_digest(run_dir, ckpts[-1])
+    named = env_steps_of(ckpts[-1])
+    if blob["env_steps"] != named:  # the newest by name is the one every resume would pick
+        raise UnilabError(
+            f"checkpoint {ckpts[-1]} holds the state after {blob['env_steps']:,} env steps, its name says "
+            + (f"{named:,}" if named is not None else "no env steps"),
+            detail="checkpoints are picked by name; a renamed one would be resumed from the wrong point",
+            fix=f"rename it back to {checkpoint_name(int(blob['env_steps']))} (and its .sha256 file), or remove it",
+        )
     if blob["env_steps"] >= plan.run.total_env_steps:
         raise UnilabError(
             f"{run_dir} already finished its run ({blob['env_steps']:,} env steps of "

@@ -32,10 +32,41 @@ def save_checkpoint(
     torch.save({"format": CHECKPOINT_FORMAT, "plan_id": plan_id, "env_steps": env_steps, "state": state}, buf)
     data = buf.getvalue()
     path = directory / checkpoint_name(env_steps)
+    digest = hashlib.sha256(data).hexdigest()
     write_atomic(path, lambda f: f.write(data), "checkpoint")
+    # Beside it, its digest in sha256sum's format (`sha256sum -c` checks it): a resume or an export
+    # verifies the file against it even when the manifest is gone.
+    write_atomic(digest_path(path), lambda f: f.write(f"{digest}  {path.name}\n".encode()), "checkpoint digest")
     for old in list_checkpoints(directory)[:-keep]:
         old.unlink(missing_ok=True)
-    return path, hashlib.sha256(data).hexdigest()
+        digest_path(old).unlink(missing_ok=True)
+    return path, digest
+
+
+def digest_path(path: Path) -> Path:
+    """The sha256 file written beside a checkpoint."""
+    return path.with_name(path.name + ".sha256")
+
+
+def recorded_digests(run_dir: Path) -> dict[str, str]:
+    """Checkpoint name -> sha256 as the run recorded it: the run manifest's list, overridden by the
+    digest files beside the checkpoints. Unreadable sources are skipped."""
+    import json
+
+    out: dict[str, str] = {}
+    try:
+        records = json.loads((run_dir / "manifest.json").read_text(encoding="utf-8")).get("checkpoints", [])
+        out.update({Path(c["path"]).name: str(c["sha256"]) for c in records})
+    except (OSError, ValueError, AttributeError, TypeError, KeyError):
+        pass
+    for side in (run_dir / "checkpoints").glob("ckpt-*.pt.sha256"):
+        try:
+            want, _, name = side.read_text(encoding="utf-8").strip().partition("  ")
+        except (OSError, UnicodeDecodeError):
+            continue
+        if name == side.name.removesuffix(".sha256") and len(want) == 64:
+            out[name] = want
+    return out
 
 
 def env_steps_of(path: Path) -> int | None:
@@ -44,27 +75,30 @@ def env_steps_of(path: Path) -> int | None:
     return int(digits) if path.stem.startswith("ckpt-") and digits.isdigit() else None
 
 
-def check_recorded_digest(run_dir: Path, path: Path) -> None:
-    """Refuse a checkpoint whose bytes differ from the sha256 the run's manifest recorded for it (a
-    file changed after the run still loads if the change is in its padding). A checkpoint the
-    manifest does not list, or a manifest that cannot be read, cannot be checked: it passes."""
-    import json
-
+def check_recorded_digest(run_dir: Path, path: Path) -> str:
+    """Refuse a checkpoint whose bytes differ from the sha256 the run recorded for it (a file
+    changed after the run may still load), or whose digest was not recorded anywhere that can be
+    read: then nothing vouches for it. Returns the verified digest."""
     from unilab.digests import file_sha256
 
-    try:
-        records = json.loads((run_dir / "manifest.json").read_text(encoding="utf-8")).get("checkpoints", [])
-        recorded = {Path(c["path"]).name: c["sha256"] for c in records}
-    except (OSError, ValueError, AttributeError, TypeError, KeyError):
-        return
-    want = recorded.get(path.name)
-    if want is not None and file_sha256(path) != want:
+    want = recorded_digests(run_dir).get(path.name)
+    if want is None:
         raise UnilabError(
-            f"checkpoint {path} does not have the sha256 the run's manifest recorded: it changed after it was saved",
+            f"checkpoint {path} cannot be verified: no digest file beside it ({digest_path(path).name}) and the "
+            f"run's manifest does not record it (missing, unreadable or not listing it)",
+            detail="a checkpoint is loaded only when the digest the run recorded for it matches its bytes",
+            fix=f"restore {run_dir / 'manifest.json'}; or, if you trust the file, record its digest: "
+            f"(cd {path.parent} && sha256sum {path.name} > {digest_path(path).name})",
+        )
+    got = file_sha256(path)
+    if got != want:
+        raise UnilabError(
+            f"checkpoint {path} does not have the sha256 the run recorded: it changed after it was saved",
             detail="the file was kept as it is",
             fix=f"restore the file, or remove it to use the previous checkpoint; `unilab manifest validate "
-            f"{run_dir / 'manifest.json'}` checks every checkpoint",
+            f"{run_dir}` checks every checkpoint",
         )
+    return got
 
 
 def list_checkpoints(directory: Path) -> list[Path]:

@@ -31,15 +31,17 @@ from unilab.sim.contract import physics_warning_fix
 
 
 def existing_checkpoints(run_dir: Path) -> list[CheckpointRecord]:
-    """Records of the checkpoints already in a run directory (a resume continues its record)."""
-    from unilab.digests import file_sha256
-    from unilab.run.checkpoint import env_steps_of, list_checkpoints
+    """Records of the checkpoints already in a run directory (a resume continues its record), with
+    the digests the run recorded for them, never ones taken from the files now: a checkpoint whose
+    digest was not recorded is left out rather than vouched for."""
+    from unilab.run.checkpoint import env_steps_of, list_checkpoints, recorded_digests
 
+    recorded = recorded_digests(run_dir)
     out = []
     for path in list_checkpoints(run_dir / "checkpoints"):
-        steps = env_steps_of(path)
-        if steps is not None:
-            out.append(CheckpointRecord(path=str(path.relative_to(run_dir)), env_steps=steps, sha256=file_sha256(path)))
+        steps, digest = env_steps_of(path), recorded.get(path.name)
+        if steps is not None and digest is not None:
+            out.append(CheckpointRecord(path=str(path.relative_to(run_dir)), env_steps=steps, sha256=digest))
     return out
 
 
