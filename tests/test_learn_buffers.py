@@ -239,3 +239,9 @@ def test_c51_projection_of_non_finite_values_stays_non_finite_without_bad_indice
     values = torch.tensor([[0.0, float("nan"), 1.0, 2.0, 3.0], [float("inf"), 0.0, 0.0, 0.0, 0.0]])
     out = categorical.project(probs, values, -2.0, 2.0)
     assert not torch.isfinite(out[0]).all() and not torch.isfinite(out[1]).all()
+
+
+def test_a_replay_buffer_too_large_to_allocate_names_the_key() -> None:
+    with pytest.raises(UnilabError, match=r"algo\.buffer_size = 10,000,000,000,000 transitions") as info:
+        ReplayBuffer(10**13, 96, 29, num_envs=16, n_step=1, gamma=0.99)
+    assert "--set algo.buffer_size=" in info.value.fix

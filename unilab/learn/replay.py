@@ -80,11 +80,20 @@ class ReplayBuffer:
         self.gamma = float(gamma)
         self.device = torch.device(device)
         f32 = {"dtype": torch.float32, "device": self.device}
-        self._obs = torch.empty(capacity, obs_dim, **f32)
-        self._action = torch.empty(capacity, act_dim, **f32)
-        self._reward = torch.empty(capacity, **f32)
-        self._next_obs = torch.empty(capacity, obs_dim, **f32)
-        self._discount = torch.empty(capacity, **f32)
+        try:
+            self._obs = torch.empty(capacity, obs_dim, **f32)
+            self._action = torch.empty(capacity, act_dim, **f32)
+            self._reward = torch.empty(capacity, **f32)
+            self._next_obs = torch.empty(capacity, obs_dim, **f32)
+            self._discount = torch.empty(capacity, **f32)
+        except (RuntimeError, MemoryError) as exc:  # torch's out-of-memory errors are RuntimeErrors
+            gib = capacity * (2 * obs_dim + act_dim + 2) * 4 / 2**30
+            raise UnilabError(
+                f"the replay buffer (algo.buffer_size = {capacity:,} transitions of {obs_dim} observations and "
+                f"{act_dim} actions) needs {gib:,.1f} GiB on {self.device}, more than can be allocated",
+                detail=str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__,
+                fix=f"lower algo.buffer_size (e.g. --set algo.buffer_size={max(num_envs, capacity // 10):_})",
+            ) from None
         # Pending window of raw steps: slot (head + i) % n is the i-th oldest.
         n, e = n_step, num_envs
         self._p_obs = torch.zeros(n, e, obs_dim, **f32)

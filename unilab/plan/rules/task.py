@@ -120,6 +120,29 @@ def task_push_interval(r: Rule, ctx: Context) -> list[Diagnostic]:
     ]
 
 
+_INT32_MAX = 2**31 - 1
+
+
+@rule(
+    "task.episode-steps",
+    "task.episode_length_s",
+    "An episode lasts at most 2**31 - 1 control steps (the tasks count steps in int32).",
+)
+def task_episode_steps(r: Rule, ctx: Context) -> list[Diagnostic]:
+    t, sim = ctx.spec.task, ctx.spec.sim
+    dt = control_dt(sim.timestep, sim.decimation)
+    steps = t.episode_length_s / dt
+    if steps <= _INT32_MAX:
+        return []
+    return [
+        r.diag(
+            f"episode_length_s = {t.episode_length_s} is {steps:.3g} control steps of {seconds_text(dt)} s "
+            f"(sim.timestep {sim.timestep} x sim.decimation {sim.decimation}), more than {_INT32_MAX:,}",
+            "shorten task.episode_length_s, or raise sim.timestep or sim.decimation",
+        )
+    ]
+
+
 @rule("run.budget", "run.total_env_steps", "The run collects at least one env step per env and rank.")
 def run_budget(r: Rule, ctx: Context) -> list[Diagnostic]:
     per_step = ctx.spec.task.num_envs * ctx.world_size
