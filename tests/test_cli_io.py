@@ -5,6 +5,7 @@ misplaced inputs and outputs get one clear paragraph and exit 1 (never a traceba
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import stat
@@ -380,3 +381,30 @@ def test_help_texts() -> None:
     assert "compare two specs or saved plans" in top and "two plans key" not in top
     plan = " ".join(unilab("plan", "--help").stdout.split())
     assert "json when FILE ends in .json" in plan
+
+
+@pytest.mark.parametrize("kind", ["device", "fifo"])
+def test_inputs_that_are_not_regular_files_are_refused(tmp_path: Path, kind: str) -> None:
+    """/dev/zero grew `unilab plan` to gigabytes; a named pipe blocked it for ever."""
+    src = Path("/dev/zero")
+    if kind == "fifo":
+        src = tmp_path / "in.fifo"
+        os.mkfifo(src)
+    for args, what in (
+        (["plan", str(src)], "spec file"),
+        (["plan", CARTPOLE, "--host-facts", str(src)], "host facts file"),
+        (["manifest", "validate", str(src)], "manifest"),
+    ):
+        r = unilab(*args)
+        assert_clean_error(r)
+        assert f"{what} {src} is not a regular file" in r.stderr, r.stderr
+
+
+def test_json_plans_read_back_in_any_key_order_and_suffix_case(tmp_path: Path) -> None:
+    r = unilab("plan", CARTPOLE, "--host-facts", HOST, "--out", str(tmp_path / "P.JSON"))
+    assert r.returncode == 0, r.stderr
+    data = json.loads((tmp_path / "P.JSON").read_text())
+    (tmp_path / "sorted.json").write_text(json.dumps(data, sort_keys=True))  # `jq -S .` or a minifier
+    for name in ("P.JSON", "sorted.json"):
+        r = unilab("diff", str(tmp_path / name), str(tmp_path / "P.JSON"))
+        assert r.returncode == 0 and "no changes" in r.stdout, r.stdout + r.stderr

@@ -13,6 +13,7 @@ from pydantic import ValidationError
 
 from unilab.errors import PlanRefused, UnilabError
 from unilab.host.facts import HostFacts
+from unilab.inputfile import read_input
 from unilab.plan.models import Plan
 
 
@@ -22,7 +23,7 @@ def read_host_facts(path: Path | None) -> HostFacts:
 
         return probe_host()
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(read_input(path, "host facts file").decode("utf-8"))
     except FileNotFoundError:
         raise UnilabError(
             f"host facts file {path} does not exist",

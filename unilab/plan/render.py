@@ -17,6 +17,7 @@ import tomli_w
 from pydantic import ValidationError
 
 from unilab.errors import UnilabError
+from unilab.inputfile import read_input, read_input_head
 from unilab.plan.models import Plan, PlanBody
 
 
@@ -63,11 +64,15 @@ def render(plan: Plan, fmt: Literal["toml", "json"] = "toml") -> str:
 def load_plan(path: Path) -> Plan:
     """Read a saved plan (TOML or JSON) and verify that its plan_id matches its content."""
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_input(path, "plan file").decode("utf-8")
     except OSError as exc:
         raise UnilabError(f"plan file {path} cannot be read: {exc.strerror}", fix="check the path") from None
+    except UnicodeDecodeError:
+        raise UnilabError(
+            f"plan file {path} is not UTF-8 text", fix="re-create it with `unilab plan SPEC --out FILE`"
+        ) from None
     try:
-        data = json.loads(text) if path.suffix == ".json" else tomllib.loads(text)
+        data = json.loads(text) if _looks_like_json(path, text) else tomllib.loads(text)
     except (json.JSONDecodeError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise UnilabError(
             f"plan file {path} is not valid {path.suffix[1:] or 'TOML'}: {exc}",
@@ -96,9 +101,18 @@ def load_plan(path: Path) -> Plan:
 def is_plan_file(path: Path) -> bool:
     """A saved plan starts with plan_id; a spec starts with schema_version. An OS error (say, no
     read permission) propagates: the caller reports it for "spec or plan", not as a spec's."""
-    head = path.read_text(encoding="utf-8", errors="replace")[:4096]
-    if head.lstrip().startswith('{\n  "plan_id"'):
+    head = read_input_head(path, "spec or plan file", 4096).decode("utf-8", errors="replace")
+    if head.lstrip().startswith("{"):  # JSON, in any key order: a plan (specs are TOML); load_plan checks it
         return True
+    return _toml_head_has_plan_id(head)
+
+
+def _looks_like_json(path: Path, text: str) -> bool:
+    """A JSON plan: by its suffix, any case (`--out P.JSON` writes JSON), or by its first character."""
+    return path.suffix.lower() == ".json" or text.lstrip().startswith("{")
+
+
+def _toml_head_has_plan_id(head: str) -> bool:
     for line in head.splitlines():
         line = line.strip()
         if line.startswith("["):  # the first table: past the top-level keys

@@ -17,6 +17,7 @@ import jsonschema
 from unilab import __version__
 from unilab.errors import UnilabError
 from unilab.host.facts import HostFacts
+from unilab.inputfile import read_input
 from unilab.manifest.consistency import ConsistencyReport, check_manifest
 from unilab.manifest.models import Manifest, Provenance
 from unilab.run.atomic import write_text_atomic
@@ -97,7 +98,7 @@ def validate_manifest_file(path: Path) -> tuple[Manifest, ConsistencyReport]:
             )
         path = path / "manifest.json"
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(read_input(path, "manifest").decode("utf-8"))
     except FileNotFoundError:
         raise UnilabError(f"{path} does not exist", fix="pass RUN_DIR/manifest.json") from None
     except (OSError, ValueError) as exc:

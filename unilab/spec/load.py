@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from unilab.errors import Diagnostic, SpecError
+from unilab.inputfile import read_input
 from unilab.spec.diagnose import format_validation_error, spec_error
 from unilab.spec.models import Spec
 
@@ -150,7 +151,7 @@ def validate_spec_data(data: dict[str, Any], source: str, overridden: set[str] |
 
 def read_toml(path: Path) -> dict[str, Any]:
     try:
-        raw = path.read_bytes()
+        raw = read_input(path, "spec file")
     except FileNotFoundError:
         raise SpecError(
             f"spec file {path} does not exist", fix="check the path, e.g. `unilab plan specs/g1.toml`"
