@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import subprocess
 from collections import namedtuple
 from pathlib import Path
 
@@ -110,6 +111,13 @@ def test_cuda_visible_devices_mapping(raw: str | None, uuids: list[str], error: 
     assert v.uuids == uuids and v.error == error
 
 
+def _exited_pid() -> int:
+    """The pid of a process that has exited and been reaped (the kernel reuses pids only later)."""
+    p = subprocess.Popen(["true"])
+    p.wait()
+    return p.pid
+
+
 def _registry(state: Path, pipe: Path, pid: int | None) -> None:
     state.mkdir(parents=True, exist_ok=True)
     entry = {"name": "train-gpu0", "gpu_uuid": "GPU-0a1b", "pipe_directory": str(pipe), "log_directory": str(pipe)}
@@ -138,7 +146,7 @@ def test_mps_service_without_socket_or_daemon(tmp_path: Path) -> None:
     pipe = tmp_path / "pipe"
     pipe.mkdir()
     (pipe / "control").write_text("not a socket")
-    _registry(tmp_path / "state", pipe, 2**22 + 12345)  # a pid that is not running
+    _registry(tmp_path / "state", pipe, _exited_pid())  # a pid that is not running
     (svc,) = probe_host(env={}, nvml=None, state_dir=tmp_path / "state").mps.services
     assert not svc.control_socket_exists and not svc.daemon_alive
 
@@ -156,3 +164,21 @@ def test_probe_reads_versions_from_metadata_and_nccl_env(tmp_path: Path) -> None
     assert facts.nccl_env == {"NCCL_DEBUG": "INFO"}
     assert facts.cpu.affinity == sorted(os.sched_getaffinity(0))
     assert facts.cuda_visible_devices.uuids == ["GPU-aaaa0", "GPU-aaaa1"]
+
+
+def test_an_environment_variable_that_is_not_utf8_is_recorded_readably(tmp_path: Path) -> None:
+    """os.environ keeps undecodable bytes as surrogates, which JSON text cannot hold."""
+    bad = b"a\xffb".decode("utf-8", "surrogateescape")
+    facts = probe_host(env={"CUDA_VISIBLE_DEVICES": bad, "NCCL_DEBUG": bad}, nvml=None, state_dir=tmp_path)
+    assert facts.cuda_visible_devices.raw == "a\ufffdb" and facts.nccl_env == {"NCCL_DEBUG": "a\ufffdb"}
+    json.loads(facts.model_dump_json())
+
+
+@pytest.mark.parametrize("pid", ["99999999999999999999", "0", "-1"])
+def test_a_registry_pid_that_no_process_can_have_is_refused(tmp_path: Path, pid: str) -> None:
+    path = registry_path(tmp_path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    entry = f'{{"name":"a","gpu_uuid":"GPU-1","pipe_directory":"/x","log_directory":"/x","daemon_pid":{pid}}}'
+    path.write_text(f'{{"schema_version":1,"services":[{entry}]}}')
+    with pytest.raises(UnilabError, match=r"MPS service registry .* cannot be read"):
+        read_registry(tmp_path)

@@ -63,6 +63,7 @@ def test_each_contradiction_is_named() -> None:
                 CheckpointRecord(path="checkpoints/a", env_steps=400, sha256="0" * 64),
             ]
         ),
+        "a time stamp is not a valid date and time": manifest(started_at="2026-13-45T99:99:99Z"),
         "past counters.env_steps": manifest(
             checkpoints=[CheckpointRecord(path="checkpoints/a", env_steps=2000, sha256="0" * 64)]
         ),

@@ -8,14 +8,18 @@ import json
 import os
 import stat
 from pathlib import Path
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from unilab.errors import UnilabError
 from unilab.host.facts import MpsServiceFacts
 from unilab.run.atomic import write_text_atomic  # imports only unilab.errors: no cycle, light on the plan path
 
 PID_FILE_NAME = "nvidia-cuda-mps-control.pid"
+
+
+_PID_MAX = 4_194_304  # Linux's largest pid_max (2**22)
 
 
 class RegistryEntry(BaseModel):
@@ -25,13 +29,13 @@ class RegistryEntry(BaseModel):
     gpu_uuid: str
     pipe_directory: str
     log_directory: str
-    daemon_pid: int | None = None
+    daemon_pid: Annotated[int, Field(gt=0, le=_PID_MAX)] | None = None
 
 
 class Registry(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    schema_version: int = 1
+    schema_version: Literal[1] = 1
     services: list[RegistryEntry] = []
 
 
@@ -63,6 +67,8 @@ def read_registry(state_dir: Path | None = None) -> Registry:
 
 
 def _pid_alive(pid: int) -> bool:
+    if not 0 < pid <= _PID_MAX:  # kill(0) and kill(-1) address process groups, not a daemon
+        return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -77,9 +83,10 @@ def _pid_alive(pid: int) -> bool:
 
 def _read_pid(pipe_dir: Path, fallback: int | None) -> int | None:
     try:
-        return int((pipe_dir / PID_FILE_NAME).read_text().strip())
+        pid = int((pipe_dir / PID_FILE_NAME).read_text().strip())
     except (OSError, ValueError):
         return fallback
+    return pid if 0 < pid <= _PID_MAX else fallback
 
 
 def probe_service(entry: RegistryEntry) -> MpsServiceFacts:

@@ -68,8 +68,14 @@ def map_visible_devices(raw: str | None, gpus: list[GpuFacts]) -> VisibleDevices
     return VisibleDevicesFacts(raw=raw, uuids=uuids)
 
 
+def _text(value: str) -> str:
+    return value.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
 def probe_host(env: dict[str, str] | None = None, nvml: Any = "auto", state_dir: Path | None = None) -> HostFacts:
-    env = dict(os.environ) if env is None else env
+    # Host facts are recorded as JSON text: a variable that is not valid UTF-8 (os.environ keeps
+    # its bytes as surrogates) is recorded with U+FFFD in their place.
+    env = {_text(k): _text(v) for k, v in (os.environ if env is None else env).items()}
     nvidia: NvidiaFacts = read_nvidia(load_pynvml() if nvml == "auto" else nvml)
     sdir = state_dir or state_directory()
     services = [probe_service(e) for e in read_registry(sdir).services]

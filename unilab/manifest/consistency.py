@@ -40,10 +40,16 @@ def check_fields(m: Manifest) -> list[str]:
         out.append("status is running but finished_at is set")
     if m.status != "running" and m.finished_at is None:
         out.append(f"status is {m.status} but finished_at is missing")
-    if _time(m.updated_at) < _time(m.started_at):
-        out.append(f"updated_at {m.updated_at} is before started_at {m.started_at}")
-    if m.finished_at is not None and _time(m.finished_at) < _time(m.started_at):
-        out.append(f"finished_at {m.finished_at} is before started_at {m.started_at}")
+    try:
+        started, updated = _time(m.started_at), _time(m.updated_at)
+        finished = _time(m.finished_at) if m.finished_at is not None else None
+    except ValueError as exc:  # the schema checks the form (digits), not the calendar (month 13)
+        out.append(f"a time stamp is not a valid date and time: {exc}")
+    else:
+        if updated < started:
+            out.append(f"updated_at {m.updated_at} is before started_at {m.started_at}")
+        if finished is not None and finished < started:
+            out.append(f"finished_at {m.finished_at} is before started_at {m.started_at}")
     if m.timing.train_s > m.timing.wall_s:
         out.append(f"timing.train_s {m.timing.train_s:.1f} exceeds the session's wall_s {m.timing.wall_s:.1f}")
     w = m.topology.world_size

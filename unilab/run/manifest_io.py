@@ -99,10 +99,19 @@ def validate_manifest_file(path: Path) -> tuple[Manifest, ConsistencyReport]:
         path = path / "manifest.json"
     try:
         data = json.loads(read_input(path, "manifest").decode("utf-8"))
+        json.dumps(data, ensure_ascii=False).encode("utf-8")  # "\ud800" parses, but is no character
     except FileNotFoundError:
         raise UnilabError(f"{path} does not exist", fix="pass RUN_DIR/manifest.json") from None
+    except UnicodeEncodeError:
+        raise UnilabError(
+            f"{path} holds text that is not valid Unicode (a lone surrogate escape such as \\ud800)",
+            fix="only `unilab apply` writes manifests: this one was edited or made elsewhere",
+        ) from None
     except (OSError, ValueError) as exc:
-        raise UnilabError(f"{path} is not readable JSON: {exc}") from None
+        raise UnilabError(
+            f"{path} is not readable JSON: {exc}",
+            fix="pass RUN_DIR or RUN_DIR/manifest.json as `unilab apply` wrote it",
+        ) from None
     validate_manifest_data(
         data,
         str(path),
