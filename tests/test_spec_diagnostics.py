@@ -161,3 +161,17 @@ def test_type_errors_use_toml_words(sets: list[str], key: str, rule: str, says: 
     assert (d.key_path, d.rule_id) == (key, rule) and d.condition.startswith(says), text
     for leak in ("tuple", "frozenset", "dict", "model", "Input ", "required key"):
         assert leak not in text.lower().replace("--set", ""), text
+
+
+def test_a_set_never_takes_effect_silently_in_part() -> None:
+    """A line break smuggling a second key in one --set, and a table --set that would drop an
+    earlier --set inside it, are refused; the same keys in a working order are accepted."""
+    from unilab.spec.load import apply_overrides
+
+    with pytest.raises(SpecError, match="holds more than one TOML value"):
+        apply_overrides({}, ["run.seed=7\ntask.num_envs=3"])
+    with pytest.raises(SpecError, match=r"dropping the earlier --set algo\.batch_size") as info:
+        apply_overrides({"algo": {"name": "sac"}}, ["algo.batch_size=5", 'algo={name="sac"}'])
+    assert "give --set algo.batch_size after it" in info.value.fix
+    out = apply_overrides({"algo": {"name": "sac"}}, ['algo={name="sac"}', "algo.batch_size=5"])
+    assert out["algo"] == {"name": "sac", "batch_size": 5}

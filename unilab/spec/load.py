@@ -58,7 +58,13 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     if not all(p and p.replace("_", "").isalnum() for p in path):
         raise SpecError(f"--set key {key.strip()!r} is not a dotted key path", fix="use e.g. --set algo.batch_size=512")
     try:
-        value = tomllib.loads(f"v = {raw.strip()}")["v"]
+        parsed = tomllib.loads(f"v = {raw.strip()}")
+        if set(parsed) != {"v"}:  # a newline in the value smuggled in another key
+            raise SpecError(
+                f"--set {key.strip()}: the value {raw.strip()!r} holds more than one TOML value (a line break?)",
+                fix="give each key its own --set",
+            )
+        value = parsed["v"]
     except tomllib.TOMLDecodeError:
         if raw.strip() and all(c.isalnum() or c in "_-.:/" for c in raw.strip()):
             value = raw.strip()
@@ -73,8 +79,18 @@ def parse_override(text: str) -> tuple[list[str], Any]:
 
 def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
     out = copy.deepcopy(data)
+    done: list[list[str]] = []
     for text in overrides:
         path, value = parse_override(text)
+        # A later --set that replaces a table would silently drop an earlier --set inside it.
+        lost = next((p for p in done if len(p) > len(path) and p[: len(path)] == path), None)
+        if lost is not None:
+            raise SpecError(
+                f"--set {'.'.join(path)}=... replaces the whole {'.'.join(path)} table, dropping the earlier "
+                f"--set {'.'.join(lost)}",
+                fix=f"put {lost[-1]} inside the table value, or give --set {'.'.join(lost)} after it",
+            )
+        done.append(path)
         node = out
         for i, part in enumerate(path[:-1]):
             nxt = node.setdefault(part, {})
