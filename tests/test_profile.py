@@ -110,7 +110,15 @@ def test_cli_refuses_an_arm_the_host_cannot_plan(tmp_path: Path, capsys: pytest.
 
 @pytest.mark.parametrize(
     ("flag", "value", "says"),
-    [("--threshold", "nan", "must be finite"), ("--threshold", "2", "in (0, 1]"), ("--run-timeout", "-1", "> 0")],
+    [
+        ("--threshold", "nan", "must be finite"),
+        ("--threshold", "2", "in (0, 1]"),
+        ("--run-timeout", "-1", "> 0"),
+        ("--warmup", "-5", "must be >= 0"),
+        ("--window", "0", "must be >= 1"),
+        ("--host-sync-steps", "-1", "must be >= 0"),
+        ("--repeats", "0", "must be >= 1"),
+    ],
 )
 def test_cli_refuses_bad_limits(
     tmp_path: Path, capsys: pytest.CaptureFixture, flag: str, value: str, says: str

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import math
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -95,6 +96,21 @@ def _seconds(text: str) -> float:
     return v
 
 
+def _count(minimum: int) -> Callable[[str], int]:
+    """An argparse type: a whole number >= ``minimum``."""
+
+    def parse(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
+        if v < minimum:
+            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {text!r}")
+        return v
+
+    return parse
+
+
 def add_parser(sub: argparse._SubParsersAction) -> None:
     sp = sub.add_parser(
         "profile",
@@ -116,24 +132,24 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="an arm: a name and its spec overrides (TOML values; repeatable)",
     )
     sp.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a spec key for every arm")
-    sp.add_argument("--repeats", type=int, default=2, metavar="N", help="runs per arm (default 2)")
+    sp.add_argument("--repeats", type=_count(1), default=2, metavar="N", help="runs per arm (default 2)")
     sp.add_argument(
         "--warmup",
-        type=int,
+        type=_count(0),
         default=4096,
         metavar="ENV_STEPS",
         help="env steps before the measured window, rounded up to 64 syncs (default 4096)",
     )
     sp.add_argument(
         "--window",
-        type=int,
+        type=_count(1),
         default=4096,
         metavar="ENV_STEPS",
         help="env steps measured, rounded up to 64 syncs (default 4096)",
     )
     sp.add_argument(
         "--host-sync-steps",
-        type=int,
+        type=_count(0),
         default=128,
         metavar="N",
         help="collector steps for the host-sync inventory; 0 skips it (default 128)",
