@@ -129,3 +129,24 @@ def test_a_resume_from_another_directory_names_the_directory_the_run_was_applied
     assert "cannot be read from" in r.stderr
     assert f"cd {project} && unilab apply --resume {run_dir}" in r.stderr
     assert "re-plan" not in r.stderr  # a new plan could not resume this run
+
+
+def test_export_from_elsewhere_finds_the_robot_files_where_the_run_was_applied(project: Path) -> None:
+    """A user MJCF's joint names, pose and action scale reach the ONNX file whatever directory
+    `unilab export` runs in: the manifest says where the plan's relative paths were resolved."""
+    pytest.importorskip("onnx")
+    _robot_in_two_files(project)
+    r = unilab("apply", "sub/track.toml", "--set", 'task.robot_mjcf="robot/scene.xml"', "--quiet", cwd=project)
+    assert r.returncode == 0, r.stderr
+    (run_dir,) = (project / "runs").iterdir()
+    r = unilab("export", str(run_dir), "--out", str(project / "p.onnx"), cwd=project / "sub")
+    assert r.returncode == 0 and "warning" not in r.stderr, r.stderr
+    import onnx
+
+    meta = {p.key: p.value for p in onnx.load(str(project / "p.onnx")).metadata_props}
+    assert "unilab.joints" not in meta and len(json.loads(meta["unilab.joint_names"])) == 29
+    # With the robot files changed since the run, the constants are left out, and export says so.
+    g1 = project / "sub" / "robot" / "g1.xml"
+    g1.write_text(g1.read_text() + "\n<!-- edited -->\n")
+    r = unilab("export", str(run_dir), "--out", str(project / "q.onnx"), cwd=project)
+    assert r.returncode == 0 and "warning: " in r.stderr and "lacks the joint names" in r.stderr, r.stderr

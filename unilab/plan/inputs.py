@@ -77,7 +77,7 @@ def check_planned_inputs(task: TaskPlan, cwd: Path, resume_dir: Path | None = No
     from unilab.digests import file_sha256
     from unilab.robot.inspect import mjcf_digest
 
-    where = _applied_from(resume_dir) if resume_dir is not None else None
+    where = applied_from(resume_dir) if resume_dir is not None else None
     for field, source, digest in _user_files(task):
         key = f"task.{field}"
         path = resolve_input_path(source, cwd)
@@ -109,7 +109,7 @@ def check_planned_inputs(task: TaskPlan, cwd: Path, resume_dir: Path | None = No
             )
 
 
-def _applied_from(run_dir: Path) -> Path | None:
+def applied_from(run_dir: Path) -> Path | None:
     """The working directory the run's last `unilab apply` ran in, as its manifest recorded it."""
     import json
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -175,7 +176,7 @@ def check_export_out(run_dir: Path, out: Path) -> None:
             )
 
 
-def deployment_metadata(plan: Plan) -> dict[str, str]:
+def deployment_metadata(plan: Plan, applied_from: Path | None = None) -> dict[str, str]:
     """What a deployment needs beside the network, as the ONNX file's metadata (strings; lists as
     JSON): the plan, the control period, and for the G1 the joints in action order with the
     standing pose and action scale, so that joint targets = default_joint_pos + action_scale * action."""
@@ -191,13 +192,19 @@ def deployment_metadata(plan: Plan) -> dict[str, str]:
     from unilab.robot.model import RobotLayout, load_model
     from unilab.tasks.base import joint_action_scale
 
-    mjcf = None if task.robot.source == "builtin" else resolve_input_path(task.robot.source, Path.cwd())
-    if mjcf is not None:  # the plan's path is relative to where it was planned; the files may have changed
-        try:
-            same = mjcf_digest(mjcf) == task.robot.sha256
-        except (OSError, RobotModelError):
-            same = False
-        if not same:
+    mjcf = None
+    if task.robot.source != "builtin":
+        # The plan's path is relative to where the run was applied (the manifest records it), or to
+        # here; the files may have changed since.
+        for base in dict.fromkeys(b for b in (Path.cwd(), applied_from) if b is not None):
+            candidate = resolve_input_path(task.robot.source, base)
+            try:
+                if mjcf_digest(candidate) == task.robot.sha256:
+                    mjcf = candidate
+                    break
+            except (OSError, RobotModelError):
+                continue
+        if mjcf is None:
             meta["unilab.joints"] = f"not embedded: the run's robot MJCF {task.robot.source} is not here as it ran"
             return meta
     layout = RobotLayout.from_model(load_model(mjcf, plan.sim.timestep))
@@ -253,7 +260,9 @@ def export_onnx(run_dir: Path, out: Path | None) -> Path:
         ) from None
     with torch.no_grad():
         act_dim = int(policy(example).shape[-1])
-    meta = deployment_metadata(plan) | observation_metadata(state, obs_dim)
+    from unilab.plan.inputs import applied_from
+
+    meta = deployment_metadata(plan, applied_from(run_dir)) | observation_metadata(state, obs_dim)
     data = _finish_model(buf.getvalue(), obs_dim, act_dim, meta)
     write_atomic(
         out,
@@ -261,4 +270,10 @@ def export_onnx(run_dir: Path, out: Path | None) -> Path:
         "ONNX model",
         fix=f"check that {out.parent} is writable and has free space, or choose another --out",
     )
+    if "unilab.joints" in meta:
+        print(
+            f"warning: {out} lacks the joint names, standing pose and action scale: {meta['unilab.joints']} "
+            "(export from the directory the run was applied in, with its robot files as they were)",
+            file=sys.stderr,
+        )
     return out
