@@ -63,3 +63,20 @@ def test_the_default_out_is_not_the_packaged_clip(tmp_path: Path, monkeypatch: p
     monkeypatch.chdir(tmp_path)
     assert make_motion.main(SHORT) == 0
     assert (tmp_path / "g1_squat.npz").is_file()
+
+
+def test_a_clip_for_a_users_robot_has_its_bodies_and_passes_the_plan_check(tmp_path: Path) -> None:
+    """A model with one more body than unilab's G1 gets a clip with that body (the builtin clip
+    would be refused for it), and the plan's motion check takes it."""
+    from unilab.robot.inspect import builtin_mjcf_path, inspect_mjcf
+    from unilab.tasks.motion_file import inspect_motion
+
+    text = builtin_mjcf_path().read_text()
+    extra = '<body name="camera_mount" pos="0.05 0 0.45"><geom type="box" size="0.02 0.02 0.02" mass="0.1"/></body>'
+    torso = '<body name="torso_link">'
+    (tmp_path / "g1_cam.xml").write_text(text.replace(torso, torso + extra, 1))
+    out = tmp_path / "cam.npz"
+    assert make_motion.main(["--robot-mjcf", str(tmp_path / "g1_cam.xml"), "--out", str(out)]) == 0
+    bodies = len(inspect_mjcf(tmp_path / "g1_cam.xml").body_names)
+    assert np.load(out)["body_pos_w"].shape[1] == bodies == 31
+    assert inspect_motion(out, num_bodies=bodies).num_bodies == 31

@@ -71,8 +71,10 @@ def joint_trajectory(times: np.ndarray, period: float, depth: float) -> np.ndarr
     return np.clip(q, lo, hi)
 
 
-def make_motion(duration: float, fps: float, period: float, depth: float) -> dict[str, np.ndarray]:
-    model = load_model()
+def make_motion(
+    duration: float, fps: float, period: float, depth: float, robot_mjcf: Path | None = None
+) -> dict[str, np.ndarray]:
+    model = load_model(robot_mjcf)
     layout = RobotLayout.from_model(model)
     data = mujoco.MjData(model)
     num_frames = round(duration * fps) + 1
@@ -161,10 +163,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--fps", type=float, default=50.0, help="frames per second")
     p.add_argument("--period", type=float, default=2.0, help="one squat, s")
     p.add_argument("--depth", type=float, default=1.0, help="extra knee bend at the bottom, rad")
+    p.add_argument(
+        "--robot-mjcf",
+        type=Path,
+        default=None,
+        help="a user's G1 MJCF (task.robot_mjcf): body poses of its bodies, in its model order (default: unilab's G1)",
+    )
     args = p.parse_args(argv)
     try:
         check_args(args)
-        arrays = make_motion(args.duration, args.fps, args.period, args.depth)
+        if args.robot_mjcf is not None:
+            from unilab.robot.inspect import inspect_mjcf
+
+            inspect_mjcf(args.robot_mjcf)  # the plan's checks first: a clear error for a file unilab cannot use
+        arrays = make_motion(args.duration, args.fps, args.period, args.depth, args.robot_mjcf)
         args.out.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(
             args.out,

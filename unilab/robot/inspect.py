@@ -57,7 +57,8 @@ def inspect_mjcf(path: Path) -> MjcfInfo:
     if not path.is_file():
         raise RobotModelError(
             f"robot MJCF is a directory, not a file: {path}" if path.is_dir() else f"robot MJCF not found: {path}",
-            detail="task.robot_mjcf must name an existing MJCF file.",
+            detail="task.robot_mjcf must name an existing MJCF file; a relative path, in the spec or in --set, "
+            "resolves against the spec file's directory.",
             fix=f"correct the path in task.robot_mjcf, {_FIX_BUILTIN}",
         )
     path = path.resolve()

@@ -123,8 +123,8 @@ def _read_npz(path: Path) -> dict[str, Any]:
     if not path.exists():
         raise MotionFileError(
             f"motion file not found: {path}",
-            detail="task.motion points at a file that does not exist (relative paths resolve against the "
-            "spec file's directory)",
+            detail="task.motion points at a file that does not exist (a relative path, in the spec or in "
+            "--set, resolves against the spec file's directory)",
             fix="correct task.motion, or generate a clip with `python tools/make_motion.py --out PATH`",
         )
     if not path.is_file():
@@ -239,7 +239,8 @@ def _validate(
         raise MotionFileError(
             f"motion file {path}: the clip has {b} bodies, the robot model has {num_bodies} (world excluded)",
             detail="body arrays must list every body of the robot model in model order, without the world body",
-            fix="re-export the motion with the robot model used for training (see docs/tasks.md)",
+            fix="re-export the motion with the robot model used for training (docs/tasks.md); unilab's squat "
+            "for your model: python tools/make_motion.py --robot-mjcf YOUR.xml --out clip.npz",
         )
 
     for key, a in arrays.items():
