@@ -157,15 +157,16 @@ def test_cpu_plan_ignores_gpu_facts() -> None:
 spec_variants = st.fixed_dictionaries(
     {
         "run__seed": st.integers(0, 2**31 - 1),
-        "run__total_env_steps": st.integers(128, 10**9),
+        "run__total_env_steps": st.integers(2048, 10**9),
         "task__num_envs": st.sampled_from([1, 8, 16, 64]),
         "sim__decimation": st.integers(1, 10),
-        # A warm-up shorter than the smallest run (rule algo.warmup).
+        # A warm-up shorter than the smallest run, and a batch that the replay fills before it ends
+        # (rule algo.warmup): 2048 env steps of 64 envs on 2 ranks are 16 syncs per rank.
         "algo": st.sampled_from(
             [
-                {"name": "sac", "warmup_env_steps": 64},
-                {"name": "flashsac", "warmup_env_steps": 64},
-                {"name": "sac", "critic": "c51", "warmup_env_steps": 64},
+                {"name": "sac", "warmup_env_steps": 64, "batch_size": 32},
+                {"name": "flashsac", "warmup_env_steps": 64, "batch_size": 32},
+                {"name": "sac", "critic": "c51", "warmup_env_steps": 64, "batch_size": 32},
             ]
         ),
         "training__devices": st.sampled_from(["cpu", ["cpu", "cpu"]]),
