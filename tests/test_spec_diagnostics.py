@@ -4,6 +4,7 @@ that works (the default, the nearest valid key, a --set for a --set)."""
 from __future__ import annotations
 
 import shlex
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -175,3 +176,21 @@ def test_a_set_never_takes_effect_silently_in_part() -> None:
     assert "give --set algo.batch_size after it" in info.value.fix
     out = apply_overrides({"algo": {"name": "sac"}}, ['algo={name="sac"}', "algo.batch_size=5"])
     assert out["algo"] == {"name": "sac", "batch_size": 5}
+
+
+def test_wording_of_fixes_follows_where_the_value_came_from(tmp_path: Path) -> None:
+    from unilab.spec.load import apply_overrides
+
+    base = tomllib.loads((ROOT / "specs" / "cartpole.toml").read_text())
+    with pytest.raises(SpecError) as e:  # an unknown table made by --set: the --set is what to drop
+        validate_spec_data(apply_overrides(base, ["zz.yy=1"]), "spec.toml", {"zz.yy"})
+    assert "drop `--set zz.yy=...`" in e.value.diagnostics[0].fix
+    with pytest.raises(SpecError) as e:
+        validate_spec_data(apply_overrides(base, ['run.name=""']), "spec.toml", {"run.name"})
+    assert "<a value that has at least 1 character>" in e.value.diagnostics[0].fix
+    with pytest.raises(SpecError) as e:
+        validate_spec_data({**base, "schema_version": 2}, "spec.toml")
+    assert e.value.diagnostics[0].fix.startswith("set `schema_version = 1` in spec.toml")
+    bom = tmp_path / "bom.toml"  # saved by an editor that writes a byte order mark
+    bom.write_bytes(b"\xef\xbb\xbf" + (ROOT / "specs" / "cartpole.toml").read_bytes())
+    assert load_spec(bom).spec.task.name == "cartpole"

@@ -331,7 +331,9 @@ def _fix(rule: str, where: str, msg: str, data: dict[str, Any], source: str, ove
     model = _section(keys, data)
     via_set = keys and ".".join(keys) in overridden
     if rule == "spec.unknown-key":
-        drop = f"drop `--set {where}=...`" if via_set else f"remove `{where}` from {source}"
+        # `--set zz.yy=1` makes an unknown table `zz`: the key came from that --set.
+        given = next((o for o in sorted(overridden) if o == where or o.startswith(where + ".")), None)
+        drop = f"drop `--set {given}=...`" if given else f"remove `{where}` from {source}"
         if model is None:
             return f"{drop} (see docs/spec.md for the keys each section takes)"
         valid = list(model.model_fields)
@@ -353,6 +355,8 @@ def _fix(rule: str, where: str, msg: str, data: dict[str, Any], source: str, ove
     key = ".".join(keys)
     want = re.sub(r"^List should have (.*?)(, not \d+)?$", r"has \1", msg.split(" (got ", 1)[0])
     want = want.replace("must be", "is", 1)
+    # pydantic's "String should have at least 1 character", "Input should be ...": a value that has / is.
+    want = re.sub(r"^\w+ should (have|be)\b", lambda m: "has" if m.group(1) == "have" else "is", want)
     # An item of the key's list (`training.collector_cpu_ids[0]`) is not the key's whole value.
     that = f"that {want}" if where == key else f"whose item {where.removeprefix(key)} {want}"
     if via_set:

@@ -146,7 +146,8 @@ def validate_spec_data(data: dict[str, Any], source: str, overridden: set[str] |
                     "spec.schema-version",
                     "schema_version",
                     f"must be 1 (got {got!r})",
-                    f"add `schema_version = 1` at the top of {source} (this unilab reads spec format 1)",
+                    ("set `schema_version = 1`" if got != "missing" else "add `schema_version = 1` at the top")
+                    + f" in {source} (this unilab reads spec format 1)",
                 )
             ],
         )
@@ -177,7 +178,7 @@ def read_toml(path: Path) -> dict[str, Any]:
     except OSError as exc:
         raise SpecError(f"spec file {path} cannot be read: {exc.strerror}", fix="check its permissions") from None
     try:
-        text = raw.decode("utf-8")
+        text = raw.decode("utf-8-sig")  # an editor's byte order mark is not part of the TOML
     except UnicodeDecodeError:
         raise SpecError(f"{path} is not UTF-8 text", fix="save the spec as UTF-8 TOML") from None
     try:
