@@ -320,3 +320,20 @@ def test_mjwarp_graph_replay_matches_eager_launches():
 
         diag = graph.diagnostics()
         assert diag["overflow_worlds"] == 0 and physics_warnings(diag) == {}
+
+
+def test_warps_no_driver_line_is_dropped_and_other_native_output_kept(capfd: pytest.CaptureFixture) -> None:
+    """On Warp's CPU device the start-up's "no CUDA driver" line is noise; anything else native
+    code writes to stderr meanwhile still reaches the user, in order."""
+    import os
+
+    from unilab.sim.mjwarp_backend import _NO_DRIVER_LINE, _native_line_dropped
+
+    with _native_line_dropped(_NO_DRIVER_LINE, when=True):
+        os.write(2, b"first\n")
+        os.write(2, f"Warp CUDA warning: {_NO_DRIVER_LINE}. GPU execution will not be available.\n".encode())
+        os.write(2, b"last\n")
+    assert capfd.readouterr().err == "first\nlast\n"
+    with _native_line_dropped(_NO_DRIVER_LINE, when=False):  # a CUDA device: nothing is dropped
+        os.write(2, f"{_NO_DRIVER_LINE}\n".encode())
+    assert _NO_DRIVER_LINE in capfd.readouterr().err

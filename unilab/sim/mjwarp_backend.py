@@ -44,6 +44,37 @@ _WORLD_FIELDS = ("geom_friction", "body_mass", "body_inertia", "body_subtreemass
 _DERIVED = ("xpos", "xquat", "cvel", "actuator_force", "sensordata")
 
 
+# Warp's native start-up prints this (to fd 2) on any host without an NVIDIA driver, though a
+# backend on Warp's CPU device does not use CUDA: noise, at the start of every CPU run.
+_NO_DRIVER_LINE = "Could not find or load the NVIDIA CUDA driver"
+
+
+@contextlib.contextmanager
+def _native_line_dropped(text: str, when: bool) -> Iterator[None]:
+    """Inside the block, lines containing ``text`` written to file descriptor 2 (also by native
+    code) are dropped; every other line is passed on afterwards, in order. UNILAB_DEBUG keeps all."""
+    if not when or os.environ.get("UNILAB_DEBUG"):
+        yield
+        return
+    import sys
+    import tempfile
+
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as tmp:
+        os.dup2(tmp.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            tmp.seek(0)
+            for line in tmp.read().splitlines(keepends=True):
+                if text.encode() not in line:
+                    os.write(2, line)
+
+
 class MjwarpBackend:
     """``PhysicsBackend`` over MuJoCo Warp (``mujoco_warp``)."""
 
@@ -67,7 +98,10 @@ class MjwarpBackend:
         # (UNILAB_DEBUG=1 keeps them); warnings still show. Set before anything initialises Warp.
         if not os.environ.get("UNILAB_DEBUG"):
             wp.config.log_level = wp.LOG_WARNING
-        import mujoco_warp as mjw
+        with _native_line_dropped(_NO_DRIVER_LINE, when=device == "cpu"):
+            import mujoco_warp as mjw
+
+            wp.init()
 
         self._wp = wp
         self._mjw = mjw
@@ -77,7 +111,6 @@ class MjwarpBackend:
         self.dims: ModelDims = model_dims(mjm)
         self._acc_tail = has_acc_stage_sensors(mjm)
 
-        wp.init()
         try:
             self._wp_device = wp.get_device(device)
         except (RuntimeError, ValueError) as exc:
