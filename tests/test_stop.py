@@ -41,3 +41,30 @@ def test_signals_ignored_drops_a_sigint_inside_the_block_only() -> None:
         assert seen == [signal.SIGINT]
     finally:
         signal.signal(signal.SIGINT, old)
+
+
+def test_a_closing_session_stops_once_and_nohup_is_respected() -> None:
+    from unilab.run.stop import StopFlag
+
+    old = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    try:
+        flag = StopFlag()
+        flag.install()
+        signal.raise_signal(signal.SIGHUP)
+        signal.raise_signal(signal.SIGHUP)  # the second of a logout: ignored, not the default (death)
+        assert flag() and flag.signal == signal.SIGHUP
+        try:  # a Ctrl-C after the first stop signal stops at once
+            signal.raise_signal(signal.SIGINT)
+            raise AssertionError("no KeyboardInterrupt")
+        except KeyboardInterrupt:
+            pass
+        flag.restore()
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)  # as `nohup` starts a process
+        flag = StopFlag()
+        flag.install()
+        signal.raise_signal(signal.SIGHUP)
+        assert not flag() and signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+        flag.restore()
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)

@@ -5,7 +5,6 @@ torch.distributed elastic worker (or torchrun process) for several."""
 from __future__ import annotations
 
 import os
-import signal
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +20,7 @@ from unilab.run.events import EventLog
 from unilab.run.offpolicy import OffPolicyRank, RankHooks
 from unilab.run.progress import ProgressLine
 from unilab.run.recorder import RunRecorder
-from unilab.run.stop import StopFlag, signals_ignored
+from unilab.run.stop import STOP_SIGNALS, StopFlag, signals_ignored
 from unilab.sim.contract import physics_warning_fix
 
 if TYPE_CHECKING:
@@ -192,7 +191,7 @@ def run_rank(job: RankJob, stop: StopFlag) -> int:
         first_error = FirstError(where=f"rank{rank}.learner", message=f"{type(exc).__name__}: {exc}")
         raise
     finally:
-        with signals_ignored(signal.SIGINT, signal.SIGTERM):  # a further Ctrl-C must not cut the record short
+        with signals_ignored(*STOP_SIGNALS):  # a further stop signal must not cut the record short
             runner.close()
             if rec is not None and events is not None:
                 _finish(rec, events, status, first_error, started)

@@ -1,6 +1,8 @@
 """Graceful stop on the first SIGINT, SIGTERM or SIGHUP (Ctrl-C; a scheduler, `timeout` or
 `docker stop`; a closed SSH session): the rank loop polls the flag and ends the run with a final
-checkpoint. A second signal falls through to the default handler (stop at once)."""
+checkpoint. After it, a Ctrl-C or SIGTERM stops at once; further SIGHUPs are ignored (a closing
+session sends more than one). A signal the process was started ignoring (`nohup` ignores SIGHUP)
+stays ignored."""
 
 from __future__ import annotations
 
@@ -16,6 +18,13 @@ from typing import Any
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
+_AFTER_THE_FIRST = {
+    signal.SIGINT: signal.default_int_handler,
+    signal.SIGTERM: signal.SIG_DFL,
+    signal.SIGHUP: signal.SIG_IGN,
+}
+
+
 class StopFlag:
     def __init__(self) -> None:
         self.signal: int | None = None
@@ -23,11 +32,16 @@ class StopFlag:
 
     def install(self) -> None:
         for sig in STOP_SIGNALS:
-            self._old[sig] = signal.signal(sig, self._handle)
+            if signal.getsignal(sig) is not signal.SIG_IGN:  # `nohup` and the like asked for that
+                self._old[sig] = signal.signal(sig, self._handle)
 
     def _handle(self, signum: int, frame: Any) -> None:
         self.signal = signum
-        signal.signal(signum, signal.default_int_handler if signum == signal.SIGINT else signal.SIG_DFL)
+        # From now on: Ctrl-C raises KeyboardInterrupt, SIGTERM kills (stop at once); a SIGHUP, which
+        # a closing session sends again within milliseconds, no longer counts.
+        for sig, then in _AFTER_THE_FIRST.items():
+            if sig in self._old:
+                signal.signal(sig, then)
 
     def restore(self) -> None:
         for sig, old in self._old.items():
@@ -64,7 +78,11 @@ def stop_signals_interrupt() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    old = {s: signal.signal(s, signal.default_int_handler) for s in (signal.SIGTERM, signal.SIGHUP)}
+    old = {
+        s: signal.signal(s, signal.default_int_handler)
+        for s in (signal.SIGTERM, signal.SIGHUP)
+        if signal.getsignal(s) is not signal.SIG_IGN  # `nohup`: the user asked to ignore it
+    }
     try:
         yield
     finally:
