@@ -33,10 +33,23 @@ def save_checkpoint(
     data = buf.getvalue()
     path = directory / checkpoint_name(env_steps)
     digest = hashlib.sha256(data).hexdigest()
-    write_atomic(path, lambda f: f.write(data), "checkpoint")
     # Beside it, its digest in sha256sum's format (`sha256sum -c` checks it): a resume or an export
-    # verifies the file against it even when the manifest is gone.
-    write_atomic(digest_path(path), lambda f: f.write(f"{digest}  {path.name}\n".encode()), "checkpoint digest")
+    # verifies the file against it even when the manifest is gone. Written first, so that a run
+    # killed in between leaves a digest without its checkpoint (harmless), never the reverse.
+    side = digest_path(path)
+    before = side.read_bytes() if side.is_file() else None  # a checkpoint of the same steps saved again
+    write_atomic(side, lambda f: f.write(f"{digest}  {path.name}\n".encode()), "checkpoint digest")
+    try:
+        write_atomic(path, lambda f: f.write(data), "checkpoint")
+    except BaseException:  # the checkpoint on disk is the previous one (or none): so is its digest
+        try:
+            if before is None:
+                side.unlink(missing_ok=True)
+            else:
+                write_atomic(side, lambda f: f.write(before), "checkpoint digest")
+        except (OSError, UnilabError):
+            pass  # the first error is the one to report
+        raise
     for old in list_checkpoints(directory)[:-keep]:
         old.unlink(missing_ok=True)
         digest_path(old).unlink(missing_ok=True)
@@ -87,8 +100,9 @@ def check_recorded_digest(run_dir: Path, path: Path) -> str:
             f"checkpoint {path} cannot be verified: no digest file beside it ({digest_path(path).name}) and the "
             f"run's manifest does not record it (missing, unreadable or not listing it)",
             detail="a checkpoint is loaded only when the digest the run recorded for it matches its bytes",
-            fix=f"restore {run_dir / 'manifest.json'}; or, if you trust the file, record its digest: "
-            f"(cd {path.parent} && sha256sum {path.name} > {digest_path(path).name})",
+            fix=f"remove it to resume from the previous checkpoint, or restore {run_dir / 'manifest.json'}; or, if "
+            f"you trust the file, record its digest: (cd {path.parent} && sha256sum {path.name} > "
+            f"{digest_path(path).name})",
         )
     got = file_sha256(path)
     if got != want:
