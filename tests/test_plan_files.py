@@ -12,7 +12,7 @@ import pytest
 from tests.test_cli import assert_clean_error, unilab
 from unilab.digests import file_sha256
 from unilab.plan.render import is_plan_file
-from unilab.robot.inspect import builtin_mjcf_path, mjcf_digest
+from unilab.robot.inspect import builtin_mjcf_path, mjcf_digest, mjcf_matches
 from unilab.tasks.motion_file import BUILTIN_DIR
 
 SPEC = """\
@@ -103,7 +103,9 @@ def test_an_mjcf_digest_covers_its_includes(project: Path) -> None:
     assert before != file_sha256(robot / "scene.xml")
     text = (robot / "g1.xml").read_text()
     (robot / "g1.xml").write_text(text.replace("<mujoco", "<!-- edited -->\n<mujoco", 1))
-    assert mjcf_digest(robot / "scene.xml") != before
+    assert mjcf_digest(robot / "scene.xml") != before and not mjcf_matches(robot / "scene.xml", before)
+    # A plan made before includes were digested recorded the main file's sha256: it still holds.
+    assert mjcf_matches(robot / "scene.xml", file_sha256(robot / "scene.xml"))
 
 
 def test_a_saved_plan_whose_included_robot_file_changed_is_refused(project: Path) -> None:

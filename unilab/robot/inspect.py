@@ -109,6 +109,15 @@ def mjcf_digest(path: Path) -> str:
     return _digest(path, [*files, *_check_assets(root, path)[1]])
 
 
+def mjcf_matches(path: Path, digest: str) -> bool:
+    """Whether a user's MJCF still is the model a plan recorded: ``mjcf_digest``, or for a plan made
+    before includes and assets were digested, the main file's own sha256 (what such a plan
+    promised). Raises like ``mjcf_digest``."""
+    from unilab.digests import file_sha256
+
+    return mjcf_digest(path) == digest or file_sha256(Path(path).expanduser().resolve()) == digest
+
+
 def _read_model(path: Path) -> tuple[ET.Element, list[Path]]:
     """The main file's XML with every include expanded, and the included files (resolved)."""
     root = _parse(path, path.read_bytes())

@@ -188,7 +188,7 @@ def deployment_metadata(plan: Plan, applied_from: Path | None = None) -> dict[st
         return meta
     from unilab.errors import RobotModelError
     from unilab.plan.inputs import resolve_input_path
-    from unilab.robot.inspect import mjcf_digest
+    from unilab.robot.inspect import mjcf_matches
     from unilab.robot.model import RobotLayout, load_model
     from unilab.tasks.base import joint_action_scale
 
@@ -199,7 +199,7 @@ def deployment_metadata(plan: Plan, applied_from: Path | None = None) -> dict[st
         for base in dict.fromkeys(b for b in (Path.cwd(), applied_from) if b is not None):
             candidate = resolve_input_path(task.robot.source, base)
             try:
-                if mjcf_digest(candidate) == task.robot.sha256:
+                if task.robot.sha256 is not None and mjcf_matches(candidate, task.robot.sha256):
                     mjcf = candidate
                     break
             except (OSError, RobotModelError):
