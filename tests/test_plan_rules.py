@@ -393,7 +393,7 @@ CASES = [
         "replay capacity 15 is smaller than one env step of 16 envs",
         "--set algo.buffer_size=16",
     ),
-    Case("algo.buffer-size", "cpu_laptop", {"algo": {"name": "flashsac", "buffer_size": 16}}, False),
+    Case("algo.buffer-size", "cpu_laptop", {"algo": {"name": "flashsac", "buffer_size": 16, "batch_size": 16}}, False),
     Case(
         "algo.warmup",
         "cpu_laptop",
@@ -449,6 +449,25 @@ CASES = [
         "at least 128",
     ),
     Case("algo.warmup", "cpu_laptop", {"algo": {"name": "ppo"}, "run__total_env_steps": 100}, False),
+    # Ten additions of 0.1 make 0.9999999999999999: the first update comes at the 11th ready sync.
+    Case(
+        "algo.warmup",
+        "cpu_laptop",
+        {
+            "task__num_envs": 16,
+            "run__total_env_steps": 224,
+            "algo": {"name": "sac", "batch_size": 64, "warmup_env_steps": 0, "updates_per_step": 0.1},
+        },
+        True,
+        "(after 15:",
+    ),
+    Case(
+        "algo.buffer-size",
+        "cpu_laptop",
+        {"task__num_envs": 16, "algo": {"name": "sac", "batch_size": 256, "buffer_size": 128}},
+        True,
+        "smaller than one batch",
+    ),
     Case("algo.buffer-size", "cpu_laptop", {"algo": {"name": "ppo"}, "task__num_envs": 4096}, False),
     Case(
         "algo.critic-support",

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-
 from unilab.errors import Diagnostic, UnilabError
 from unilab.plan.context import Context
 from unilab.plan.rules.registry import Rule, rule
@@ -164,7 +162,8 @@ def run_budget(r: Rule, ctx: Context) -> list[Diagnostic]:
 @rule(
     "algo.buffer-size",
     "algo.buffer_size",
-    "An off-policy replay buffer holds at least one env step of a rank's envs (`buffer_size >= task.num_envs`).",
+    "An off-policy replay buffer holds at least one env step of a rank's envs (`buffer_size >= task.num_envs`) "
+    "and one batch (`buffer_size >= batch_size`).",
 )
 def algo_buffer_size(r: Rule, ctx: Context) -> list[Diagnostic]:
     algo, n = ctx.spec.algo, ctx.spec.task.num_envs
@@ -173,6 +172,14 @@ def algo_buffer_size(r: Rule, ctx: Context) -> list[Diagnostic]:
             r.diag(
                 f"replay capacity {algo.buffer_size} is smaller than one env step of {n} envs (task.num_envs)",
                 f"set algo.buffer_size >= {n} (e.g. --set algo.buffer_size={n}), or lower task.num_envs",
+            )
+        ]
+    if algo.name != "ppo" and algo.buffer_size < algo.batch_size:  # updates wait for one batch in replay
+        return [
+            r.diag(
+                f"replay capacity {algo.buffer_size} is smaller than one batch (algo.batch_size = "
+                f"{algo.batch_size}), so the learner would never update",
+                f"set algo.buffer_size >= {algo.batch_size}, or lower algo.batch_size",
             )
         ]
     return []
@@ -201,8 +208,9 @@ def algo_warmup(r: Rule, ctx: Context) -> list[Diagnostic]:
         # syncs have added up to one update (unilab.run.offpolicy).
         n, world = ctx.spec.task.num_envs, ctx.world_size
         n_step = getattr(algo, "n_step", 1)
-        first = max(-(-algo.batch_size // n) + n_step - 1, -(-(algo.warmup_env_steps // world) // n))
-        needed_syncs = first + math.ceil(1.0 / algo.updates_per_step - 1e-9)
+        filled = -(-algo.batch_size // n) + n_step - 1
+        warm = -(-(algo.warmup_env_steps // world) // n)
+        needed_syncs = max(filled, warm) + _syncs_to_first_update(algo.updates_per_step)
         syncs = -(-(total // world) // n)
         if syncs < needed_syncs:
             return [
@@ -211,11 +219,24 @@ def algo_warmup(r: Rule, ctx: Context) -> list[Diagnostic]:
                     f"update (after {needed_syncs:,}: one batch of algo.batch_size = {algo.batch_size} in the "
                     "replay, the warm-up, then 1 / algo.updates_per_step such steps), so the learner would never "
                     "update",
-                    f"raise run.total_env_steps to at least {needed_syncs * n * world}, or lower algo.batch_size",
+                    f"raise run.total_env_steps to at least {needed_syncs * n * world}, or lower "
+                    + ("algo.batch_size" if filled >= warm else "algo.warmup_env_steps"),
                     "algo.batch_size",
                 )
             ]
     return []
+
+
+def _syncs_to_first_update(updates_per_step: float) -> int:
+    """Eligible syncs until the learner loop's owed updates reach one, summed in floating point
+    as the loop sums them (ten additions of 0.1 make 0.9999999999999999: eleven syncs)."""
+    if updates_per_step < 1e-4:  # summing would take long; rounding cannot matter at this scale
+        return int(1.0 / updates_per_step) + 2
+    owed, syncs = 0.0, 0
+    while owed < 1.0:
+        owed += updates_per_step
+        syncs += 1
+    return syncs
 
 
 @rule(
