@@ -49,3 +49,34 @@ def test_a_collector_that_died_mid_update_leaves_the_last_copy() -> None:
     stats, _ = ch.read_counters(bufs)
     assert stats[ch.STAT_EPISODES] == 5 and time.perf_counter() - t0 < 5
     assert torch.equal(bufs.stats[ch.STAT_SEQ], torch.tensor(1.0, dtype=torch.float64))
+
+
+def _hello_then_fail(conn: object) -> None:
+    buf = torch.zeros(4).share_memory_()  # its file descriptor is fetched from this process on unpickling
+    conn.send(("hello", buf))  # type: ignore[attr-defined]
+    conn.send(("error", ("rank0.collector", "ValueError: reset failed", "", "")))  # type: ignore[attr-defined]
+
+
+def test_a_collector_that_fails_right_after_its_hello_is_reported_with_its_own_error() -> None:
+    """Reading the Hello fetches its shared buffers from the collector; if that has already exited
+    (it failed just after sending it), its own error report, next in the pipe, is what is shown."""
+    import pytest
+
+    from unilab.run.collector_client import CollectorClient, RunFailed
+
+    ctx = mp.get_context("spawn")
+    read, write = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=_hello_then_fail, args=(write,))
+    proc.start()
+    write.close()
+    proc.join(timeout=60)  # gone before its Hello is read
+    client = CollectorClient.__new__(CollectorClient)
+    client.where, client.proc, client.hello, client._messages_closed, client._messages = (
+        "rank0.collector",
+        proc,
+        None,
+        False,
+        read,
+    )
+    with pytest.raises(RunFailed, match="reset failed"):
+        client._receive(5.0)

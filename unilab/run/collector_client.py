@@ -7,6 +7,7 @@ import os
 import signal
 import time
 from dataclasses import dataclass, field
+from multiprocessing.reduction import ForkingPickler
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -97,7 +98,8 @@ class CollectorClient:
         msg_r, msg_w = self.ctx.Pipe(duplex=False)
         obs_r, obs_w = self.ctx.Pipe(duplex=False)
         act_r, act_w = self.ctx.Pipe(duplex=False)
-        self.proc = self.ctx.Process(
+        self._messages, self._obs, self._act = msg_r, obs_r, act_w  # closed by `close`
+        proc = self.ctx.Process(
             target=collector_main,
             name=self.where,
             # Not a daemon: it starts physics worker processes of its own. It dies with this process
@@ -105,14 +107,16 @@ class CollectorClient:
             args=(cfg, msg_w, obs_w, act_r),
             daemon=False,
         )
-        # Born with the stop signals ignored (kept across exec): a Ctrl-C or SIGTERM during its
-        # imports is the learner's to handle, not a child that dies before it can report.
-        with signals_ignored(*STOP_SIGNALS):
-            self.proc.start()
-        # Keep only this side's ends: the other side's death then reads as end of file.
-        for conn in (msg_w, obs_w, act_r):
-            conn.close()
-        self._messages, self._obs, self._act = msg_r, obs_r, act_w
+        try:
+            # Born with the stop signals ignored (kept across exec): a Ctrl-C or SIGTERM during its
+            # imports is the learner's to handle, not a child that dies before it can report.
+            with signals_ignored(*STOP_SIGNALS):
+                proc.start()
+        finally:
+            # Keep only this side's ends: the other side's death then reads as end of file.
+            for conn in (msg_w, obs_w, act_r):
+                conn.close()
+        self.proc = proc  # only a started process: `close` joins it
         deadline = time.monotonic() + HELLO_TIMEOUT_S
         while self.hello is None:
             self.check()
@@ -135,14 +139,38 @@ class CollectorClient:
         got = False
         while self._messages.poll(timeout_s):
             try:
-                kind, body = self._messages.recv()
+                raw = self._messages.recv_bytes()
             except (EOFError, OSError):  # the collector's end is closed: it has exited or is exiting
                 self._messages_closed = True
                 return got
+            try:
+                # Unpickling a Hello fetches its shared buffers from the collector: a collector that
+                # failed just after sending it makes this fail, its error message still to come.
+                kind, body = ForkingPickler.loads(raw)
+            except Exception as exc:
+                if self.proc is not None:
+                    self.proc.join(timeout=2.0)
+                self._receive_error_only()
+                raise RunFailed(
+                    self.where, f"its start-up message could not be read: {type(exc).__name__}: {exc}"
+                ) from None
             if kind == "error":
                 raise RunFailed(*body)
             self.hello, got, timeout_s = body, True, 0.0
         return got
+
+    def _receive_error_only(self) -> None:
+        """Raise the collector's error report if one is in the pipe; skip anything else."""
+        while not self._messages_closed and self._messages.poll(0.5):
+            try:
+                kind, body = ForkingPickler.loads(self._messages.recv_bytes())
+            except (EOFError, OSError):
+                self._messages_closed = True
+                return
+            except Exception:
+                continue
+            if kind == "error":
+                raise RunFailed(*body)
 
     def check(self) -> None:
         """Raise the collector's own first error if it reported one, else its exit status."""
@@ -199,18 +227,17 @@ class CollectorClient:
         )
 
     def close(self) -> None:
-        if self.proc is None:
-            return
-        if self._act is not None:
-            try:
-                os.write(self._act.fileno(), ch.TOKEN_QUIT)
-            except OSError:
-                pass  # it has exited already
-        self.proc.join(timeout=10)
-        if self.proc.is_alive():
-            self.proc.kill()
-            self.proc.join(timeout=5)
-        self.proc = None
+        if self.proc is not None:
+            if self._act is not None:
+                try:
+                    os.write(self._act.fileno(), ch.TOKEN_QUIT)
+                except OSError:
+                    pass  # it has exited already
+            self.proc.join(timeout=10)
+            if self.proc.is_alive():
+                self.proc.kill()
+                self.proc.join(timeout=5)
+            self.proc = None
         for conn in (self._messages, self._obs, self._act):
             if conn is not None:
                 conn.close()
