@@ -202,3 +202,8 @@ def test_a_root_under_the_floor_is_refused(tmp_path: Path) -> None:
         inspect_motion(_write(tmp_path, arrays), num_bodies=G1_BODIES)
     arrays["body_pos_w"][:, :, 2] = 0.75
     assert inspect_motion(_write(tmp_path, arrays), num_bodies=G1_BODIES).num_frames == 5
+
+
+def test_a_clip_without_bodies_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(MotionFileError, match="the body arrays hold no bodies"):
+        inspect_motion(_write(tmp_path, _clip(b=0)))  # no robot to compare with: planning a broken MJCF

@@ -117,7 +117,7 @@ class SimSpec(_Section):
     nconmax: Annotated[int, Field(ge=1, le=1_000_000)] | None = Field(
         None,
         description="MuJoCo Warp: contacts allocated per world (unset: MuJoCo Warp's estimate for the model). "
-        "The manifest reports `overflow_ncon_worlds` when it is too small.",
+        "The manifest reports `overflow_broadphase_worlds` or `overflow_narrowphase_worlds` when it is too small.",
     )
 
 

@@ -267,6 +267,12 @@ def _validate(
             f"(|q| <= {_MAX_JOINT_RAD:.2f}): the clip looks like it holds degrees",
             fix=f"store joint angles in radians (np.deg2rad); {_REGENERATE}",
         )
+    if b == 0:
+        raise MotionFileError(
+            f"motion file {path}: the body arrays hold no bodies",
+            detail="body arrays list every body of the robot model, the root first",
+            fix=f"store the robot's body poses; {_REGENERATE}",
+        )
     root_z = arrays["body_pos_w"][:, 0, 2]
     low = int(np.argmin(root_z))
     if float(root_z[low]) < _MIN_ROOT_Z:
