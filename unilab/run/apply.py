@@ -19,6 +19,7 @@ from unilab.errors import EXIT_INTERRUPTED, RUN_FAILED_FIX, UnilabError
 from unilab.plan.inputs import check_planned_inputs
 from unilab.plan.models import Plan
 from unilab.run.atomic import write_text_atomic
+from unilab.run.stop import ignore_stop_signals
 
 
 @dataclass(frozen=True)
@@ -166,20 +167,25 @@ def run_apply(req: ApplyRequest) -> int:
             drop_if_nothing_ran(run_dir, None, made)  # e.g. a full disk: no empty run directory left
             raise
     try:
-        if plan.topology.world_size == 1:
-            from unilab.run.rank_run import RankJob, run_rank
-            from unilab.run.stop import StopFlag
+        try:
+            if plan.topology.world_size == 1:
+                from unilab.run.rank_run import RankJob, run_rank
+                from unilab.run.stop import StopFlag
 
-            stop = StopFlag()
-            stop.install()
-            try:
-                code = run_rank(RankJob(plan, 0, run_dir, checkpoint, req.progress), stop)
-            finally:
-                stop.restore()
-        else:
-            from unilab.run.launch import launch_ranks
+                stop = StopFlag()
+                stop.install()
+                try:
+                    code = run_rank(RankJob(plan, 0, run_dir, checkpoint, req.progress), stop)
+                finally:
+                    stop.restore()
+            else:
+                from unilab.run.launch import launch_ranks
 
-            code = launch_ranks(plan, run_dir, checkpoint, req.progress)
+                code = launch_ranks(plan, run_dir, checkpoint, req.progress)
+        finally:
+            # The run is over and recorded: what is left (the directory's fate, the resume line, the
+            # error's wording) takes milliseconds and must not be cut short by a late stop signal.
+            ignore_stop_signals()
         if drop_if_nothing_ran(run_dir, req.resume_dir, made):  # stopped before the collector started
             print("stopped before the run started; no run directory was kept", file=sys.stderr)
         elif code == EXIT_INTERRUPTED and _has_checkpoint(run_dir):

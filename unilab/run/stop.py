@@ -88,3 +88,11 @@ def stop_signals_interrupt() -> Iterator[None]:
     finally:
         for s, h in old.items():
             signal.signal(s, h)
+
+
+def ignore_stop_signals() -> None:
+    """From now on the stop signals are ignored (main thread only; elsewhere a no-op): for the
+    bookkeeping after a run has ended. The caller's enclosing handlers restore them on the way out."""
+    if threading.current_thread() is threading.main_thread():
+        for s in STOP_SIGNALS:
+            signal.signal(s, signal.SIG_IGN)
