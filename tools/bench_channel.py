@@ -52,7 +52,7 @@ def _semaphores(n: int) -> float:
 
 
 def _pipes(n: int) -> float:
-    from unilab.run.channel import readable
+    from unilab.run.channel import TokenWait
 
     ctx = mp.get_context("spawn")
     go_r, go_w = ctx.Pipe(duplex=False)
@@ -60,12 +60,13 @@ def _pipes(n: int) -> float:
     peer = ctx.Process(target=_pipe_peer, args=(go_r, done_w, n + 1))
     peer.start()
     go, done = go_w.fileno(), done_r.fileno()
+    wait = TokenWait(done)
     os.write(go, b"s")
     os.read(done, 1)  # the peer is up
     t0 = time.perf_counter()
     for _ in range(n):
         os.write(go, b"s")
-        while not readable(done, 0.2):
+        while not wait.ready(0.2):
             pass
         os.read(done, 1)
     dt = time.perf_counter() - t0

@@ -32,11 +32,17 @@ TOKEN_STEP = b"s"  # learner -> collector: the action is in place, step
 TOKEN_QUIT = b"q"  # learner -> collector: stop
 
 
-def readable(fd: int, timeout_s: float) -> bool:
-    """Whether ``fd`` has a token (or end of file: the other side is gone) within ``timeout_s``."""
-    poller = select.poll()
-    poller.register(fd, select.POLLIN)
-    return bool(poller.poll(timeout_s * 1000.0))
+class TokenWait:
+    """Waits on one token pipe's read end; the poll object is made once (the wait runs every sync)."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self._poll = select.poll()
+        self._poll.register(fd, select.POLLIN)
+
+    def ready(self, timeout_s: float) -> bool:
+        """Whether a token (or end of file: the other side is gone) is there within ``timeout_s``."""
+        return bool(self._poll.poll(timeout_s * 1000.0))
 
 
 # Per-sync counters the collector publishes (float64 slots of `stats`). STAT_SEQ is odd while the

@@ -78,6 +78,7 @@ class CollectorClient:
         self._messages: Any = None
         self._obs: Any = None
         self._act: Any = None
+        self._obs_wait: ch.TokenWait | None = None
 
     def start(self) -> ch.Hello:
         p, rp = self.plan, self.rp
@@ -183,8 +184,10 @@ class CollectorClient:
 
     def wait_obs(self, should_stop: Any) -> bool:
         """Wait for the collector's next observation; False if `should_stop()` turns true meanwhile."""
-        fd = self._obs.fileno()
-        while not ch.readable(fd, WAIT_SLICE_S):
+        if self._obs_wait is None:
+            self._obs_wait = ch.TokenWait(self._obs.fileno())
+        fd = self._obs_wait.fd
+        while not self._obs_wait.ready(WAIT_SLICE_S):
             self.check()
             if should_stop():
                 return False
@@ -242,3 +245,4 @@ class CollectorClient:
             if conn is not None:
                 conn.close()
         self._messages = self._obs = self._act = None
+        self._obs_wait = None

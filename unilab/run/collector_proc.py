@@ -55,8 +55,8 @@ def collector_main(cfg: CollectorConfig, messages: Any, obs_conn: Any, act_conn:
             TOKEN_STEP,
             Hello,
             SharedBuffers,
+            TokenWait,
             publish_sync,
-            readable,
             write_evidence,
         )
         from unilab.sim.contract import physics_warnings
@@ -98,6 +98,7 @@ def collector_main(cfg: CollectorConfig, messages: Any, obs_conn: Any, act_conn:
             )
         )
         obs_fd, act_fd = obs_conn.fileno(), act_conn.fileno()
+        act_wait = TokenWait(act_fd)
         bufs.obs[0].copy_(collector.reset_all())
         os.write(obs_fd, TOKEN_OBS)
         t = 0
@@ -108,7 +109,7 @@ def collector_main(cfg: CollectorConfig, messages: Any, obs_conn: Any, act_conn:
         phase_s, phase_cpu_s, timer = bufs.phase_s.numpy(), bufs.phase_cpu_s.numpy(), collector.timer
         while True:
             t0 = time.perf_counter()
-            while not readable(act_fd, WAIT_SLICE_S):
+            while not act_wait.ready(WAIT_SLICE_S):
                 if os.getppid() != cfg.parent_pid:
                     return
             if os.read(act_fd, 1) != TOKEN_STEP:  # told to quit, or the learner's end is gone
