@@ -391,7 +391,7 @@ CASES = [
         {"algo": {"name": "sac", "buffer_size": 15}},
         True,
         "replay capacity 15 is smaller than one env step of 16 envs",
-        "--set algo.buffer_size=16",
+        "--set algo.buffer_size=256",
     ),
     Case("algo.buffer-size", "cpu_laptop", {"algo": {"name": "flashsac", "buffer_size": 16, "batch_size": 16}}, False),
     Case(

@@ -85,7 +85,7 @@ RULE_REFUSALS = [
         "algo.buffer-size",
         "algo.buffer_size",
         "replay capacity 10 is smaller than one env step of 16 envs",
-        "--set algo.buffer_size=16",
+        "--set algo.buffer_size=256",
     ),
     (
         ['algo.critic="c51"', "algo.v_min=20"],
@@ -138,7 +138,7 @@ def test_toml_inf_and_nan_in_the_file_are_refused(tmp_path: Path) -> None:
         ["sim.timestep=0", "sim.timestep=0.005"],  # the last --set wins
         ["algo.target_entropy=-2"],
         ["algo.v_min=-10", "algo.v_max=10", 'algo.critic="c51"'],
-        ["algo.buffer_size=16"],
+        ["algo.buffer_size=256"],
         ["training.collector_cpu_ids=[[0,1]]"],
     ],
     ids=str,

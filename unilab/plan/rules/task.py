@@ -171,7 +171,9 @@ def algo_buffer_size(r: Rule, ctx: Context) -> list[Diagnostic]:
         return [
             r.diag(
                 f"replay capacity {algo.buffer_size} is smaller than one env step of {n} envs (task.num_envs)",
-                f"set algo.buffer_size >= {n} (e.g. --set algo.buffer_size={n}), or lower task.num_envs",
+                # At least one batch too (below), so that following this fix does not meet that one.
+                f"set algo.buffer_size >= {max(n, algo.batch_size)} (e.g. --set algo.buffer_size="
+                f"{max(n, algo.batch_size)}), or lower task.num_envs",
             )
         ]
     if algo.name != "ppo" and algo.buffer_size < algo.batch_size:  # updates wait for one batch in replay
