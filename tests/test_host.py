@@ -182,3 +182,26 @@ def test_a_registry_pid_that_no_process_can_have_is_refused(tmp_path: Path, pid:
     path.write_text(f'{{"schema_version":1,"services":[{entry}]}}')
     with pytest.raises(UnilabError, match=r"MPS service registry .* cannot be read"):
         read_registry(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("change", "says"),
+    [
+        (lambda f: f["cpu"].update(affinity=[0, 1, 2], logical_count=2), "the affinity lists 3 CPUs"),
+        (lambda f: f["cpu"].update(logical_count=10**30), "less than or equal to 1048576"),
+        (lambda f: f["nvidia"]["gpus"].append(dict(f["nvidia"]["gpus"][0], index=7)), "GPU UUIDs repeat"),
+        (lambda f: f["nvidia"].update(driver_present=False), "GPUs are listed, but the driver is not present"),
+    ],
+)
+def test_host_facts_that_no_host_can_have_are_refused(tmp_path: Path, change, says: str) -> None:
+    """A hand-made or corrupted --host-facts file: planning against it would pin CPUs or GPUs that
+    do not exist, or blame the spec for the file's duplicates."""
+    from unilab.cli.common import read_host_facts
+
+    facts = json.loads((Path(__file__).parent / "fixtures" / "hosts" / "one_h200.json").read_text())
+    change(facts)
+    path = tmp_path / "node.json"
+    path.write_text(json.dumps(facts))
+    with pytest.raises(UnilabError) as info:
+        read_host_facts(path)
+    assert says in info.value.render(), info.value.render()

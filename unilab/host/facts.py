@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 HOST_FACTS_SCHEMA_VERSION = 1
 
@@ -24,7 +24,7 @@ class OsFacts(_Facts):
 
 class CpuFacts(_Facts):
     model: str = Field(description="CPU model name.")
-    logical_count: int = Field(ge=1, description="Logical CPUs in the machine.")
+    logical_count: int = Field(ge=1, le=1_048_576, description="Logical CPUs in the machine.")
     affinity: list[Annotated[int, Field(ge=0)]] = Field(
         description="CPUs this process may run on (os.sched_getaffinity), sorted."
     )
@@ -36,6 +36,12 @@ class CpuFacts(_Facts):
         if len(set(v)) != len(v):
             raise ValueError(f"CPU ids repeat: {sorted(c for c in set(v) if v.count(c) > 1)}")
         return v
+
+    @model_validator(mode="after")
+    def _affinity_fits(self) -> CpuFacts:
+        if len(self.affinity) > self.logical_count:
+            raise ValueError(f"the affinity lists {len(self.affinity)} CPUs, the machine has {self.logical_count}")
+        return self
 
 
 class GpuFacts(_Facts):
@@ -53,6 +59,16 @@ class NvidiaFacts(_Facts):
     driver_version: str | None = None
     cuda_driver_version: str | None = Field(None, description="CUDA version the driver supports, e.g. 13.0.")
     gpus: list[GpuFacts] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _gpus_consistent(self) -> NvidiaFacts:
+        if self.gpus and not self.driver_present:
+            raise ValueError("GPUs are listed, but the driver is not present (NVML could not be initialised)")
+        for what, values in (("UUID", [g.uuid for g in self.gpus]), ("index", [g.index for g in self.gpus])):
+            repeated = sorted({str(v) for v in values if values.count(v) > 1})
+            if repeated:
+                raise ValueError(f"GPU {what}s repeat: {', '.join(repeated)} (each GPU is listed once)")
+        return self
 
 
 class VisibleDevicesFacts(_Facts):
