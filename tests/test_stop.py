@@ -68,3 +68,29 @@ def test_a_closing_session_stops_once_and_nohup_is_respected() -> None:
     finally:
         for s, h in old.items():
             signal.signal(s, h)
+
+
+def _report_blocked(q: mp.Queue) -> None:
+    q.put(sorted(int(s) for s in signal.pthread_sigmask(signal.SIG_BLOCK, [])))
+
+
+def test_a_stop_signal_during_a_spawn_is_delivered_after_it_and_the_child_is_born_blocking_it() -> None:
+    """The collector is started this way: the learner keeps a SIGTERM that arrives mid-spawn (it was
+    ignored, so the run went on), and the child cannot be killed by one before it ignores them."""
+    from unilab.run.stop import signals_blocked
+
+    got: list[int] = []
+    old = signal.signal(signal.SIGTERM, lambda s, f: got.append(s))
+    try:
+        ctx = mp.get_context("spawn")
+        q = ctx.Queue()
+        with signals_blocked(signal.SIGTERM, signal.SIGHUP):
+            p = ctx.Process(target=_report_blocked, args=(q,))
+            p.start()
+            signal.raise_signal(signal.SIGTERM)
+            assert got == []  # held while the child is being born
+        assert got == [signal.SIGTERM]
+        assert q.get(timeout=60) == sorted([int(signal.SIGHUP), int(signal.SIGTERM)])
+        p.join(timeout=30)
+    finally:
+        signal.signal(signal.SIGTERM, old)

@@ -19,7 +19,7 @@ from unilab.plan.inputs import planned_task
 from unilab.plan.models import Plan
 from unilab.run import channel as ch
 from unilab.run.collector_proc import CollectorConfig, collector_main
-from unilab.run.stop import STOP_SIGNALS, signals_ignored
+from unilab.run.stop import STOP_SIGNALS, signals_blocked
 
 HELLO_TIMEOUT_S = 600.0  # building a MuJoCo Warp collector compiles kernels on first use
 WAIT_SLICE_S = 0.2
@@ -109,9 +109,11 @@ class CollectorClient:
             daemon=False,
         )
         try:
-            # Born with the stop signals ignored (kept across exec): a Ctrl-C or SIGTERM during its
-            # imports is the learner's to handle, not a child that dies before it can report.
-            with signals_ignored(*STOP_SIGNALS):
+            # Born with the stop signals blocked (the mask is kept across exec): a Ctrl-C or SIGTERM
+            # during its imports waits, and is dropped when it ignores them (collector_main), rather
+            # than killing a child before it can report. Here they wait too, then reach the
+            # learner's StopFlag: none is lost during the spawn.
+            with signals_blocked(*STOP_SIGNALS):
                 proc.start()
         finally:
             # Keep only this side's ends: the other side's death then reads as end of file.

@@ -38,8 +38,11 @@ class CollectorConfig:
 def collector_main(cfg: CollectorConfig, messages: Any, obs_conn: Any, act_conn: Any) -> None:
     """``messages``: this process's reports to the learner (its Hello, or its first error);
     ``obs_conn`` / ``act_conn``: the token pipes of the channel protocol (unilab.run.channel)."""
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # the learner's to act on (unilab.run.stop)
+    stop_signals = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    for sig in stop_signals:  # the learner's to act on (unilab.run.stop)
         signal.signal(sig, signal.SIG_IGN)
+    # Born with them blocked (unilab.run.collector_client): ignored now, any that came meanwhile is dropped.
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, stop_signals)
     where = f"rank{cfg.rank}.collector"
     collector = None
     try:

@@ -96,3 +96,14 @@ def ignore_stop_signals() -> None:
     if threading.current_thread() is threading.main_thread():
         for s in STOP_SIGNALS:
             signal.signal(s, signal.SIG_IGN)
+
+
+@contextmanager
+def signals_blocked(*signums: int) -> Iterator[None]:
+    """Block ``signums`` inside the block (this thread's mask, which a child process started inside
+    inherits, across exec too); one that arrives meanwhile is delivered when the block ends."""
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, signums)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
