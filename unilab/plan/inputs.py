@@ -75,17 +75,16 @@ def check_planned_inputs(task: TaskPlan, cwd: Path, resume_dir: Path | None = No
     MJCF counts with its includes and asset files (unilab.robot.inspect.mjcf_digest).
     ``resume_dir``: the run being resumed, whose fixes differ (a new plan cannot resume it)."""
     from unilab.digests import file_sha256
-    from unilab.robot.inspect import mjcf_digest, mjcf_matches
+    from unilab.robot.inspect import mjcf_digest
 
     where = applied_from(resume_dir) if resume_dir is not None else None
     for field, source, digest in _user_files(task):
         key = f"task.{field}"
         path = resolve_input_path(source, cwd)
         try:
-            if field == "robot_mjcf":
-                actual = digest if mjcf_matches(path, digest) else mjcf_digest(path)
-            else:
-                actual = file_sha256(path)
+            actual = mjcf_digest(path) if field == "robot_mjcf" else file_sha256(path)
+            if field == "robot_mjcf" and actual != digest and file_sha256(path) == digest:
+                actual = digest  # a plan made before includes were digested recorded the main file's sha256
         except (OSError, UnilabError) as exc:
             why = exc.strerror if isinstance(exc, OSError) else exc.summary
             if resume_dir is None:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from unilab.errors import UnilabError
+from unilab.run.stop import STOP_SIGNALS
 
 WAIT_SLICE_S = 0.5
 
@@ -38,11 +39,10 @@ class CollectorConfig:
 def collector_main(cfg: CollectorConfig, messages: Any, obs_conn: Any, act_conn: Any) -> None:
     """``messages``: this process's reports to the learner (its Hello, or its first error);
     ``obs_conn`` / ``act_conn``: the token pipes of the channel protocol (unilab.run.channel)."""
-    stop_signals = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-    for sig in stop_signals:  # the learner's to act on (unilab.run.stop)
+    for sig in STOP_SIGNALS:  # the learner's to act on
         signal.signal(sig, signal.SIG_IGN)
     # Born with them blocked (unilab.run.collector_client): ignored now, any that came meanwhile is dropped.
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, stop_signals)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
     where = f"rank{cfg.rank}.collector"
     collector = None
     try:
