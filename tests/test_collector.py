@@ -124,6 +124,40 @@ def test_worker_processes_and_motion_tracking() -> None:
         assert c.check_finite_now().ok
 
 
+@pytest.mark.parametrize(
+    "task",
+    [
+        TaskSpec(name="g1_walk", num_envs=N, domain_randomization=True, observation_noise=True),
+        TaskSpec(name="g1_motion_tracking", num_envs=N, motion="builtin:g1_squat"),
+    ],
+    ids=["g1_walk", "g1_motion_tracking"],
+)
+def test_tasks_that_skip_the_acceleration_solve_do_not_read_its_sensors(
+    task: TaskSpec, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The collector skips the backend's end-of-step constraint solve for tasks that declare they
+    read no acceleration-stage sensor (unilab.tasks.declarations.reads_acceleration_sensors); the
+    same run with the solve gives bitwise the same observations, rewards and episode ends."""
+    import unilab.collect.build as build
+
+    def run() -> list[tuple[torch.Tensor, ...]]:
+        out = []
+        with build_collector(task, SimSpec(workers=1), finite_check_interval=4, seed=5) as c:
+            assert c.backend.acc_sensors is build.reads_acceleration_sensors(task)
+            c.reset_all()
+            gen = torch.Generator().manual_seed(1)
+            for _ in range(30):
+                out.append(tuple(t.clone() for t in c.step(torch.rand(N, 29, generator=gen) * 2 - 1)))
+        return out
+
+    lean = run()
+    monkeypatch.setattr(build, "reads_acceleration_sensors", lambda _task: True)
+    full = run()
+    for k, (a, b) in enumerate(zip(lean, full, strict=True)):
+        for x, y in zip(a, b, strict=True):
+            assert torch.equal(x, y), f"step {k}"
+
+
 def test_wrong_action_shape_is_refused(walk: Collector) -> None:
     from unilab.errors import UnilabError
 

@@ -194,6 +194,65 @@ def test_cpu_backend_follows_mj_step_and_publishes_the_forward_state():
                 np.testing.assert_array_equal(getattr(b.state, f)[i].numpy(), expected, err_msg=f)
 
 
+def _acc_columns(m: mujoco.MjModel) -> np.ndarray:
+    """Boolean mask over sensordata: the columns of acceleration-stage sensors."""
+    cols = np.zeros(m.nsensordata, dtype=bool)
+    for s in np.flatnonzero(m.sensor_needstage == int(mujoco.mjtStage.mjSTAGE_ACC)):
+        cols[m.sensor_adr[s] : m.sensor_adr[s] + m.sensor_dim[s]] = True
+    return cols
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_without_acc_sensors_the_trajectory_is_the_same_and_acc_sensors_are_mj_steps(workers: int):
+    """``acc_sensors=False`` skips the end-of-step constraint solve: qpos, qvel, kinematics and the
+    other sensors are still those of ``mj_forward`` of the returned state, bitwise, and the
+    accelerometer columns hold what an ``mj_step`` loop leaves in ``sensordata``."""
+    xml = g1_xml()
+    m = mujoco.MjModel.from_xml_string(xml)
+    acc = _acc_columns(m)
+    assert acc.any()  # the G1 has an accelerometer
+    ref = [mujoco.MjData(m) for _ in range(N)]
+    qpos, _ = standing()
+    with make_backend("mujoco", xml, N, DECIMATION, workers=workers, acc_sensors=False) as b:
+        reset_standing(b)
+        for i, d in enumerate(ref):
+            d.qpos[:] = qpos[i].numpy()
+            mujoco.mj_forward(m, d)
+        for a in actions(5, m.nu, seed=2):
+            b.step(a)
+            for i, d in enumerate(ref):
+                d.ctrl[:] = a[i].numpy()
+                for _ in range(DECIMATION):
+                    mujoco.mj_step(m, d)
+        for i, d in enumerate(ref):
+            stepped = np.asarray(d.sensordata, dtype=np.float32)
+            np.testing.assert_array_equal(b.state.sensordata[i].numpy()[acc], stepped[acc])
+            mujoco.mj_forward(m, d)
+            current = np.asarray(d.sensordata, dtype=np.float32)
+            assert not np.array_equal(current[acc], stepped[acc])  # the two readings do differ
+            np.testing.assert_array_equal(b.state.sensordata[i].numpy()[~acc], current[~acc])
+            for f in ("qpos", "qvel", "ctrl", "xpos", "xquat", "cvel", "actuator_force"):
+                expected = np.asarray(getattr(d, f), dtype=np.float32)
+                np.testing.assert_array_equal(getattr(b.state, f)[i].numpy(), expected, err_msg=f)
+
+
+@pytest.mark.slow
+def test_mjwarp_without_acc_sensors_changes_only_the_accelerometer():
+    xml = g1_xml()
+    acc = torch.from_numpy(_acc_columns(mujoco.MjModel.from_xml_string(xml)))
+    with (
+        make_backend("mjwarp", xml, N, DECIMATION, device="cpu") as full,
+        make_backend("mjwarp", xml, N, DECIMATION, device="cpu", acc_sensors=False) as lean,
+    ):
+        reset_standing(full), reset_standing(lean)
+        for a in actions(3, full.dims.nu, seed=4):
+            full.step(a), lean.step(a)
+        for f in ("qpos", "qvel", "xpos", "xquat", "cvel", "actuator_force"):
+            torch.testing.assert_close(getattr(lean.state, f), getattr(full.state, f), atol=1e-6, rtol=0, msg=f)
+        torch.testing.assert_close(lean.state.sensordata[:, ~acc], full.state.sensordata[:, ~acc], atol=1e-5, rtol=0)
+        assert not torch.allclose(lean.state.sensordata[:, acc], full.state.sensordata[:, acc])
+
+
 @pytest.mark.slow
 def test_backends_agree_from_the_same_state_under_the_same_actions():
     """MJWarp (float32) and C MuJoCo (float64) from one standing state, 5 control steps (20 substeps)

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from unilab.collect.collector import Collector
 from unilab.robot.model import RobotLayout, build_model_xml, model_from_xml
 from unilab.sim.factory import make_backend
+from unilab.tasks.declarations import reads_acceleration_sensors
 from unilab.tasks.registry import build_task
 
 if TYPE_CHECKING:
@@ -49,6 +50,7 @@ def make_physics(
     device: str = "cpu",
     physics_graph: bool = False,
     world_params: bool = False,
+    acc_sensors: bool = True,
 ) -> PhysicsBackend:
     """The backend ``sim.backend`` names. CPU workers: ``workers``, else ``sim.workers`` (``auto``:
     one per CPU in ``cpu_ids``, or in this process's affinity set), never more than ``num_envs``."""
@@ -75,6 +77,7 @@ def make_physics(
         world_params=world_params,
         njmax=sim.njmax,
         nconmax=sim.nconmax,
+        acc_sensors=acc_sensors,
     )
 
 
@@ -105,6 +108,7 @@ def build_collector(
         device=device,
         physics_graph=physics_graph,
         world_params=getattr(task, "domain_randomization", False),
+        acc_sensors=reads_acceleration_sensors(task),
     )
     try:
         runtime_task = build_task(

@@ -29,7 +29,10 @@ class PhysicsState:
     """Per-world physics state, shape [num_envs, ...], updated in place.
 
     All quantities are consistent with ``qpos``/``qvel`` after ``step`` or ``reset`` returns
-    (kinematics and sensors computed for the current state, not the previous substep).
+    (kinematics and sensors computed for the current state, not the previous substep). One
+    exception, on request: a backend built with ``acc_sensors=False`` leaves the acceleration-stage
+    sensors (accelerometer, touch, force) of a ``step`` one substep old, as ``mj_step`` does, and
+    saves a constraint solve per step (``unilab.sim.mjmodel``).
     """
 
     qpos: torch.Tensor  # [N, nq] float32

@@ -24,13 +24,16 @@ def _counted_only(text: str) -> None:
 
 
 class WorldStepper:
-    def __init__(self, model: mujoco.MjModel, views: dict[str, np.ndarray], decimation: int) -> None:
-        """``views``: the state block's numpy arrays restricted to this slice's rows."""
+    def __init__(
+        self, model: mujoco.MjModel, views: dict[str, np.ndarray], decimation: int, *, acc_sensors: bool = True
+    ) -> None:
+        """``views``: the state block's numpy arrays restricted to this slice's rows. ``acc_sensors``:
+        see ``unilab.sim.mjmodel`` (False skips the acceleration tail)."""
         mujoco.set_mju_user_warning(_counted_only)
         self._m = model
         self._v = views
         self._decimation = decimation
-        self._acc_tail = has_acc_stage_sensors(model)
+        self._acc_tail = acc_sensors and has_acc_stage_sensors(model)
         self._datas = [mujoco.MjData(model) for _ in range(views["qpos"].shape[0])]
         if self._datas and len(self._datas[0].warning) != NUM_WARNINGS:
             raise RuntimeError(f"MuJoCo has {len(self._datas[0].warning)} warning kinds, the layout {NUM_WARNINGS}")

@@ -50,6 +50,7 @@ class WorkerConfig:
     model: Any  # mujoco.MjModel (picklable); typed Any so this module imports without mujoco
     decimation: int
     parent_pid: int
+    acc_sensors: bool = True
 
 
 def error_line(context: str, exc: BaseException) -> str:
@@ -81,7 +82,7 @@ def worker_main(cfg: WorkerConfig, cmd_conn: Connection, done_conn: Connection) 
 
         shm = SharedMemory(name=cfg.shm_name)
         views = {name: a[cfg.start : cfg.stop] for name, a in cfg.layout.arrays(shm.buf).items()}
-        stepper = WorldStepper(cfg.model, views, cfg.decimation)
+        stepper = WorldStepper(cfg.model, views, cfg.decimation, acc_sensors=cfg.acc_sensors)
     except BaseException as exc:
         send_error(done_fd, error_line(f"worker {cfg.index} failed to start", exc), traceback.format_exc())
         os._exit(3)

@@ -22,11 +22,14 @@ def make_backend(
     world_params: bool = False,
     njmax: int | None = None,
     nconmax: int | None = None,
+    acc_sensors: bool = True,
 ) -> PhysicsBackend:
     """``mujoco``: C MuJoCo in ``workers`` processes (``device`` must be ``cpu``; ``physics_graph``
     must be false). ``mjwarp``: MuJoCo Warp on ``device`` (``cpu_ids``/``workers`` do not apply).
     ``world_params``: per-world floor friction and base mass (``set_world_params``, domain randomization).
-    ``njmax`` / ``nconmax``: MuJoCo Warp's per-world constraint and contact capacities (None: defaults)."""
+    ``njmax`` / ``nconmax``: MuJoCo Warp's per-world constraint and contact capacities (None: defaults).
+    ``acc_sensors``: acceleration-stage sensors of the returned state (False: skip that constraint
+    solve; see ``unilab.sim.mjmodel``)."""
     if backend == "mujoco":
         if device != "cpu":
             raise UnilabError(
@@ -41,7 +44,13 @@ def make_backend(
         from unilab.sim.mujoco_cpu import MujocoCpuBackend
 
         return MujocoCpuBackend(
-            model_xml, num_envs, decimation, cpu_ids=cpu_ids, workers=workers, world_params=world_params
+            model_xml,
+            num_envs,
+            decimation,
+            cpu_ids=cpu_ids,
+            workers=workers,
+            world_params=world_params,
+            acc_sensors=acc_sensors,
         )
     if backend == "mjwarp":
         if workers != 1:
@@ -60,5 +69,6 @@ def make_backend(
             world_params=world_params,
             njmax=njmax,
             nconmax=nconmax,
+            acc_sensors=acc_sensors,
         )
     raise UnilabError(f"unknown physics backend {backend!r}", fix='use "mujoco" or "mjwarp"')

@@ -8,14 +8,18 @@ Both backends advance a world the same way, so that the state they publish means
   state are computed at the end of each substep instead of at the start of the next one. So
   kinematics, cvel and position/velocity sensors are those of the returned qpos/qvel at no extra
   cost. Then a short tail: ``mj_fwdActuation`` (actuator_force for the current state and ctrl) and,
-  only when the model has acceleration-stage sensors (accelerometer, touch, force, ...), the
-  acceleration stage (constraint solve) and those sensors. The tail never changes the trajectory
-  (``qacc_warmstart`` is only written by the integrator).
+  when the backend is built with ``acc_sensors`` (the default) and the model has acceleration-stage
+  sensors (accelerometer, touch, force, ...), the acceleration stage (constraint solve) and those
+  sensors. The tail never changes the trajectory (``qacc_warmstart`` is only written by the
+  integrator). Without ``acc_sensors`` those sensors' ``sensordata`` columns hold what ``mj_step``
+  leaves there: the readings of the last substep's state before it was integrated (one substep
+  old). The collector asks for them only when its task reads them
+  (``unilab.tasks.declarations.reads_acceleration_sensors``); no built-in task does.
 
 Measured (``tools/bench_physics.py --schemes``, one G1 world, decimation 4, per env step):
 ``mj_step`` x4 alone 157 us (not consistent), ``mj_step`` x4 + ``mj_forward`` 193 us, the split
 loop + ``mj_fwdActuation`` 159 us, the split loop + acceleration tail 178 us (the G1 has an
-accelerometer, so this is what it costs).
+accelerometer, so that is what a task reading it costs: about 10% more per env step).
 """
 
 from __future__ import annotations

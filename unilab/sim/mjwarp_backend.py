@@ -89,6 +89,7 @@ class MjwarpBackend:
         nconmax: int | None = None,
         njmax: int | None = None,
         world_params: bool = False,
+        acc_sensors: bool = True,
     ) -> None:
         if num_envs < 1 or decimation < 1:
             raise UnilabError(f"the MJWarp backend needs num_envs and decimation >= 1 (got {num_envs}, {decimation})")
@@ -109,7 +110,8 @@ class MjwarpBackend:
         self.num_envs = num_envs
         self.decimation = decimation
         self.dims: ModelDims = model_dims(mjm)
-        self._acc_tail = has_acc_stage_sensors(mjm)
+        self.acc_sensors = acc_sensors
+        self._acc_tail = acc_sensors and has_acc_stage_sensors(mjm)
 
         try:
             self._wp_device = wp.get_device(device)

@@ -156,12 +156,14 @@ class MujocoCpuBackend:
         step_timeout_s: float = 120.0,
         start_timeout_s: float = 120.0,
         world_params: bool = False,
+        acc_sensors: bool = True,
     ) -> None:
         _check_args(num_envs, decimation, cpu_ids, workers)
         model = load_mj_model(model_xml)
         self.num_envs = num_envs
         self.decimation = decimation
         self.workers = workers
+        self.acc_sensors = acc_sensors
         self.cpu_ids = list(cpu_ids) if cpu_ids is not None else None
         self.dims: ModelDims = model_dims(model)
         self.device = torch.device("cpu")
@@ -176,7 +178,7 @@ class MujocoCpuBackend:
 
             buffer = bytearray(layout.total_bytes)
             self._arrays = layout.arrays(buffer)
-            self._stepper: Any = WorldStepper(model, self._arrays, decimation)
+            self._stepper: Any = WorldStepper(model, self._arrays, decimation, acc_sensors=acc_sensors)
         else:
             self._stepper = None
             self._res.shm = _SharedBlock(create=True, size=layout.total_bytes)
@@ -200,7 +202,9 @@ class MujocoCpuBackend:
             cmd_r, cmd_w = ctx.Pipe(duplex=False)
             done_r, done_w = ctx.Pipe(duplex=False)
             cpu = self.cpu_ids[k] if self.cpu_ids is not None else None
-            cfg = WorkerConfig(k, start, stop, cpu, shm_name, layout, model, self.decimation, os.getpid())
+            cfg = WorkerConfig(
+                k, start, stop, cpu, shm_name, layout, model, self.decimation, os.getpid(), self.acc_sensors
+            )
             proc = ctx.Process(target=worker_main, args=(cfg, cmd_r, done_w), name=f"unilab-physics-{k}", daemon=True)
             proc.start()
             # Keep only the parent's ends: the worker then sees EOF on its cmd pipe when we go.

@@ -129,6 +129,18 @@ def _shared_tail(task: TaskSpec) -> tuple[list[TermDecl], list[TermDecl]]:
     return obs, events
 
 
+def reads_acceleration_sensors(task: TaskSpec) -> bool:
+    """Whether some term reads an acceleration-stage sensor (accelerometer, touch, force, ...) of
+    the state a step returns. Only then does the physics backend run the extra constraint solve
+    that makes those readings current (``unilab.sim.mjmodel``; about 10% of a G1 env step). No
+    built-in term reads ``sensordata``: base velocities come from ``qvel``/``cvel``. A term that
+    reads the accelerometer must be declared here; tests/test_collector.py checks that every task's
+    outputs are the same with and without the solve."""
+    if task.name not in ("cartpole", "g1_walk", "g1_motion_tracking"):
+        raise ValueError(f"unknown task {task.name!r}")  # unreachable: TaskSpec.name is a Literal
+    return False
+
+
 def declared_terms(task: TaskSpec) -> list[TermDecl]:
     """The exact term inventory (names, kinds, graph-safety flags, order) the runtime task builds."""
     if task.name == "cartpole":
