@@ -9,6 +9,7 @@ with the table; re-run when the machine is quiet before quoting a figure.
     python tools/bench_physics.py --mjwarp-device cpu --sizes 16
     python tools/bench_physics.py --schemes            # cost of the ways to end a step consistently
     python tools/bench_physics.py --signalling         # worker round-trip latency of pipes/Events/Connections
+    python tools/bench_physics.py --acc-solve          # the backend with and without the accelerometer's solve
 """
 
 from __future__ import annotations
@@ -230,6 +231,37 @@ def _bench_schemes(xml: str, qpos: list[float], ctrl: list[float], decimation: i
         print(f"  {name:<36}{np.min(ts) * 1e6:8.1f} us/env step")
 
 
+def _bench_acc_solve(xml: str, qpos1: list[float], ctrl1: list[float], args: argparse.Namespace) -> None:
+    """The CPU backend with ``acc_sensors`` on (the accelerometer current: one more constraint solve
+    per env step) and off (what the collector runs for tasks that read no such sensor), rows
+    interleaved over ``--repeat`` rounds and the best kept. Prints ``acc_solve_cost=<on/off - 1>``
+    per row; the last line is the one at the largest size and worker count."""
+    import torch
+
+    from unilab.sim.factory import make_backend
+
+    print(f"G1, decimation {args.decimation}, best of {args.repeat}, load average {os.getloadavg()[0]:.2f}")
+    best: dict[tuple[int, int, bool], float] = {}
+    for _ in range(args.repeat):
+        for workers in args.workers:
+            for n in args.sizes:
+                for acc in (True, False):
+                    qpos, ctrl = torch.tensor(qpos1).repeat(n, 1), torch.tensor(ctrl1).repeat(n, 1)
+                    with make_backend("mujoco", xml, n, args.decimation, workers=workers, acc_sensors=acc) as b:
+                        rate, _ = _bench(b, qpos, ctrl, args.seconds, 3)
+                    best[(workers, n, acc)] = max(rate, best.get((workers, n, acc), 0.0))
+    cost = 0.0
+    for workers in args.workers:
+        for n in args.sizes:
+            on, off = best[(workers, n, True)], best[(workers, n, False)]
+            cost = off / on - 1
+            print(
+                f"workers={workers} num_envs={n:5d}  with solve {on:7.0f}  without {off:7.0f} env steps/s  "
+                f"acc_solve_cost={cost:+.3f}"
+            )
+    print(f"acc_solve_cost={cost:.3f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[64, 256, 1024], help="num_envs values")
@@ -242,6 +274,9 @@ def main() -> None:
     parser.add_argument("--physics-graph", action="store_true", help="MuJoCo Warp: capture the step as a CUDA graph")
     parser.add_argument("--schemes", action="store_true", help="only time the end-of-step schemes on one world")
     parser.add_argument("--signalling", action="store_true", help="only time worker signalling round trips")
+    parser.add_argument(
+        "--acc-solve", action="store_true", help="only time the CPU backend with and without the accelerometer's solve"
+    )
     args = parser.parse_args()
 
     import torch
@@ -259,6 +294,9 @@ def main() -> None:
         return
     if args.signalling:
         _bench_signalling(xml, qpos1, ctrl1, args.decimation)
+        return
+    if args.acc_solve:
+        _bench_acc_solve(xml, qpos1, ctrl1, args)
         return
     cpus = sorted(os.sched_getaffinity(0))
     print(
