@@ -20,18 +20,32 @@ DP2_CPU = ROOT / "specs" / "g1_dp2_cpu.toml"
 
 
 @pytest.mark.parametrize(
-    ("devices", "expected"),
+    ("devices", "backend", "expected"),
     [
-        ('"cpu"', "cpu"),
-        ('["cpu"]', "cpu"),
-        ('["cpu", "cpu"]', "cpu"),
-        ("[0]", "cuda:0"),
-        ("[0, 1]", "cuda:0"),
+        ('"cpu"', "mjwarp", "cpu"),
+        ('["cpu"]', "mjwarp", "cpu"),
+        ('["cpu", "cpu"]', "mjwarp", "cpu"),
+        ("[0]", "mjwarp", "cuda:0"),
+        ("[0, 1]", "mjwarp", "cuda:0"),
+        # A GPU learner with CPU MuJoCo physics: the collector stays on the CPU.
+        ("[0]", "mujoco", "cpu"),
+        ("[0, 1]", "mujoco", "cpu"),
     ],
 )
-def test_collector_device_follows_every_device_entry(devices: str, expected: str) -> None:
-    spec = load_spec(DP2_CPU, [f"training.devices={devices}"]).spec
+def test_collector_device_follows_every_device_entry_and_the_backend(devices: str, backend: str, expected: str) -> None:
+    spec = load_spec(DP2_CPU, [f"training.devices={devices}", f'sim.backend="{backend}"']).spec
     assert collector_device(spec) == expected
+
+
+@pytest.mark.parametrize(("backend", "expected"), [("mujoco", "cpu"), ("mjwarp", "cuda:0")])
+def test_a_gpu_rank_runs_cpu_mujoco_on_the_cpu_and_mujoco_warp_on_its_gpu(backend: str, expected: str) -> None:
+    """What `unilab apply` gives each rank's collector (the mujoco backend refuses a CUDA device)."""
+    from unilab.plan.compile import compile_plan
+
+    spec = load_spec(ROOT / "specs" / "g1.toml", ["training.devices=[0]", f'sim.backend="{backend}"']).spec
+    plan = compile_plan(spec, host("one_h200"), ROOT / "specs")
+    assert plan.ranks[0].device == "cuda"
+    assert plan.collector_device(0) == expected
 
 
 class _Stop(Exception):

@@ -157,3 +157,9 @@ class Plan(PlanBody):
     """A compiled plan. `plan_id` is the sha256 of the canonical JSON of everything else."""
 
     plan_id: str
+
+    def collector_device(self, rank: int) -> str:
+        """The torch device of ``rank``'s collector: its GPU (the only one the rank process sees)
+        for MuJoCo Warp on a CUDA rank, else the CPU -- CPU MuJoCo physics stays on the CPU when
+        the learner is on a GPU."""
+        return "cuda:0" if self.sim.backend == "mjwarp" and self.ranks[rank].device == "cuda" else "cpu"

@@ -54,10 +54,11 @@ def _load(spec: Path, sets: list[str]):
 
 
 def collector_device(spec) -> str:
-    """The torch device a profiled spec's collector runs on: the CPU when every `training.devices`
-    entry is "cpu" (a CPU data-parallel spec lists it once per rank; the plan refuses mixing), else
-    the first visible GPU. The one place `unilab profile` decides CPU vs GPU."""
-    return "cpu" if all(d == "cpu" for d in spec.device_list()) else "cuda:0"
+    """The torch device a profiled spec's collector runs on: the CPU for CPU MuJoCo physics or when
+    every `training.devices` entry is "cpu" (a CPU data-parallel spec lists it once per rank; the
+    plan refuses mixing), else the first visible GPU. As ``Plan.collector_device`` decides for a run."""
+    cpu = spec.sim.backend == "mujoco" or all(d == "cpu" for d in spec.device_list())
+    return "cpu" if cpu else "cuda:0"
 
 
 def _steps_per_sync(spec) -> int:
@@ -200,7 +201,7 @@ def take_plan_inventory(plan: Plan, spec_dir: Path, steps: int, repeat: int) -> 
         num_envs=plan.task.num_envs,
         workers=plan.sim.workers_per_rank,
         cpu_ids=list(rp.collector_cpu_ids) or None,  # pinned physics workers, as in the run
-        device="cuda:0" if rp.device == "cuda" else "cpu",
+        device=plan.collector_device(0),
         physics_graph=plan.graphs.physics.enabled,
         seed=rp.seed + repeat,
     )

@@ -90,7 +90,7 @@ class CollectorClient:
             num_envs=p.task.num_envs,
             workers=p.sim.workers_per_rank,
             cpu_ids=list(rp.collector_cpu_ids),
-            device="cuda:0" if rp.device == "cuda" else "cpu",
+            device=p.collector_device(self.rank),
             physics_graph=p.graphs.physics.enabled,
             update_graph=p.graphs.collector.enabled,
             seed=self.seed,
