@@ -45,6 +45,16 @@ def test_normalizer_normalizes_and_clips() -> None:
     assert y.dtype == torch.float32
 
 
+def test_a_normalizer_on_another_device_takes_observations_from_cpu_memory() -> None:
+    """A GPU learner normalizes observations the collector left in CPU shared memory. The meta
+    device stands in for the GPU here: mixing devices in one op fails on it the same way."""
+    norm = ObsNormalizer(3, device="meta")
+    obs = torch.ones(2, 3)  # as in the collector's shared buffer
+    norm.update(obs)
+    y = norm.normalize(obs)
+    assert y.device.type == "meta" and y.shape == (2, 3) and y.dtype == torch.float32
+
+
 def test_normalizer_state_dict_round_trip_and_shape_check() -> None:
     a = ObsNormalizer(4)
     a.update(torch.randn(100, 4) * 3 + 1)

@@ -61,8 +61,9 @@ class ObsNormalizer:
         return torch.sqrt(self.var + self.eps)
 
     def normalize(self, x: torch.Tensor) -> torch.Tensor:
-        """(x - mean) / std, clipped to +-clip, in float32. Before any update it returns x clipped."""
-        y = (x.to(torch.float32) - self._mean32) * self._inv_std32
+        """(x - mean) / std, clipped to +-clip, in float32, on the normalizer's device (a GPU learner
+        normalizes the CPU collector's observations). Before any update it returns x clipped."""
+        y = (x.to(device=self.device, dtype=torch.float32) - self._mean32) * self._inv_std32
         return y.clamp_(-self.clip, self.clip)
 
     def state_dict(self) -> dict[str, torch.Tensor]:

@@ -30,6 +30,8 @@ class DpContext:
         # Control messages (stop flags, evidence, the end-of-run barrier) travel on a gloo group,
         # whatever backend carries the gradients: gloo can time out a barrier and name the rank.
         self.control = dist.new_group(backend="gloo") if plan.topology.process_group_backend != "gloo" else None
+        # The default group's tensors live where its backend works: NCCL reduces GPU memory only.
+        self._wire_device = torch.device("cuda" if plan.topology.process_group_backend == "nccl" else "cpu")
 
     def modules(self, learner: Any) -> list[Any]:
         return [learner.actor, learner.critic, learner.critic_target, learner.log_alpha]
@@ -61,9 +63,11 @@ class DpContext:
 
     def gather_obs(self, obs: torch.Tensor) -> torch.Tensor:
         """Every rank's observations of this sync, concatenated in rank order (identical on all
-        ranks), so the normalizers see the same data and stay identical."""
-        parts = [torch.empty_like(obs) for _ in range(self.world_size)]
-        dist.all_gather(parts, obs.contiguous())
+        ranks), so the normalizers see the same data and stay identical. The observations come
+        from the collector's CPU buffer; with NCCL they are gathered on this rank's GPU."""
+        x = obs.to(self._wire_device).contiguous()
+        parts = [torch.empty_like(x) for _ in range(self.world_size)]
+        dist.all_gather(parts, x)
         return torch.cat(parts)
 
     def any_rank(self, local: bool) -> bool:
