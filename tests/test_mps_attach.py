@@ -63,6 +63,12 @@ def test_revalidate_env_and_attach(started) -> None:
     with pytest.raises(UnilabError, match="runs no server"):
         mps_attach.confirm_attached(att)
     (Path(svc.pipe_directory) / "servers").write_text("51234\n")
+    # A server runs, but for other processes only (say, the rank's collector): this one made its
+    # CUDA context without MPS.
+    (Path(svc.pipe_directory) / "clients-51234").write_text("51240\n")
+    with pytest.raises(UnilabError, match=f"learner \\(pid {os.getpid()}\\) is not a client"):
+        mps_attach.confirm_attached(att)
+    (Path(svc.pipe_directory) / "clients-51234").write_text(f"51240\n{os.getpid()}\n")
     done = mps_attach.confirm_attached(att)
     assert done.server_pids == (51234,) and done.validated
 

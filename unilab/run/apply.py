@@ -169,13 +169,15 @@ def run_apply(req: ApplyRequest) -> int:
     try:
         try:
             if plan.topology.world_size == 1:
+                from unilab.run.rank_env import prepare_rank_env
                 from unilab.run.rank_run import RankJob, run_rank
                 from unilab.run.stop import StopFlag
 
+                mps = prepare_rank_env(plan, 0)  # the planned GPU, before anything initialises CUDA
                 stop = StopFlag()
                 stop.install()
                 try:
-                    code = run_rank(RankJob(plan, 0, run_dir, checkpoint, req.progress), stop)
+                    code = run_rank(RankJob(plan, 0, run_dir, checkpoint, req.progress, mps=mps), stop)
                 finally:
                     stop.restore()
             else:

@@ -29,16 +29,6 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def prepare_rank_env(plan: Plan, rank: int) -> None:
-    """Before torch touches CUDA: pin the rank's GPU by UUID, and give NCCL the plan's variables
-    (a value already in the environment is the user's and wins)."""
-    rp = plan.ranks[rank]
-    if rp.device == "cuda" and rp.gpu_uuid:
-        os.environ["CUDA_VISIBLE_DEVICES"] = rp.gpu_uuid
-    for var in plan.nccl_env:
-        os.environ.setdefault(var.name, var.value)
-
-
 def check_world_size(plan: Plan, world: int) -> None:
     """The launcher started as many rank processes as the plan has ranks."""
     n = plan.topology.world_size
@@ -66,6 +56,7 @@ def rank_entry(
     import torch.distributed as dist
 
     from unilab.plan.render import load_plan
+    from unilab.run.rank_env import prepare_rank_env
     from unilab.run.rank_run import RankJob, run_rank
     from unilab.run.stop import StopFlag
     from unilab.run.terminal import terminal_may_go
@@ -74,7 +65,7 @@ def rank_entry(
     world = int(os.environ["WORLD_SIZE"])
     plan = load_plan(Path(plan_path))
     check_world_size(plan, world)
-    prepare_rank_env(plan, rank)
+    mps = prepare_rank_env(plan, rank)  # before set_device: CUDA reads the environment once
     if plan.ranks[rank].device == "cuda":
         torch.cuda.set_device(0)  # the only visible GPU: this rank's, by UUID
     stop = StopFlag()
@@ -92,6 +83,7 @@ def rank_entry(
             run_dir=Path(run_dir) if run_dir and rank == 0 else None,
             resume_checkpoint=Path(resume_checkpoint) if resume_checkpoint else None,
             progress=progress,
+            mps=mps,
         )
         with terminal_may_go():  # a closed pipe or hung-up terminal must not end the rank
             code = run_rank(job, stop)

@@ -74,6 +74,17 @@ def apply_env(att: MpsAttachment, entry_log_dir: str | None = None) -> None:
 
 def server_pids(pipe_directory: str) -> tuple[int, ...]:
     """PIDs of the MPS servers the control daemon runs (`get_server_list`)."""
+    return _ask_pids(pipe_directory, "get_server_list")
+
+
+def client_pids(pipe_directory: str, server_pid: int) -> tuple[int, ...]:
+    """PIDs of the CUDA processes connected to one MPS server (`get_client_list PID`)."""
+    return _ask_pids(pipe_directory, f"get_client_list {server_pid}")
+
+
+def _ask_pids(pipe_directory: str, command: str) -> tuple[int, ...]:
+    """Send one command to the control daemon and read back the PIDs it lists."""
+    verb = command.split()[0]
     binary = shutil.which(CONTROL_BINARY)
     if binary is None:
         raise UnilabError(
@@ -83,24 +94,33 @@ def server_pids(pipe_directory: str) -> tuple[int, ...]:
     env = {**os.environ, "CUDA_MPS_PIPE_DIRECTORY": pipe_directory}
     try:
         r = subprocess.run(
-            [binary], input="get_server_list\n", env=env, capture_output=True, text=True, timeout=CONTROL_TIMEOUT_S
+            [binary], input=f"{command}\n", env=env, capture_output=True, text=True, timeout=CONTROL_TIMEOUT_S
         )
     except subprocess.TimeoutExpired:
         raise UnilabError(
-            f"`get_server_list` to the MPS daemon at {pipe_directory} did not answer within {CONTROL_TIMEOUT_S:g} s",
+            f"`{verb}` to the MPS daemon at {pipe_directory} did not answer within {CONTROL_TIMEOUT_S:g} s",
             detail="the MPS attachment cannot be confirmed, so the run stops",
             fix="check the daemon (unilab mps status, its log); restart it with unilab mps stop/start and re-plan",
         ) from None
+    except OSError as exc:
+        raise UnilabError(
+            f"cannot run {binary}: {exc.strerror or exc}",
+            detail="the MPS attachment cannot be confirmed, so the run stops",
+            fix="reinstall the NVIDIA MPS tools (the binary must be executable), or plan with "
+            'cuda_process_sharing = "none"',
+        ) from None
     if r.returncode != 0:
         raise UnilabError(
-            f"`get_server_list` to the MPS daemon at {pipe_directory} failed: {(r.stderr or r.stdout).strip()[:200]}",
+            f"`{verb}` to the MPS daemon at {pipe_directory} failed: {(r.stderr or r.stdout).strip()[:200]}",
             fix="unilab mps status",
         )
     return tuple(int(tok) for tok in r.stdout.split() if tok.isdigit())
 
 
 def confirm_attached(att: MpsAttachment) -> MpsAttachment:
-    """After this process's CUDA context exists: the daemon must be running a server for it."""
+    """After this process's CUDA context exists: the daemon must run a server and list this process
+    among its clients (a process whose CUDA initialised before it had the MPS environment runs
+    without MPS, even when the rank's collector is a client)."""
     pids = server_pids(att.pipe_directory)
     if not pids:
         raise UnilabError(
@@ -108,6 +128,14 @@ def confirm_attached(att: MpsAttachment) -> MpsAttachment:
             "is not an MPS client",
             detail=f"daemon pid {att.daemon_pid}, pipe directory {att.pipe_directory}",
             fix="check the daemon log (unilab mps status), restart the service, re-plan",
+        )
+    me = os.getpid()
+    if not any(me in client_pids(att.pipe_directory, server) for server in pids):
+        raise UnilabError(
+            f"rank {att.rank}: the learner (pid {me}) is not a client of MPS service {att.service!r}",
+            detail=f"server pids {', '.join(map(str, pids))} list other clients; the learner's CUDA context "
+            "was made without the MPS environment",
+            fix='report this as a bug with the rank\'s events.jsonl; meanwhile plan with cuda_process_sharing = "none"',
         )
     return MpsAttachment(att.rank, att.service, att.gpu_uuid, att.pipe_directory, att.daemon_pid, pids)
 

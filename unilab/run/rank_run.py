@@ -24,6 +24,7 @@ from unilab.run.stop import STOP_SIGNALS, StopFlag, signals_ignored
 from unilab.sim.contract import physics_warning_fix
 
 if TYPE_CHECKING:
+    from unilab.run.mps_attach import MpsAttachment
     from unilab.run.onpolicy import OnPolicyRank
 
 GRACE_S = 120.0  # how long the ranks wait for each other at the end of the run
@@ -36,6 +37,9 @@ class RankJob:
     run_dir: Path | None  # rank 0 only
     resume_checkpoint: Path | None = None
     progress: bool = True
+    # The rank's MPS attachment, from unilab.run.rank_env.prepare_rank_env (called before CUDA
+    # initialised); confirmed here once the learner's context exists.
+    mps: MpsAttachment | None = None
 
 
 def _gather(obj: Any, world: int) -> list[Any]:
@@ -56,12 +60,9 @@ def run_rank(job: RankJob, stop: StopFlag) -> int:
     plan, rank, world = job.plan, job.rank, job.plan.topology.world_size
     from unilab.run import mps_attach
 
-    # MPS: re-check the planned service before anything is built, and make this process (and the
-    # collector it starts) its client before CUDA initialises.
-    att = mps_attach.revalidate(plan, rank)
-    if att is not None:
-        entry = mps_attach.registry_entry(att.service)
-        mps_attach.apply_env(att, entry.log_directory if entry else None)
+    att = job.mps
+    if plan.cuda_process_sharing.effective == "mps" and att is None:
+        raise UnilabError("internal: an MPS rank must be prepared (unilab.run.rank_env) before CUDA initialises")
     resume_state = None
     if job.resume_checkpoint is not None:
         resume_state = load_checkpoint(job.resume_checkpoint, plan_id=plan.plan_id)["state"]
