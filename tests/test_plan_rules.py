@@ -82,6 +82,35 @@ CASES = [
     Case("devices.mig", "mig_gpu", {"training__devices": [0]}, True, "has MIG enabled", fix="-mig 0"),
     Case("devices.mig", "mig_gpu", {"training__devices": [1]}, False),
     Case(
+        "devices.compute-mode",
+        _facts_with("one_h200", nvidia__gpus__0__compute_mode="prohibited"),
+        {"training__devices": [0]},
+        True,
+        "compute mode prohibited",
+        fix="nvidia-smi -i 0 -c DEFAULT",
+    ),
+    Case(
+        "devices.compute-mode",
+        _facts_with("one_h200", nvidia__gpus__0__compute_mode="exclusive_process"),
+        MJWARP_GPU,
+        True,
+        "admits one CUDA process",
+        fix="unilab mps start --gpus 0",
+    ),
+    # One CUDA process per rank (the collector steps CPU MuJoCo): an exclusive GPU is fine.
+    Case(
+        "devices.compute-mode",
+        _facts_with("one_h200", nvidia__gpus__0__compute_mode="exclusive_process"),
+        {"training__devices": [0]},
+        False,
+    ),
+    Case(
+        "devices.compute-mode",
+        _facts_with("node_8gpu_mps", nvidia__gpus__0__compute_mode="exclusive_process"),
+        MPS_NODE,
+        False,
+    ),
+    Case(
         "devices.torch-cuda",
         _facts_with("one_h200", packages__torch="2.13.0+cpu"),
         {"training__devices": [0]},
@@ -174,6 +203,20 @@ CASES = [
         "eager runner",
     ),
     Case("graph.learner", "one_h200", {"training__devices": [0], "training__learner_graph": "on"}, False),
+    Case(
+        "graph.learner",
+        _facts_with("node_8gpu_mps", nccl_env={"TORCH_NCCL_ASYNC_ERROR_HANDLING": "3"}),
+        {"training__devices": [0, 1], "training__learner_graph": "on"},
+        True,
+        "TORCH_NCCL_ASYNC_ERROR_HANDLING=3",
+        fix="unset TORCH_NCCL_ASYNC_ERROR_HANDLING",
+    ),
+    Case(
+        "graph.learner",
+        _facts_with("node_8gpu_mps", nccl_env={"TORCH_NCCL_ASYNC_ERROR_HANDLING": "0"}),
+        {"training__devices": [0, 1], "training__learner_graph": "on"},
+        False,
+    ),
     Case(
         "graph.physics",
         "one_h200",
@@ -549,6 +592,16 @@ def test_rule(case: Case) -> None:
     assert case.says in d.condition
     assert case.fix in d.fix
     assert d.key_path and d.fix
+
+
+def test_auto_learner_graph_is_disabled_with_a_reason_under_a_users_nccl_error_handling() -> None:
+    facts = _facts_with("node_8gpu_mps", nccl_env={"TORCH_NCCL_ASYNC_ERROR_HANDLING": "1"})
+    spec = validate_spec_data(spec_data(training__devices=[0, 1]), "case")
+    plan = compile_plan(spec, facts, ROOT)
+    assert not plan.graphs.learner.enabled
+    assert "TORCH_NCCL_ASYNC_ERROR_HANDLING=1" in (plan.graphs.learner.disable_reason or "")
+    env = {v.name: (v.value, v.source) for v in plan.nccl_env}
+    assert env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == ("1", "user")
 
 
 def test_every_rule_has_a_failing_and_a_passing_case() -> None:

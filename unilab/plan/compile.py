@@ -32,6 +32,7 @@ from unilab.plan.models import (
 )
 from unilab.plan.render import compute_plan_id
 from unilab.plan.rules import RULES
+from unilab.plan.rules.execution import nccl_error_handling_conflict
 from unilab.plan.rules.sharing import service_for
 from unilab.spec.load import spec_digest
 from unilab.spec.models import Spec
@@ -55,6 +56,12 @@ def _graphs(ctx: Context) -> GraphsPlan:
         )
     elif not ctx.on_cuda:
         learner = GraphPlan(requested=t.learner_graph, enabled=False, disable_reason=cuda_reason)
+    elif (user := nccl_error_handling_conflict(ctx)) is not None:  # "on" is refused by graph.learner
+        learner = GraphPlan(
+            requested=t.learner_graph,
+            enabled=False,
+            disable_reason=f"TORCH_NCCL_ASYNC_ERROR_HANDLING={user} in the environment; captured collectives need 0",
+        )
     else:
         learner = GraphPlan(requested=t.learner_graph, enabled=True)
 

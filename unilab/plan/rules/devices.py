@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from unilab.errors import Diagnostic
 from unilab.plan.context import Context, resolve_device
-from unilab.plan.rules.registry import Rule, rule
+from unilab.plan.rules.registry import Rule, mps_start_command, rule
 
 
 @rule("devices.exist", "training.devices", "Every device exists on the host: `cpu`, a visible GPU index or UUID.")
@@ -85,6 +85,43 @@ def devices_mig(r: Rule, ctx: Context) -> list[Diagnostic]:
                     f"GPU {d.gpu.index} ({d.gpu.uuid}) has MIG enabled",
                     f"choose a GPU without MIG, or disable it: sudo nvidia-smi -i {d.gpu.index} -mig 0",
                     f"training.devices[{i}]",
+                )
+            ]
+    return []
+
+
+@rule(
+    "devices.compute-mode",
+    "training.devices",
+    "A GPU rank's GPU admits its CUDA processes: not `prohibited`; `exclusive_process` only with one CUDA "
+    "process per rank (CPU physics) or with MPS.",
+)
+def devices_compute_mode(r: Rule, ctx: Context) -> list[Diagnostic]:
+    reset = "sudo nvidia-smi -i {index} -c DEFAULT"
+    for i, d in enumerate(ctx.devices or ()):
+        g = d.gpu
+        if g is None:
+            continue
+        key = f"training.devices[{i}]"
+        if g.compute_mode == "prohibited":
+            return [
+                r.diag(
+                    f"GPU {g.index} ({g.uuid}) is in compute mode prohibited: no process may use it",
+                    f"choose another GPU, or allow compute on it: {reset.format(index=g.index)}",
+                    key,
+                )
+            ]
+        # An exclusive GPU takes one CUDA process. The learner is one; a MuJoCo Warp collector is a
+        # second unless both are clients of one MPS server (NVIDIA's recommended mode for MPS).
+        exclusive = g.compute_mode in ("exclusive_process", "exclusive_thread")
+        if exclusive and ctx.spec.sim.backend == "mjwarp" and ctx.spec.training.cuda_process_sharing != "mps":
+            return [
+                r.diag(
+                    f"GPU {g.index} ({g.uuid}) is in compute mode {g.compute_mode}: it admits one CUDA process, "
+                    "and the rank's learner and its MuJoCo Warp collector are two",
+                    f"share it through MPS ({mps_start_command(g.index)}, then training.cuda_process_sharing = "
+                    f'"mps"), or set its compute mode to default: {reset.format(index=g.index)}',
+                    key,
                 )
             ]
     return []

@@ -64,7 +64,26 @@ def graph_learner(r: Rule, ctx: Context) -> list[Diagnostic]:
                 'set training.learner_graph = "auto" (or "off")',
             )
         ]
+    user = nccl_error_handling_conflict(ctx)
+    if user is not None:
+        return [
+            r.diag(
+                f"TORCH_NCCL_ASYNC_ERROR_HANDLING={user} is set in the environment; the captured all-reduces need "
+                "NCCL's async error handling off (0), and a user's value wins over the plan's",
+                "unset TORCH_NCCL_ASYNC_ERROR_HANDLING (or set it to 0) and re-plan, "
+                'or set training.learner_graph = "auto"',
+            )
+        ]
     return []
+
+
+def nccl_error_handling_conflict(ctx: Context) -> str | None:
+    """The user's TORCH_NCCL_ASYNC_ERROR_HANDLING when it is set to anything but 0 for a data-parallel
+    CUDA run: PyTorch's CUDA graph notes ask for 0 with captured NCCL collectives."""
+    if not ctx.on_cuda or ctx.world_size == 1:
+        return None
+    value = ctx.facts.nccl_env.get("TORCH_NCCL_ASYNC_ERROR_HANDLING")
+    return value if value is not None and value.strip() != "0" else None
 
 
 @rule("graph.physics", "training.physics_graph", "`physics_graph = on` needs MuJoCo Warp on CUDA devices.")

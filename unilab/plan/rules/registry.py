@@ -39,3 +39,8 @@ def rule(rule_id: str, key_path: str, requires: str) -> Callable[[Callable[[Rule
         return r
 
     return wrap
+
+
+def mps_start_command(index: int) -> str:
+    """The fix that starts an MPS service for GPU ``index``, left running for `unilab apply`."""
+    return f"unilab mps start --gpus {index} --name train-gpu{index} --daemon"

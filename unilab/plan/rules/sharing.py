@@ -6,17 +6,13 @@ from __future__ import annotations
 from unilab.errors import Diagnostic
 from unilab.host.facts import MpsServiceFacts
 from unilab.plan.context import Context
-from unilab.plan.rules.registry import Rule, rule
+from unilab.plan.rules.registry import Rule, mps_start_command, rule
 
 MPS_ALGOS = ("sac", "flashsac")
 
 
 def _wants_mps(ctx: Context) -> bool:
     return ctx.spec.training.cuda_process_sharing == "mps"
-
-
-def _start_cmd(index: int) -> str:
-    return f"unilab mps start --gpus {index} --name train-gpu{index} --daemon"  # left running for apply
 
 
 @rule(
@@ -108,7 +104,7 @@ def mps_service(r: Rule, ctx: Context) -> list[Diagnostic]:
         if d.gpu is None:
             continue
         svc, candidates = service_for(ctx, d.gpu.uuid)
-        start = _start_cmd(d.gpu.index)
+        start = mps_start_command(d.gpu.index)
         name = ctx.spec.training.mps_service
         if svc is None:
             if name is not None:
