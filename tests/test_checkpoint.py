@@ -55,6 +55,19 @@ def test_full_disk_keeps_the_previous_checkpoint(tmp_path: Path, monkeypatch: py
     assert load_checkpoint(tmp_path / "ckpt-0000000000001.pt", plan_id=PLAN)["env_steps"] == 1
 
 
+def test_an_interrupt_mid_write_leaves_no_temp_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    save_checkpoint(tmp_path, _state(1), plan_id=PLAN, env_steps=1, keep=5)
+
+    def interrupted(fd: int) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(atomic.os, "fsync", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        save_checkpoint(tmp_path, _state(2), plan_id=PLAN, env_steps=2, keep=5)
+    monkeypatch.undo()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt-0000000000001.pt", "ckpt-0000000000001.pt.sha256"]
+
+
 def test_another_plans_checkpoint_is_refused(tmp_path: Path) -> None:
     path, _ = save_checkpoint(tmp_path, _state(1), plan_id=PLAN, env_steps=1, keep=1)
     with pytest.raises(UnilabError, match="belongs to plan"):

@@ -43,6 +43,9 @@ def write_atomic(path: Path, write: Callable[[IO[bytes]], None], what: str, fix:
             detail="the previous version of the file, if any, is unchanged",
             fix=fix,
         ) from exc
+    except BaseException:  # e.g. KeyboardInterrupt mid-write: the target is untouched, leave no temp file
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def write_text_atomic(path: Path, text: str, what: str, fix: str = RUN_FILE_FIX) -> None:
