@@ -27,8 +27,9 @@ class FakeNVMLError(Exception):
 class FakeNvml:
     """The subset of pynvml that unilab calls, with two GPUs; GPU 1 has MIG on."""
 
-    def __init__(self, fail_init: bool = False, mig_unsupported: bool = False) -> None:
+    def __init__(self, fail_init: bool = False, mig_unsupported: bool = False, lost: int | None = None) -> None:
         self.fail_init, self.mig_unsupported, self.shutdown = fail_init, mig_unsupported, False
+        self.lost = lost  # index of a GPU whose queries fail (fallen off the bus)
 
     def nvmlInit(self) -> None:
         if self.fail_init:
@@ -50,6 +51,8 @@ class FakeNvml:
         return i
 
     def nvmlDeviceGetUUID(self, h: int) -> str:
+        if h == self.lost:
+            raise FakeNVMLError("GPU is lost")
         return f"GPU-aaaa{h}"
 
     def nvmlDeviceGetName(self, h: int) -> str:
@@ -83,6 +86,12 @@ def test_no_driver_is_a_fact_not_an_error() -> None:
     nv = read_nvidia(FakeNvml(fail_init=True))
     assert not nv.driver_present and "Driver Not Loaded" in (nv.nvml_error or "")
     assert not read_nvidia(None).driver_present
+
+
+def test_one_unreadable_gpu_leaves_the_others_and_is_named() -> None:
+    nv = read_nvidia(FakeNvml(lost=0))
+    assert nv.driver_present and [g.uuid for g in nv.gpus] == ["GPU-aaaa1"]
+    assert nv.nvml_error == "GPU 0 could not be read: GPU is lost"
 
 
 def test_mig_unsupported() -> None:

@@ -83,6 +83,8 @@ def _cmd_host(args: argparse.Namespace) -> int:
         lines.append(
             f"  gpu {g.index}   {g.uuid}  {g.name}  {g.memory_total_mib} MiB  compute={g.compute_mode} mig={g.mig_mode}"
         )
+    if nv.driver_present and nv.nvml_error:
+        lines.append(f"  unreadable: {nv.nvml_error}")
     cvd = facts.cuda_visible_devices
     if nv.driver_present or cvd.raw is not None:
         shown = ", ".join(f"{i}={u}" for i, u in enumerate(cvd.uuids)) or "none"

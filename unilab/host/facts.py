@@ -55,7 +55,11 @@ class GpuFacts(_Facts):
 
 class NvidiaFacts(_Facts):
     driver_present: bool = Field(description="Whether NVML could be initialised.")
-    nvml_error: str | None = Field(None, description="Why NVML is unavailable, when it is.")
+    nvml_error: str | None = Field(
+        None,
+        description="Why NVML is unavailable, when it is; with a driver present, the GPUs that could not be read "
+        "(they are left out of `gpus`).",
+    )
     driver_version: str | None = None
     cuda_driver_version: str | None = Field(None, description="CUDA version the driver supports, e.g. 13.0.")
     gpus: list[GpuFacts] = Field(default_factory=list)

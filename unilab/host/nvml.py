@@ -31,6 +31,28 @@ def load_pynvml() -> ModuleType | None:
     return pynvml
 
 
+def _read_gpu(nvml: Any, i: int) -> GpuFacts:
+    h = nvml.nvmlDeviceGetHandleByIndex(i)
+    try:
+        current, _pending = nvml.nvmlDeviceGetMigMode(h)
+        mig = "enabled" if int(current) == 1 else "disabled"
+    except Exception:  # NVML_ERROR_NOT_SUPPORTED on GPUs without MIG
+        mig = "unsupported"
+    try:
+        mode = _COMPUTE_MODES.get(int(nvml.nvmlDeviceGetComputeMode(h)), "unknown")
+    except Exception:
+        mode = "unknown"
+    mem = nvml.nvmlDeviceGetMemoryInfo(h)
+    return GpuFacts(
+        index=i,
+        uuid=_text(nvml.nvmlDeviceGetUUID(h)),
+        name=_text(nvml.nvmlDeviceGetName(h)),
+        memory_total_mib=int(mem.total) // (1024 * 1024),
+        compute_mode=mode,
+        mig_mode=mig,
+    )
+
+
 def read_nvidia(nvml: Any | None) -> NvidiaFacts:
     """Probe the driver and GPUs. No driver is a fact (driver_present=false), never an error."""
     if nvml is None:
@@ -42,30 +64,19 @@ def read_nvidia(nvml: Any | None) -> NvidiaFacts:
     try:
         driver = _text(nvml.nvmlSystemGetDriverVersion())
         cuda = _cuda_version(int(nvml.nvmlSystemGetCudaDriverVersion()))
-        gpus = []
+        gpus, unreadable = [], []
         for i in range(int(nvml.nvmlDeviceGetCount())):
-            h = nvml.nvmlDeviceGetHandleByIndex(i)
             try:
-                current, _pending = nvml.nvmlDeviceGetMigMode(h)
-                mig = "enabled" if int(current) == 1 else "disabled"
-            except Exception:  # NVML_ERROR_NOT_SUPPORTED on GPUs without MIG
-                mig = "unsupported"
-            try:
-                mode = _COMPUTE_MODES.get(int(nvml.nvmlDeviceGetComputeMode(h)), "unknown")
-            except Exception:
-                mode = "unknown"
-            mem = nvml.nvmlDeviceGetMemoryInfo(h)
-            gpus.append(
-                GpuFacts(
-                    index=i,
-                    uuid=_text(nvml.nvmlDeviceGetUUID(h)),
-                    name=_text(nvml.nvmlDeviceGetName(h)),
-                    memory_total_mib=int(mem.total) // (1024 * 1024),
-                    compute_mode=mode,
-                    mig_mode=mig,
-                )
-            )
-        return NvidiaFacts(driver_present=True, driver_version=driver, cuda_driver_version=cuda, gpus=gpus)
+                gpus.append(_read_gpu(nvml, i))
+            except Exception as exc:  # e.g. a GPU fallen off the bus: the others are still usable
+                unreadable.append(f"GPU {i} could not be read: {exc}")
+        return NvidiaFacts(
+            driver_present=True,
+            driver_version=driver,
+            cuda_driver_version=cuda,
+            gpus=gpus,
+            nvml_error="; ".join(unreadable) or None,
+        )
     except Exception as exc:
         return NvidiaFacts(driver_present=False, nvml_error=f"NVML query failed: {exc}")
     finally:

@@ -32,9 +32,10 @@ def devices_exist(r: Rule, ctx: Context) -> list[Diagnostic]:
                 )
             ]
         listing = ", ".join(f"{j}={u}" for j, u in enumerate(visible.uuids)) or "none"
+        unread = f"; {f.nvidia.nvml_error}" if f.nvidia.nvml_error else ""
         return [
             r.diag(
-                f"device {ref!r} is not among the visible GPUs ({listing})",
+                f"device {ref!r} is not among the visible GPUs ({listing}){unread}",
                 "use an index or UUID listed by `unilab host`",
                 key,
             )
