@@ -18,29 +18,62 @@ nvidia-smi --query-gpu=name,uuid,driver_version,memory.total,compute_mode --form
 "$PY" -m unilab host
 
 step "CUDA tests (pytest -m cuda)"
-run timeout 180 "$PY" -m pytest -q -m cuda -rs
+run timeout 120 "$PY" -m pytest -q -m cuda -rs
 
 step "MuJoCo Warp G1 env steps/s at 1024 and 4096 worlds, physics graph off vs on"
-run timeout 75 "$PY" tools/bench_physics.py --sizes 1024 4096 --workers 1 --mjwarp-device cuda:0 --seconds 3
-run timeout 75 "$PY" tools/bench_physics.py --sizes 1024 4096 --workers 1 --mjwarp-device cuda:0 --physics-graph --seconds 3
+run timeout 45 "$PY" tools/bench_physics.py --sizes 1024 4096 --workers 1 --mjwarp-device cuda:0 --seconds 2
+run timeout 45 "$PY" tools/bench_physics.py --sizes 1024 4096 --workers 1 --mjwarp-device cuda:0 --physics-graph --seconds 2
 
 step "Learner updates/s: eager vs whole-cycle CUDA graph (SAC, FlashSAC shipped configs)"
-run timeout 60 "$PY" tools/bench_learner_graph.py --updates 300 --repeats 3
+run timeout 45 "$PY" tools/bench_learner_graph.py --updates 300 --repeats 3
 
-step "apply on the GPU with the learner graph (short budget); the manifest's learner_graph evidence"
+# What a manifest says about a run: status, graphs, ranks' devices and MPS evidence.
+evidence() {
+  "$PY" - "$1" "$2" <<'PY'
+import glob, json, sys
+run_dir = sorted(glob.glob(sys.argv[1] + "/*/manifest.json"))[-1]
+m = json.load(open(run_dir))
+b = m["backend"]
+print("status", m["status"], "| learner_graph", b["learner_graph"].get("state"), "| physics_graph",
+      b["physics_graph"].get("enabled"), b["physics_graph"].get("replays"))
+for r in m["ranks"]:
+    print("rank", r["rank"], r["device"], r.get("gpu_uuid"), "mps_validated", r.get("mps_validated"),
+          "servers", r.get("mps_server_pids"))
+want = sys.argv[2]
+ok = m["status"] == "succeeded" and b["learner_graph"].get("state") == "captured"
+if want == "physics":
+    ok = ok and bool(b["physics_graph"].get("enabled"))
+if want == "mps":
+    ok = ok and all(r.get("mps_validated") for r in m["ranks"])
+sys.exit(0 if ok else 1)
+PY
+}
+
+step "apply: SAC learner on the GPU, CPU MuJoCo physics, learner graph; then export its checkpoint"
 GDIR=$(mktemp -d)
-run timeout 90 "$PY" -m unilab apply specs/g1.toml --set 'training.devices=[0]' --set run.total_env_steps=12000 \
+run timeout 60 "$PY" -m unilab apply specs/g1.toml --set 'training.devices=[0]' --set run.total_env_steps=12000 \
     --set algo.warmup_env_steps=2000 --set run.output_dir="\"$GDIR\""
-run "$PY" -c "import json,glob,sys; m=json.load(open(glob.glob(sys.argv[1]+'/*/manifest.json')[0])); \
-print(json.dumps(m['backend']['learner_graph'], indent=1)); sys.exit(m['backend']['learner_graph']['state']!='captured')" "$GDIR"
+run evidence "$GDIR" learner
+run timeout 20 "$PY" -m unilab export "$(dirname "$(ls "$GDIR"/*/manifest.json | tail -1)")" --out "$GDIR/actor.onnx"
+
+step "apply: FlashSAC with MuJoCo Warp on the GPU, physics and learner graphs"
+WDIR=$(mktemp -d)
+run timeout 75 "$PY" -m unilab apply specs/g1.toml --set 'training.devices=[0]' --set 'sim.backend="mjwarp"' \
+    --set 'algo={name="flashsac", warmup_env_steps=8192, batch_size=1024}' --set task.num_envs=1024 \
+    --set run.total_env_steps=40960 --set run.output_dir="\"$WDIR\""
+run evidence "$WDIR" physics
 
 if command -v nvidia-cuda-mps-control >/dev/null; then
-  step "MPS: start a service for GPU 0, plan against it, stop it"
+  step "MPS: start a service for GPU 0, apply through it (learner and collector its clients), stop it"
   export UNILAB_STATE_DIR=$(mktemp -d)
+  MDIR=$(mktemp -d)
   run "$PY" -m unilab mps start --gpus 0 --name gpucheck --daemon
   run "$PY" -m unilab mps status
-  run "$PY" -m unilab plan specs/g1_dp2_cuda_mps.toml --set 'training.devices=[0]' \
-      --set 'training.dp_gradient_wire_dtype="float32"' --set training.mps_service='"gpucheck"'
+  run timeout 60 "$PY" -m unilab apply specs/g1_dp2_cuda_mps.toml --set 'training.devices=[0]' \
+      --set 'training.dp_gradient_wire_dtype="float32"' --set training.mps_service='"gpucheck"' \
+      --set task.num_envs=1024 --set run.total_env_steps=40960 --set algo.warmup_env_steps=8192 \
+      --set algo.batch_size=1024 --set run.output_dir="\"$MDIR\""
+  run evidence "$MDIR" mps
   run "$PY" -m unilab mps stop --name gpucheck
 else
   step "MPS: nvidia-cuda-mps-control not on PATH, skipped"
