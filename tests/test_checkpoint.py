@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from unilab import atomic
 from unilab.errors import UnilabError
-from unilab.run import atomic
 from unilab.run.checkpoint import (
     check_recorded_digest,
     digest_path,

@@ -33,10 +33,10 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from unilab.atomic import write_atomic  # noqa: E402
 from unilab.errors import UnilabError  # noqa: E402
 from unilab.robot import g1  # noqa: E402
 from unilab.robot.model import RobotLayout, load_model  # noqa: E402
-from unilab.run.atomic import write_atomic  # noqa: E402
 
 # In the working directory, not the packaged asset: replacing the built-in clip must be asked for.
 DEFAULT_OUT = Path("g1_squat.npz")

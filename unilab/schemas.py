@@ -45,8 +45,8 @@ def rendered() -> dict[str, str]:
 
 def export(out_dir: Path) -> list[Path]:
     """Write every schema atomically (a reader never sees half a file)."""
+    from unilab.atomic import write_text_atomic
     from unilab.errors import UnilabError
-    from unilab.run.atomic import write_text_atomic
 
     try:
         out_dir.mkdir(parents=True, exist_ok=True)

@@ -128,7 +128,7 @@ def same_file(a: Path, b: Path) -> bool:
 
 def check_out_file(out: Path, inputs: list[Path], what: str) -> None:
     """Refuse an --out that is a directory, sits in a missing directory, or is one of the inputs."""
-    from unilab.run.atomic import check_out_path
+    from unilab.atomic import check_out_path
 
     check_out_path(out, f"{what}.toml")
     for src in inputs:
@@ -140,9 +140,9 @@ def check_out_file(out: Path, inputs: list[Path], what: str) -> None:
 
 
 def write_atomic(path: Path, text: str, what: str = "plan") -> None:
-    """Never a half-written file (see unilab.run.atomic); the caller checked ``path`` with
+    """Never a half-written file (see unilab.atomic); the caller checked ``path`` with
     ``check_out_file`` before doing the work."""
-    from unilab.run.atomic import write_text_atomic
+    from unilab.atomic import write_text_atomic
 
     write_text_atomic(
         path, text, what, fix=f"check that {path.parent} is writable and has free space, or choose another --out"

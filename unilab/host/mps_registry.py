@@ -12,11 +12,13 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from unilab.atomic import write_text_atomic
 from unilab.errors import UnilabError
 from unilab.host.facts import MpsServiceFacts
-from unilab.run.atomic import write_text_atomic  # imports only unilab.errors: no cycle, light on the plan path
 
 PID_FILE_NAME = "nvidia-cuda-mps-control.pid"
+CONTROL_BINARY = "nvidia-cuda-mps-control"
+CONTROL_TIMEOUT_S = 30.0  # one run of the control binary (`-d`, or a client command such as `quit`)
 
 
 _PID_MAX = 4_194_304  # Linux's largest pid_max (2**22)
@@ -64,6 +66,11 @@ def read_registry(state_dir: Path | None = None) -> Registry:
             detail=str(exc).splitlines()[0],
             fix=f"inspect or remove {path}, then run `unilab mps status`",
         ) from exc
+
+
+def find_entry(name: str, state_dir: Path | None = None) -> RegistryEntry | None:
+    """The registered service called ``name``, if any."""
+    return next((e for e in read_registry(state_dir).services if e.name == name), None)
 
 
 def _pid_alive(pid: int) -> bool:

@@ -23,19 +23,20 @@ from pathlib import Path
 from unilab.errors import UnilabError
 from unilab.host.facts import GpuFacts, HostFacts, MpsServiceFacts
 from unilab.host.mps_registry import (
+    CONTROL_BINARY,
+    CONTROL_TIMEOUT_S,
     PID_FILE_NAME,
     Registry,
     RegistryEntry,
+    find_entry,
     probe_service,
     read_registry,
     registry_path,
     write_registry,
 )
 
-CONTROL_BINARY = "nvidia-cuda-mps-control"
 START_TIMEOUT_S = 10.0
 STOP_TIMEOUT_S = 15.0
-CONTROL_TIMEOUT_S = 30.0  # one run of the control binary (`-d`, or a client command such as `quit`)
 KILL_WAIT_S = 5.0  # after a signal to a daemon that start() could not register
 
 
@@ -291,7 +292,7 @@ def status(state_dir: Path) -> list[MpsServiceFacts]:
 
 
 def find(name: str, state_dir: Path) -> RegistryEntry:
-    entry = next((e for e in read_registry(state_dir).services if e.name == name), None)
+    entry = find_entry(name, state_dir)
     if entry is None:
         raise MpsError(f"no MPS service named {name!r}", fix="see `unilab mps status`")
     return entry

@@ -210,8 +210,8 @@ def take_plan_inventory(plan: Plan, spec_dir: Path, steps: int, repeat: int) -> 
 
 
 def write_outputs(profile: Profile, out: Path) -> None:
+    from unilab.atomic import write_text_atomic
     from unilab.profile.report import render_markdown, render_png
-    from unilab.run.atomic import write_text_atomic
 
     write_text_atomic(out / "profile.json", json.dumps(profile.model_dump(mode="json"), indent=2) + "\n", "profile")
     write_text_atomic(out / "profile.md", render_markdown(profile), "profile report")

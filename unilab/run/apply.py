@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from unilab.atomic import write_text_atomic
 from unilab.errors import EXIT_INTERRUPTED, RUN_FAILED_FIX, UnilabError
 from unilab.plan.inputs import check_planned_inputs
 from unilab.plan.models import Plan
-from unilab.run.atomic import write_text_atomic
 from unilab.run.stop import ignore_stop_signals
 
 

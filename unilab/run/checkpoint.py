@@ -12,8 +12,8 @@ from typing import Any
 
 import torch
 
+from unilab.atomic import write_atomic
 from unilab.errors import UnilabError
-from unilab.run.atomic import write_atomic
 
 CHECKPOINT_FORMAT = 1
 

@@ -14,9 +14,9 @@ from typing import Any
 import torch
 from torch import nn
 
+from unilab.atomic import check_out_path, write_atomic
 from unilab.errors import UnilabError
 from unilab.plan.models import Plan
-from unilab.run.atomic import check_out_path, write_atomic
 
 
 class PpoDeployPolicy(nn.Module):

@@ -15,12 +15,12 @@ from typing import Any
 import jsonschema
 
 from unilab import __version__
+from unilab.atomic import write_text_atomic
 from unilab.errors import UnilabError
 from unilab.host.facts import HostFacts
 from unilab.inputfile import read_input
 from unilab.manifest.consistency import ConsistencyReport, check_manifest
 from unilab.manifest.models import Manifest, Provenance
-from unilab.run.atomic import write_text_atomic
 from unilab.run.events import EventLog
 
 

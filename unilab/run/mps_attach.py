@@ -12,11 +12,8 @@ import subprocess
 from dataclasses import dataclass
 
 from unilab.errors import UnilabError
-from unilab.host.mps_registry import RegistryEntry, probe_service, read_registry
+from unilab.host.mps_registry import CONTROL_BINARY, CONTROL_TIMEOUT_S, find_entry, probe_service
 from unilab.plan.models import Plan
-
-CONTROL_BINARY = "nvidia-cuda-mps-control"
-CONTROL_TIMEOUT_S = 30.0  # one `get_server_list`; a daemon that does not answer must not hang the run
 
 
 @dataclass(frozen=True)
@@ -48,7 +45,7 @@ def revalidate(plan: Plan, rank: int) -> MpsAttachment | None:
     if plan.cuda_process_sharing.effective != "mps" or rp.mps is None:
         return None
     name, uuid = rp.mps.service, rp.gpu_uuid or ""
-    entry = next((e for e in read_registry().services if e.name == name), None)
+    entry = find_entry(name)
     if entry is None:
         raise _refuse(name, "it is no longer registered", uuid)
     facts = probe_service(entry)
@@ -138,7 +135,3 @@ def confirm_attached(att: MpsAttachment) -> MpsAttachment:
             fix='report this as a bug with the rank\'s events.jsonl; meanwhile plan with cuda_process_sharing = "none"',
         )
     return MpsAttachment(att.rank, att.service, att.gpu_uuid, att.pipe_directory, att.daemon_pid, pids)
-
-
-def registry_entry(name: str) -> RegistryEntry | None:
-    return next((e for e in read_registry().services if e.name == name), None)

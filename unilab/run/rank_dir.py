@@ -29,8 +29,8 @@ def check_run_dir_free(run_dir: Path) -> None:
 def make_run_dir(plan: Plan, run_dir: Path) -> list[Path]:
     """Create `run_dir` (locked, if this call made it) with the plan; returns the directories it
     made, deepest first, for `drop_unstarted_run_dir`."""
+    from unilab.atomic import write_text_atomic
     from unilab.plan.render import render
-    from unilab.run.atomic import write_text_atomic
 
     made = [p for p in [run_dir, *run_dir.parents] if not p.exists()]
     run_dir.mkdir(parents=True, exist_ok=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 
+from unilab.host.mps_registry import find_entry
 from unilab.plan.models import Plan
 from unilab.run import mps_attach
 from unilab.run.mps_attach import MpsAttachment
@@ -26,6 +27,6 @@ def prepare_rank_env(plan: Plan, rank: int) -> MpsAttachment | None:
         os.environ.setdefault(var.name, var.value)
     att = mps_attach.revalidate(plan, rank)
     if att is not None:
-        entry = mps_attach.registry_entry(att.service)
+        entry = find_entry(att.service)
         mps_attach.apply_env(att, entry.log_directory if entry else None)
     return att
