@@ -17,9 +17,9 @@ Contract, checked here at run time as the plan's preflight checks it from the sp
 - host-side counters the body advances (the task's step count) are advanced by the runner, by the
   per-step delta the warm-up steps measured (and which must be the same on every warm-up step).
 
-Stream order on CUDA: the physics step's completion is recorded on the caller's stream (physics
-receipt), the update stream waits for it, the graph replays there, and the caller's stream waits
-for the replay's completion event (completion receipt) before the reset orchestration. The finite
+Stream order on CUDA: the update stream waits for the caller's stream (the physics step), the
+graph replays there, and the caller's stream waits for the replay before the reset orchestration
+(``graph_support.on_side_stream``: no host synchronisation). The finite
 verdict stays on the device and is read at the collector's interval, outside the graph. Around
 warm-up, capture and replay the allocator's `memory_allocated` is recorded; replays must not grow it.
 
@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from unilab.errors import UnilabError
-from unilab.graph_support import GraphMode, GraphStats, HostCounters, capture_cuda_graph
+from unilab.graph_support import GraphMode, GraphStats, HostCounters, capture_cuda_graph, on_side_stream
 
 if TYPE_CHECKING:
     from unilab.sim.contract import PhysicsState
@@ -163,17 +163,7 @@ class UpdateStateGraph:
         return hashlib.sha256(self.task.generator.get_state().cpu().numpy().tobytes()).hexdigest()[:16]
 
     def _on_stream(self, fn: Callable[[], None]) -> None:
-        if self._stream is None:
-            fn()
-            return
-        physics_receipt = torch.cuda.Event()
-        physics_receipt.record()
-        self._stream.wait_event(physics_receipt)
-        with torch.cuda.stream(self._stream):
-            fn()
-        completion = torch.cuda.Event()
-        completion.record(self._stream)
-        torch.cuda.current_stream().wait_event(completion)
+        on_side_stream(self._stream, fn)
 
     def _allocated(self, when: str) -> None:
         if self.mode == "cuda_graph":
