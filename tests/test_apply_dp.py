@@ -173,6 +173,39 @@ def test_ctrl_c_stops_two_ranks_promptly_and_records_the_interruption(tmp_path: 
     assert marked_pids(mark) == []
 
 
+def _rank_processes(launcher: int) -> list[int]:
+    """The launcher's children that run a rank."""
+    out = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if f"PPid:\t{launcher}\n" in status and b"spawn_main" in cmd:  # the resource tracker runs its own main
+            out.append(int(pid))
+    return out
+
+
+def test_ctrl_c_while_the_ranks_import_torch_prints_no_traceback(tmp_path: Path) -> None:
+    """The ranks spend their first seconds importing torch, still in the terminal's process group;
+    a Ctrl-C then used to print each rank's KeyboardInterrupt traceback. The launcher starts them
+    with the stop signals blocked, and they take them up once they can stop cleanly."""
+    mark = uuid.uuid4().hex
+    proc = _long_dp_apply(tmp_path, mark, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while len(_rank_processes(proc.pid)) < 2 and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.02)
+    assert len(_rank_processes(proc.pid)) == 2
+    time.sleep(0.8)  # past the interpreter's start-up, into torch's import (about 2 s here)
+    os.killpg(proc.pid, signal.SIGINT)
+    _out, err = proc.communicate(timeout=90)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    time.sleep(1.0)
+    assert marked_pids(mark) == []
+
+
 def test_a_stop_request_to_one_rank_stops_every_rank(tmp_path: Path) -> None:
     """docs/data-parallel.md: a stop request on any rank stops all of them after the same sync.
     Only rank 1 gets the signal here (it runs in its own process group)."""

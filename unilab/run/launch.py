@@ -11,6 +11,7 @@ import signal
 import socket
 import sys
 from datetime import timedelta
+from multiprocessing import resource_tracker
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from torch.distributed.elastic.multiprocessing.errors import record
 from unilab.errors import EXIT_INTERRUPTED, UnilabError
 from unilab.plan.models import Plan
 from unilab.run.apply import resume_command
+from unilab.run.stop import STOP_SIGNALS, signals_via_helper_thread
 
 COLLECTIVE_TIMEOUT = timedelta(minutes=10)  # a rank's first collective waits for every collector to build
 
@@ -52,13 +54,21 @@ def rank_entry(
         os.setpgid(0, 0)
     except OSError:
         pass
+    from unilab.run.stop import STOP_SIGNALS, StopFlag
+
+    # `launch_ranks` starts the ranks with the stop signals blocked, so that a Ctrl-C while they
+    # import torch is not a traceback per rank; from here on a stop signal sets the flag.
+    stop = StopFlag()
+    stop.install()
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+    if stop():  # stopped while starting: nothing to record, the launcher reports the interruption
+        os._exit(EXIT_INTERRUPTED)
     import torch
     import torch.distributed as dist
 
     from unilab.plan.render import load_plan
     from unilab.run.rank_env import prepare_rank_env
     from unilab.run.rank_run import RankJob, run_rank
-    from unilab.run.stop import StopFlag
     from unilab.run.terminal import terminal_may_go
 
     rank = int(os.environ["RANK"])
@@ -68,8 +78,6 @@ def rank_entry(
     mps = prepare_rank_env(plan, rank)  # before set_device: CUDA reads the environment once
     if plan.ranks[rank].device == "cuda":
         torch.cuda.set_device(0)  # the only visible GPU: this rank's, by UUID
-    stop = StopFlag()
-    stop.install()
     dist.init_process_group(backend=plan.topology.process_group_backend, timeout=COLLECTIVE_TIMEOUT)
     made: list[Path] = []
     try:
@@ -131,7 +139,13 @@ def launch_ranks(plan: Plan, run_dir: Path, resume_checkpoint: Path | None, prog
     )
     _quiet_launcher_logs()
     try:
-        results = elastic_launch(cfg, rank_entry)(*args)
+        # The ranks inherit the blocked stop signals and unblock them in rank_entry; this process
+        # still gets them, through a helper thread (unilab.run.stop.signals_via_helper_thread).
+        # multiprocessing's resource tracker unblocks SIGINT and SIGTERM after starting itself:
+        # started first, it leaves the block alone.
+        resource_tracker.ensure_running()
+        with signals_via_helper_thread(*STOP_SIGNALS):
+            results = elastic_launch(cfg, rank_entry)(*args)
     except ChildFailedError as exc:
         if all(f.exitcode == EXIT_INTERRUPTED for f in exc.failures.values()):
             # A stop request that reached one rank directly (not through this launcher): every rank

@@ -99,6 +99,28 @@ def ignore_stop_signals() -> None:
 
 
 @contextmanager
+def signals_via_helper_thread(*signums: int) -> Iterator[None]:
+    """Block ``signums`` in this thread while a helper thread, started before the block, leaves them
+    deliverable: the kernel hands them to the helper and Python still runs their handlers in the
+    main thread (within one bytecode, or when a blocking call there returns). Child processes
+    started inside inherit the block, across exec, and unblock the signals once they can handle
+    them. Main thread only; elsewhere a no-op."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    done = threading.Event()
+    helper = threading.Thread(target=done.wait, name="unilab-signals", daemon=True)
+    helper.start()
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, signums)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        done.set()
+        helper.join()
+
+
+@contextmanager
 def signals_blocked(*signums: int) -> Iterator[None]:
     """Block ``signums`` inside the block (this thread's mask, which a child process started inside
     inherits, across exec too); one that arrives meanwhile is delivered when the block ends."""
