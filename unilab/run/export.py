@@ -133,7 +133,9 @@ def policy_from_state(plan: Plan, state: dict[str, Any]) -> tuple[nn.Module, int
     obs_dim = int(state["obs_dim"])
     act_dim = int(state["act_dim"])
     learner = make_offpolicy_learner(plan.algo, obs_dim, act_dim, torch.device("cpu"), 0)
-    learner.load_state_dict(learner_state)
+    # The actor alone: the rest of a GPU run's learner state (its CUDA generator states, for one)
+    # does not load into a CPU learner, and the deployed policy needs none of it.
+    learner.actor.load_state_dict(learner_state["actor"])
     norm = ObsNormalizer(obs_dim)
     if plan.algo.normalize_observations:
         norm.load_state_dict(state["normalizer"])
