@@ -446,6 +446,20 @@ CASES = [
         "--set algo.warmup_env_steps=10000",
     ),
     Case("algo.warmup", "cpu_laptop", {"algo": {"name": "flashsac", "warmup_env_steps": 99_000}}, False),
+    Case(
+        "algo.ppo-minibatches",
+        "cpu_laptop",
+        {"task__num_envs": 16, "algo": {"name": "ppo", "num_steps_per_env": 24, "num_mini_batches": 1000}},
+        True,
+        "rollout of 384 samples",
+        fix="algo.num_mini_batches <= 384",
+    ),
+    Case(
+        "algo.ppo-minibatches",
+        "cpu_laptop",
+        {"task__num_envs": 16, "algo": {"name": "ppo", "num_steps_per_env": 24, "num_mini_batches": 384}},
+        False,
+    ),
     # 99,999 of 100,000 is shorter, but leaves no sync for FlashSAC's first update (0.5 per step).
     Case(
         "algo.warmup",

@@ -229,6 +229,28 @@ def algo_warmup(r: Rule, ctx: Context) -> list[Diagnostic]:
     return []
 
 
+@rule(
+    "algo.ppo-minibatches",
+    "algo.num_mini_batches",
+    "Every PPO mini-batch holds at least one sample: `num_mini_batches <= task.num_envs * num_steps_per_env`.",
+)
+def algo_ppo_minibatches(r: Rule, ctx: Context) -> list[Diagnostic]:
+    algo, n = ctx.spec.algo, ctx.spec.task.num_envs
+    if algo.name != "ppo":
+        return []
+    samples = n * algo.num_steps_per_env  # one rank's rollout; rsl-rl splits it into the mini-batches
+    if algo.num_mini_batches > samples:
+        return [
+            r.diag(
+                f"{algo.num_mini_batches} mini-batches of a rollout of {samples} samples ({n} envs x "
+                f"{algo.num_steps_per_env} steps) would be empty, and PPO would train on NaN",
+                f"set algo.num_mini_batches <= {samples} (e.g. --set algo.num_mini_batches=4), or raise "
+                "task.num_envs or algo.num_steps_per_env",
+            )
+        ]
+    return []
+
+
 def _syncs_to_first_update(updates_per_step: float) -> int:
     """Eligible syncs until the learner loop's owed updates reach one, summed in floating point
     as the loop sums them (ten additions of 0.1 make 0.9999999999999999: eleven syncs)."""
