@@ -152,3 +152,16 @@ def test_export_from_elsewhere_finds_the_robot_files_where_the_run_was_applied(p
     g1.write_text(g1.read_text() + "\n<!-- edited -->\n")
     r = unilab("export", str(run_dir), "--out", str(project / "q.onnx"), cwd=project)
     assert r.returncode == 0 and "warning: " in r.stderr and "lacks the joint names" in r.stderr, r.stderr
+
+
+def test_a_tilde_in_run_output_dir_is_the_home_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`run.output_dir = "~/runs"` used to make a directory literally named `~` in the working directory."""
+    from tests.conftest import ROOT, host
+    from unilab.plan.compile import compile_plan
+    from unilab.run.apply import new_run_dir
+    from unilab.spec.load import load_spec
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    loaded = load_spec(ROOT / "specs" / "cartpole.toml", ['run.output_dir="~/rv"'])
+    plan = compile_plan(loaded.spec, host("cpu_laptop"), loaded.spec_dir)
+    assert new_run_dir(plan).parent == tmp_path / "rv"

@@ -102,7 +102,7 @@ def run_profile(req: ProfileRequest, say=print) -> ProfileOutput:
         arm_spec = loaded.spec
         arm_windows[arm.name] = Windows(_steps_per_sync(arm_spec), windows.warmup_syncs, windows.window_syncs)
 
-    out = req.out_dir or new_profile_dir(Path(spec.run.output_dir))
+    out = req.out_dir or new_profile_dir(Path(spec.run.output_dir).expanduser())
     out.mkdir(parents=True, exist_ok=False)
     order = schedule(req.arms, req.repeats)
     say(

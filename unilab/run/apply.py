@@ -31,7 +31,7 @@ class ApplyRequest:
 
 def new_run_dir(plan: Plan) -> Path:
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    base = Path(plan.run.output_dir) / f"{plan.run.name}-{stamp}"
+    base = Path(plan.run.output_dir).expanduser() / f"{plan.run.name}-{stamp}"
     path, i = base, 1
     while path.exists():
         i += 1

@@ -36,9 +36,9 @@ class RunSpec(_Section):
     output_dir: str = Field(
         "runs",
         min_length=1,
-        description="Directory that holds run directories; a relative path resolves against the working "
-        "directory of `unilab apply` (unlike `task.motion` and `task.robot_mjcf`, inputs that resolve "
-        "against the spec file's directory so that a spec and its files move together).",
+        description="Directory that holds run directories (`~` is the home directory); a relative path resolves "
+        "against the working directory of `unilab apply` (unlike `task.motion` and `task.robot_mjcf`, inputs "
+        "that resolve against the spec file's directory so that a spec and its files move together).",
     )
     total_env_steps: Annotated[int, Field(gt=0)] = Field(
         description="Environment steps to collect, summed over all envs and ranks; the plan rounds each rank's "
