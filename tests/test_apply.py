@@ -387,6 +387,22 @@ def test_sigkill_of_the_collector_fails_fast_and_cleanly(tmp_path: Path) -> None
     assert blob["env_steps"] > 0
 
 
+def test_a_killed_physics_worker_fails_the_run_with_a_resume_command(tmp_path: Path) -> None:
+    spec = spec_copy(tmp_path)
+    mark = uuid.uuid4().hex
+    proc = apply_in_background(tmp_path, spec, mark, total_env_steps=100000)
+    run_dir = _wait_for_checkpoint(tmp_path)
+    collector = json.loads((run_dir / "manifest.json").read_text())["ranks"][0]["collector_pid"]
+    workers = Path(f"/proc/{collector}/task/{collector}/children").read_text().split()
+    os.kill(int(workers[0]), signal.SIGKILL)
+    _out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 1 and "physics worker 0" in err and "Traceback" not in err
+    assert "check what killed it" in err  # the worker left no report to point at
+    assert f"resume with: unilab apply --resume {run_dir.relative_to(tmp_path)}" in err, err
+    time.sleep(0.5)
+    assert marked_pids(mark) == []
+
+
 def test_corrupt_checkpoint_is_refused_and_kept(tmp_path: Path) -> None:
     spec = spec_copy(tmp_path)
     assert apply(tmp_path, str(spec), *SMALL).returncode == 0

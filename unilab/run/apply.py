@@ -207,6 +207,11 @@ def run_apply(req: ApplyRequest) -> int:
                 exc.fix = f"read events.jsonl and the manifest in {run_dir}; " + (
                     f"resume with: {resume_command(run_dir)}" if ckpt else "no checkpoint to resume from: apply again"
                 )
+            elif isinstance(exc, UnilabError) and ckpt and "--resume" not in (exc.fix or ""):
+                # A failure with a fix of its own (a dead physics worker, a full disk) ends a run that
+                # can still go on from its last checkpoint once the cause is dealt with.
+                resume = f"then resume with: {resume_command(run_dir)}"
+                exc.fix = f"{exc.fix}; {resume}" if exc.fix else resume
         raise
     finally:
         if lock is not None:

@@ -305,8 +305,9 @@ class MujocoCpuBackend:
                 f"{w.describe()} {status} during {what}",
                 detail=error_text
                 or "the worker left no error report (killed from outside, e.g. SIGKILL or the OOM killer)",
-                fix="see the worker's error above (UNILAB_DEBUG=1 adds its traceback); if it was killed, "
-                "check memory (dmesg) and other processes",
+                fix="see the worker's error above (UNILAB_DEBUG=1 adds its traceback)"
+                if error_text
+                else "check what killed it: memory (dmesg shows the OOM killer's choices) and other processes",
             )
         )
 
