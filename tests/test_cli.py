@@ -161,3 +161,13 @@ def test_bad_host_facts_file(tmp_path: Path) -> None:
     p = tmp_path / "facts.json"
     p.write_text('{"schema_version": 1}')
     assert_clean_error(unilab("plan", "specs/g1.toml", "--host-facts", str(p)))
+
+
+def test_host_facts_with_a_saved_plan_is_refused_not_ignored(tmp_path: Path) -> None:
+    plan = tmp_path / "p.toml"
+    assert unilab("plan", "specs/g1.toml", "--out", str(plan)).returncode == 0
+    facts = "tests/fixtures/hosts/one_h200.json"
+    for args in (("plan", str(plan)), ("diff", str(plan), str(plan))):
+        r = unilab(*args, "--host-facts", facts)
+        assert_clean_error(r)
+        assert "--host-facts applies to specs only" in r.stderr and "unilab plan SPEC --host-facts" in r.stderr

@@ -104,6 +104,11 @@ def plan_from_path(path: Path, overrides: list[str], host_facts: Path | None) ->
                     f"{path} is a saved plan; --set applies to specs only",
                     fix="put the override on the spec and re-plan",
                 )
+            if host_facts is not None:  # a saved plan holds the facts it was compiled against
+                raise UnilabError(
+                    f"{path} is a saved plan; --host-facts applies to specs only",
+                    fix=f"compile the spec against those facts: unilab plan SPEC --host-facts {host_facts}",
+                )
             return load_plan(path)
         from unilab.spec.load import load_spec
 
