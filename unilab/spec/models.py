@@ -11,6 +11,9 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator
 
 SPEC_SCHEMA_VERSION = 1
+# The largest count a spec takes: exact as a float (JSON readers) and far inside TOML's 64-bit integers,
+# so every value a plan renders reads back.
+MAX_COUNT = 2**53 - 1
 
 
 class _Section(BaseModel):
@@ -40,12 +43,12 @@ class RunSpec(_Section):
         "against the working directory of `unilab apply` (unlike `task.motion` and `task.robot_mjcf`, inputs "
         "that resolve against the spec file's directory so that a spec and its files move together).",
     )
-    total_env_steps: Annotated[int, Field(gt=0)] = Field(
+    total_env_steps: Annotated[int, Field(gt=0, le=MAX_COUNT)] = Field(
         description="Environment steps to collect, summed over all envs and ranks; the plan rounds each rank's "
         "share up to whole env steps of its envs (PPO: whole rollouts) and records the result as "
         "`run.effective_env_steps`."
     )
-    checkpoint_every_env_steps: Annotated[int, Field(gt=0)] | None = Field(
+    checkpoint_every_env_steps: Annotated[int, Field(gt=0, le=MAX_COUNT)] | None = Field(
         None, description="Checkpoint interval in env steps; unset: only a final checkpoint."
     )
     log_every_seconds: Annotated[float, Field(gt=0)] = Field(
@@ -130,11 +133,13 @@ class _AlgoBase(_Section):
 
 class _OffPolicyBase(_AlgoBase):
     batch_size: Annotated[int, Field(ge=1, le=1_048_576)] = Field(256, description="Replay minibatch size.")
-    buffer_size: Annotated[int, Field(ge=1)] = Field(1_000_000, description="Replay capacity in transitions per rank.")
+    buffer_size: Annotated[int, Field(ge=1, le=MAX_COUNT)] = Field(
+        1_000_000, description="Replay capacity in transitions per rank."
+    )
     updates_per_step: Annotated[float, Field(gt=0, le=1024)] = Field(
         1.0, description="Gradient updates per env step of one env batch (per sync of K=1)."
     )
-    warmup_env_steps: Annotated[int, Field(ge=0)] = Field(
+    warmup_env_steps: Annotated[int, Field(ge=0, le=MAX_COUNT)] = Field(
         5_000, description="Env steps with uniform random actions before learning starts."
     )
     actor_lr: Annotated[float, Field(gt=0)] = Field(3e-4, description="Actor learning rate.")
@@ -142,7 +147,7 @@ class _OffPolicyBase(_AlgoBase):
     alpha_lr: Annotated[float, Field(gt=0)] = Field(3e-4, description="Entropy temperature learning rate.")
     tau: Annotated[float, Field(gt=0, le=1)] = Field(0.005, description="Polyak averaging rate of target critics.")
     alpha_init: Annotated[float, Field(gt=0)] = Field(0.1, description="Initial entropy temperature.")
-    actor_update_every: Annotated[int, Field(ge=1)] = Field(
+    actor_update_every: Annotated[int, Field(ge=1, le=MAX_COUNT)] = Field(
         1, description="Actor (and alpha) updates every N critic updates."
     )
     num_atoms: Annotated[int, Field(ge=2, le=1001)] = Field(101, description="Atoms (bins) of a distributional critic.")
@@ -167,7 +172,9 @@ class FlashSacSpec(_OffPolicyBase):
     updates_per_step: Annotated[float, Field(gt=0, le=1024)] = Field(
         0.5, description="Low update-to-data ratio: gradient updates per env step of one env batch."
     )
-    actor_update_every: Annotated[int, Field(ge=1)] = Field(2, description="Actor updates every N critic updates.")
+    actor_update_every: Annotated[int, Field(ge=1, le=MAX_COUNT)] = Field(
+        2, description="Actor updates every N critic updates."
+    )
     num_blocks: Annotated[int, Field(ge=1, le=64)] = Field(2, description="Inverted-residual blocks per network.")
     expansion: Annotated[int, Field(ge=1, le=16)] = Field(4, description="Inverted-residual expansion factor.")
     n_step: Annotated[int, Field(ge=1, le=64)] = Field(3, description="n-step return length.")
@@ -186,9 +193,11 @@ class PpoSpec(_AlgoBase):
 
     name: Literal["ppo"]
     hidden_dims: Widths = Field((256, 128, 64), min_length=1)
-    num_steps_per_env: Annotated[int, Field(ge=1)] = Field(24, description="Rollout length per env per iteration.")
-    num_learning_epochs: Annotated[int, Field(ge=1)] = Field(5, description="Epochs over each rollout.")
-    num_mini_batches: Annotated[int, Field(ge=1)] = Field(4, description="Minibatches per epoch.")
+    num_steps_per_env: Annotated[int, Field(ge=1, le=MAX_COUNT)] = Field(
+        24, description="Rollout length per env per iteration."
+    )
+    num_learning_epochs: Annotated[int, Field(ge=1, le=MAX_COUNT)] = Field(5, description="Epochs over each rollout.")
+    num_mini_batches: Annotated[int, Field(ge=1, le=MAX_COUNT)] = Field(4, description="Minibatches per epoch.")
     learning_rate: Annotated[float, Field(gt=0)] = Field(1e-3, description="Adam learning rate.")
     clip_param: Annotated[float, Field(gt=0)] = Field(0.2, description="PPO ratio clip.")
     entropy_coef: Annotated[float, Field(ge=0)] = Field(0.01, description="Entropy bonus coefficient.")
@@ -202,7 +211,11 @@ class PpoSpec(_AlgoBase):
 
 AlgoSpec = Annotated[SacSpec | FlashSacSpec | PpoSpec, Field(discriminator="name")]
 
-DeviceRef = Literal["cpu"] | Annotated[int, Field(ge=0)] | Annotated[str, Field(pattern=r"^(GPU|MIG)-[0-9A-Za-z-]+$")]
+DeviceRef = (
+    Literal["cpu"]
+    | Annotated[int, Field(ge=0, le=MAX_COUNT)]
+    | Annotated[str, Field(pattern=r"^(GPU|MIG)-[0-9A-Za-z-]+$")]
+)
 
 
 class TrainingSpec(_Section):
@@ -214,12 +227,12 @@ class TrainingSpec(_Section):
         description='`"cpu"`, `["cpu", "cpu"]` (CPU data parallel), GPU indices `[0, 1]` '
         "(as CUDA_VISIBLE_DEVICES orders them) or GPU UUIDs.",
     )
-    env_steps_per_sync: Annotated[int, Field(ge=1)] = Field(
+    env_steps_per_sync: Annotated[int, Field(ge=1, le=MAX_COUNT)] = Field(
         1,
         description="K: env steps per collector/learner synchronisation. 1 is the exact contract, and the "
         "only one this unilab's executor runs (K > 1 is refused at plan time, rule `sync.action-dependency`).",
     )
-    inference_slot_capacity: Annotated[int, Field(ge=1)] = Field(
+    inference_slot_capacity: Annotated[int, Field(ge=1, le=MAX_COUNT)] = Field(
         1, description="Action requests the learner serves per sync; 1 with K=1."
     )
     action_dependency: Literal["synchronous", "precommitted_sequence"] | None = Field(
@@ -245,7 +258,7 @@ class TrainingSpec(_Section):
     collector_graph: Literal["off", "update_state"] = Field(
         "off", description="Experimental CUDA graph of the task's update body."
     )
-    collector_cpu_ids: list[list[Annotated[int, Field(ge=0)]]] | None = Field(
+    collector_cpu_ids: list[list[Annotated[int, Field(ge=0, le=MAX_COUNT)]]] | None = Field(
         None, description="Per-rank collector CPU blocks; unset: the affinity set split evenly."
     )
     torch_threads: Annotated[int, Field(ge=1, le=1024)] | Literal["auto"] = Field(
