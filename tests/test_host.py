@@ -214,3 +214,13 @@ def test_host_facts_that_no_host_can_have_are_refused(tmp_path: Path, change, sa
     with pytest.raises(UnilabError) as info:
         read_host_facts(path)
     assert says in info.value.render(), info.value.render()
+
+
+def test_an_unreadable_mps_registry_is_a_fact_not_an_error(tmp_path: Path) -> None:
+    """CPU plans do not need the registry: a corrupt one is recorded for the MPS rules to refuse on."""
+    (tmp_path / "services.json").write_text('{"services": [{"name": 3}]}')
+    facts = probe_host(env={}, nvml=None, state_dir=tmp_path)
+    assert facts.mps.services == []
+    assert "services.json cannot be read (services.0.name: Input should be a valid string)" in (
+        facts.mps.registry_error or ""
+    )

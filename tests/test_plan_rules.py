@@ -281,6 +281,14 @@ CASES = [
     Case("mps.host", "node_8gpu_mps", MPS_NODE, False),
     Case("mps.backend", "node_8gpu_mps", {**MPS_NODE, "sim__backend": "mujoco"}, True, "steps physics on the CPU"),
     Case("mps.backend", "node_8gpu_mps", MPS_NODE, False),
+    Case(
+        "mps.service",
+        _facts_with("node_8gpu_mps", mps__services=[], mps__registry_error="the MPS service registry X cannot be read"),
+        MPS_NODE,
+        True,
+        "registry X cannot be read",
+        fix="inspect or remove",
+    ),
     Case("mps.algo", "node_8gpu_mps", {**MPS_NODE, "algo": {"name": "ppo"}}, True, "does not run a learner process"),
     Case("mps.algo", "node_8gpu_mps", MPS_NODE, False),
     Case(

@@ -96,6 +96,8 @@ def _cmd_host(args: argparse.Namespace) -> int:
         f"mps       control binary: {facts.mps.control_binary or 'not found'}; "
         f"{len(facts.mps.services)} registered service(s) in {facts.mps.state_directory}"
     )
+    if facts.mps.registry_error:
+        lines.append(f"  registry unreadable: {facts.mps.registry_error}")
     for s in facts.mps.services:
         state = "running" if s.daemon_alive and s.control_socket_exists else "NOT running"
         lines.append(f"  {s.name}  {s.gpu_uuid}  pipe {s.pipe_directory}  pid {s.daemon_pid}  {state}")

@@ -97,6 +97,9 @@ class MpsFacts(_Facts):
     control_binary: str | None = Field(description="Path of nvidia-cuda-mps-control, if on PATH.")
     state_directory: str = Field(description="unilab's MPS state directory (the service registry lives here).")
     services: list[MpsServiceFacts] = Field(default_factory=list)
+    registry_error: str | None = Field(
+        None, description="Why the service registry could not be read (then `services` is empty); absent when it was."
+    )
 
 
 class PackageFacts(_Facts):

@@ -61,10 +61,16 @@ def read_registry(state_dir: Path | None = None) -> Registry:
     try:
         return Registry.model_validate(json.loads(path.read_text()))
     except (OSError, ValueError, ValidationError) as exc:
+        if isinstance(exc, ValidationError):
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"]) or "the top level"
+            why = f"{where}: {first['msg']}"
+        else:
+            why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise UnilabError(
-            f"the MPS service registry {path} cannot be read",
-            detail=str(exc).splitlines()[0],
-            fix=f"inspect or remove {path}, then run `unilab mps status`",
+            f"the MPS service registry {path} cannot be read ({why})",
+            fix=f"inspect or remove {path} (it lists the services `unilab mps start` registered; a daemon it "
+            "named keeps running and can be stopped with nvidia-cuda-mps-control's `quit`)",
         ) from exc
 
 

@@ -13,6 +13,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from unilab.errors import UnilabError
 from unilab.host.facts import (
     CpuFacts,
     GpuFacts,
@@ -23,7 +24,7 @@ from unilab.host.facts import (
     PackageFacts,
     VisibleDevicesFacts,
 )
-from unilab.host.mps_registry import probe_service, read_registry, state_directory
+from unilab.host.mps_registry import CONTROL_BINARY, probe_service, read_registry, state_directory
 from unilab.host.nvml import load_pynvml, read_nvidia
 
 _NCCL_PREFIXES = ("NCCL_", "TORCH_NCCL_")
@@ -78,7 +79,10 @@ def probe_host(env: dict[str, str] | None = None, nvml: Any = "auto", state_dir:
     env = {_text(k): _text(v) for k, v in (os.environ if env is None else env).items()}
     nvidia: NvidiaFacts = read_nvidia(load_pynvml() if nvml == "auto" else nvml)
     sdir = state_dir or state_directory()
-    services = [probe_service(e) for e in read_registry(sdir).services]
+    try:
+        services, registry_error = [probe_service(e) for e in read_registry(sdir).services], None
+    except UnilabError as exc:  # a fact for MPS plans to refuse on; CPU plans do not need the registry
+        services, registry_error = [], exc.summary
     uname = platform.uname()
     return HostFacts(
         os=OsFacts(
@@ -98,7 +102,10 @@ def probe_host(env: dict[str, str] | None = None, nvml: Any = "auto", state_dir:
         nvidia=nvidia,
         cuda_visible_devices=map_visible_devices(env.get("CUDA_VISIBLE_DEVICES"), nvidia.gpus),
         mps=MpsFacts(
-            control_binary=shutil.which("nvidia-cuda-mps-control"), state_directory=str(sdir), services=services
+            control_binary=shutil.which(CONTROL_BINARY),
+            state_directory=str(sdir),
+            services=services,
+            registry_error=registry_error,
         ),
         packages=PackageFacts(
             unilab=_version("unilab"),

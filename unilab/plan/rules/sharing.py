@@ -99,6 +99,14 @@ def service_for(ctx: Context, uuid: str) -> tuple[MpsServiceFacts | None, list[M
 def mps_service(r: Rule, ctx: Context) -> list[Diagnostic]:
     if not _wants_mps(ctx) or ctx.devices is None or mps_host.check(ctx):
         return []
+    if ctx.facts.mps.registry_error:
+        return [
+            r.diag(
+                ctx.facts.mps.registry_error,
+                f"inspect or remove {ctx.facts.mps.state_directory}/services.json, then start the services again: "
+                f"{mps_start_command(ctx.devices[0].gpu.index if ctx.devices[0].gpu else 0)}",
+            )
+        ]
     out = []
     for i, d in enumerate(ctx.devices):
         if d.gpu is None:
