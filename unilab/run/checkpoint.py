@@ -120,6 +120,16 @@ def list_checkpoints(directory: Path) -> list[Path]:
     return sorted(directory.glob("ckpt-*.pt"))
 
 
+def _first_sentence(text: str, limit: int = 200) -> str:
+    """The first sentence of a library's message, or its first ``limit`` characters cut at a word."""
+    end = text.find(". ")
+    if 0 < end < limit:
+        return text[: end + 1]
+    if len(text) <= limit:
+        return text
+    return text[: text.rfind(" ", 0, limit)].rstrip(",;:") + " ..."
+
+
 def load_checkpoint(path: Path, *, plan_id: str | None) -> dict[str, Any]:
     """Load with weights_only=True (no arbitrary code from the file). Refuses a corrupt file, an
     unknown format, and, when `plan_id` is given, a checkpoint written by another plan."""
@@ -134,7 +144,7 @@ def load_checkpoint(path: Path, *, plan_id: str | None) -> dict[str, Any]:
             fix=f"give this user read access to {path} (and its directory), then retry",
         ) from None
     except (RuntimeError, pickle.UnpicklingError, zipfile.BadZipFile, EOFError, ValueError, OSError) as exc:
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+        first = _first_sentence((str(exc).strip().splitlines() or [type(exc).__name__])[0])
         raise UnilabError(
             f"checkpoint {path} is corrupt or unreadable: {first}",
             fix="resume from an earlier checkpoint (delete this file) or start a new run",
