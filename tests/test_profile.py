@@ -98,6 +98,15 @@ def test_cli_refuses_a_bad_arm_before_running_anything(tmp_path: Path, capsys: p
     assert not out.exists()
 
 
+@pytest.mark.parametrize("pair", ['run.name="y"', "run.total_env_steps=100", 'run={name="y", total_env_steps=9}'])
+def test_cli_refuses_a_set_the_profile_would_override(pair: str, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    out = tmp_path / "p"
+    assert main(["profile", str(SPEC), "--set", pair, "--out", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert "is set by the profile itself" in err and "--warmup / --window" in err
+    assert not out.exists()
+
+
 def test_cli_refuses_an_arm_the_host_cannot_plan(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     out = tmp_path / "p"
     rc = main(["profile", str(SPEC), "--arm", "ok:sim.workers=1", "--arm", "bad:sim.workers=0", "--out", str(out)])

@@ -57,7 +57,7 @@ def parse_arm(text: str) -> Arm:
                 f"--arm {text!r}: {chunk!r} is not KEY=VALUE", fix="write KEY=VALUE pairs, comma separated"
             )
         key = key.strip()
-        if key in RESERVED_KEYS:
+        if key in RESERVED_KEYS or key == "run":  # a [run] table would replace them all
             raise UnilabError(
                 f"--arm {text!r}: {key} is set by the profile itself",
                 detail="the profile places the warm-up and measured windows and each run's directory",

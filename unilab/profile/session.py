@@ -10,7 +10,7 @@ from pathlib import Path
 
 from unilab.errors import UnilabError
 from unilab.plan.models import Plan
-from unilab.profile.arms import Arm, schedule
+from unilab.profile.arms import RESERVED_KEYS, Arm, schedule
 from unilab.profile.attribution import COVERAGE_TOLERANCE, GRAPH_THRESHOLD, arm_result, verdict
 from unilab.profile.models import ArmRun, HostSyncInventory, Profile, ProfileProvenance
 from unilab.profile.runner import Windows, apply_command, place_windows, run_apply_subprocess, window_sample
@@ -75,6 +75,14 @@ def run_profile(req: ProfileRequest, say=print) -> ProfileOutput:
     from unilab.profile.report import require_matplotlib
 
     require_matplotlib()
+    for s in req.base_sets:  # the profile sets these itself, after every --set: refuse, never drop
+        key = s.split("=", 1)[0].strip()
+        if key in RESERVED_KEYS or key == "run":
+            raise UnilabError(
+                f"--set {s!r}: {key} is set by the profile itself",
+                detail="the profile places the warm-up and measured windows and each run's directory",
+                fix="use --warmup / --window for the run length and --out for where it goes; drop that --set",
+            )
     spec_path = req.spec.resolve()
     base = _load(spec_path, req.base_sets)
     spec = base.spec
