@@ -107,6 +107,21 @@ def test_cli_refuses_a_set_the_profile_would_override(pair: str, tmp_path: Path,
     assert not out.exists()
 
 
+def test_default_arms_the_host_cannot_plan_do_not_blame_an_arm_the_user_never_gave(
+    tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import unilab.host.probe
+    from tests.conftest import host
+
+    monkeypatch.setattr(unilab.host.probe, "probe_host", lambda *a, **k: host("cpu_laptop"))  # 2 CPUs
+    out = tmp_path / "p"
+    assert main(["profile", str(ROOT / "specs" / "g1_dp2_cpu.toml"), "--out", str(out)]) == 1  # 1 CPU per rank
+    err = capsys.readouterr().err
+    assert "the default comparison (workers-1 vs workers-2) cannot run on this host" in err
+    assert "--arm NAME:KEY=VALUE" in err and "--arm workers-2 (its" not in err
+    assert not out.exists()
+
+
 def test_cli_refuses_an_arm_the_host_cannot_plan(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     out = tmp_path / "p"
     rc = main(["profile", str(SPEC), "--arm", "ok:sim.workers=1", "--arm", "bad:sim.workers=0", "--out", str(out)])

@@ -63,6 +63,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
         out_dir=args.out,
         run_timeout_s=args.run_timeout,
         command=_command(args),
+        default_arms=not args.arm,
     )
     result = run_profile(req)
     print()

@@ -29,6 +29,7 @@ class ProfileRequest:
     out_dir: Path | None = None
     run_timeout_s: float = 600.0
     command: list[str] = field(default_factory=list)
+    default_arms: bool = False  # the arms are the defaults (no --arm): a refusal must not blame an --arm
 
 
 @dataclass(frozen=True)
@@ -105,7 +106,14 @@ def run_profile(req: ProfileRequest, say=print) -> ProfileOutput:
             loaded = _load(spec_path, [*req.base_sets, *arm.set_args()])
             arm_plans[arm.name] = (compile_plan(loaded.spec, facts, loaded.spec_dir), loaded.spec_dir)
         except UnilabError as exc:  # its fixes speak of --set: say that the arm's pairs are ones
-            exc.summary = f"--arm {arm.name} (its KEY=VALUE pairs are applied as --set): {exc.summary}"
+            if req.default_arms:  # (a PlanRefused shows its rules' fixes, so the way out goes here)
+                names = " vs ".join(a.name for a in req.arms)
+                exc.summary = (
+                    f"the default comparison ({names}) cannot run on this host; choose what to compare with "
+                    f"--arm NAME:KEY=VALUE (docs/profile.md). Arm {arm.name}: {exc.summary}"
+                )
+            else:
+                exc.summary = f"--arm {arm.name} (its KEY=VALUE pairs are applied as --set): {exc.summary}"
             raise
         arm_spec = loaded.spec
         arm_windows[arm.name] = Windows(_steps_per_sync(arm_spec), windows.warmup_syncs, windows.window_syncs)
