@@ -194,3 +194,12 @@ def test_wording_of_fixes_follows_where_the_value_came_from(tmp_path: Path) -> N
     bom = tmp_path / "bom.toml"  # saved by an editor that writes a byte order mark
     bom.write_bytes(b"\xef\xbb\xbf" + (ROOT / "specs" / "cartpole.toml").read_bytes())
     assert load_spec(bom).spec.task.name == "cartpole"
+
+
+def test_a_key_inside_a_table_set_is_fixed_in_that_set_not_in_the_file() -> None:
+    """`--set 'algo={...}'` replaces the file's [algo]: fixing the file would not help."""
+    d = diags(G1, 'algo={name="flashsac", hidden_dims=[256,256]}')["algo.hidden_dims"]
+    assert d.fix == "in your --set 'algo={...}', set hidden_dims = [256] (the default) or leave it out"
+    d = diags(G1, 'run={name="x"}')["run.total_env_steps"]
+    assert d.fix.startswith("add total_env_steps = ... in your --set 'run={...}' (it replaces the whole [run] table)")
+    assert str(G1) not in d.fix

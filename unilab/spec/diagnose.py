@@ -330,6 +330,11 @@ def _fix(rule: str, where: str, msg: str, data: dict[str, Any], source: str, ove
     keys = [k for k in re.split(r"\[\d+\]|\.", where) if k]
     model = _section(keys, data)
     via_set = keys and ".".join(keys) in overridden
+    # A table given whole by --set (`--set 'algo={...}'`) holds this key: the fix goes in that --set.
+    table_set = next(
+        (".".join(keys[:i]) for i in range(len(keys) - 1, 0, -1) if ".".join(keys[:i]) in overridden), None
+    )
+    in_table = f"in your --set '{table_set}={{...}}'" if table_set else ""
     if rule == "spec.unknown-key":
         # `--set zz.yy=1` makes an unknown table `zz`: the key came from that --set.
         given = next((o for o in sorted(overridden) if o == where or o.startswith(where + ".")), None)
@@ -351,6 +356,10 @@ def _fix(rule: str, where: str, msg: str, data: dict[str, Any], source: str, ove
         if (isinstance(ann, type) and issubclass(ann, BaseModel)) or (model is Spec and keys[-1] == "algo"):
             return f"add the [{'.'.join(keys)}] table to {source} (docs/spec.md lists its keys)"
         what = (field.description or "") if field is not None else ""
+        if table_set:  # the --set table replaced the file's, keys and all
+            return f"add {keys[-1]} = ... {in_table} (it replaces the whole [{table_set}] table)" + (
+                f" ({what})" if what else ""
+            )
         return f"add `{keys[-1]} = ...` under {_table_name(keys)} in {source}" + (f" ({what})" if what else "")
     key = ".".join(keys)
     want = re.sub(r"^List should have (.*?)(, not \d+)?$", r"has \1", msg.split(" (got ", 1)[0])
@@ -363,6 +372,11 @@ def _fix(rule: str, where: str, msg: str, data: dict[str, Any], source: str, ove
         if has_default and value is not None:
             return f"pass --set {key}={_toml(value, compact=True)} (the default), or drop that --set"
         return f"pass --set {key}=<a value {that}>, or drop that --set"
+    if table_set:
+        inner = key.removeprefix(table_set + ".")
+        if has_default and value is not None:
+            return f"{in_table}, set {inner} = {_toml(value, compact=True)} (the default) or leave it out"
+        return f"{in_table}, give {inner} a value {that}"
     if has_default:
         if value is None:
             return f"remove `{key}` from {source} (unset is the default), or give it a value {that}"
