@@ -143,3 +143,23 @@ def test_status_and_env_through_the_cli(tmp_path: Path) -> None:
         [sys.executable, "-m", "unilab", "mps", "env", "--name", "x"], cwd=ROOT, env=env, capture_output=True, text=True
     )
     assert r.returncode == 1 and r.stderr.startswith("error: no MPS service named 'x'")
+
+
+def test_a_registered_service_whose_daemon_died_is_not_handed_out_or_called_stopped(
+    fake_path: None, tmp_path: Path
+) -> None:
+    import time
+
+    state = tmp_path / "mps"  # the CLI's state directory under UNILAB_STATE_DIR=tmp_path
+    svc = service.start(host("one_h200"), "0", "gone", state)
+    os.kill(svc.daemon_pid, 9)
+    deadline = time.monotonic() + 10
+    while probe_service(read_registry(state).services[0]).daemon_alive and time.monotonic() < deadline:
+        time.sleep(0.02)
+    env = {**os.environ, "UNILAB_STATE_DIR": str(tmp_path)}
+    mps = [sys.executable, "-m", "unilab", "mps"]
+    r = subprocess.run([*mps, "env", "--name", "gone"], env=env, capture_output=True, text=True)
+    assert r.returncode == 1 and "registered but not running" in r.stderr and "export" not in r.stdout
+    r = subprocess.run([*mps, "stop", "--name", "gone"], env=env, capture_output=True, text=True)
+    assert r.returncode == 0 and "was not running" in r.stdout and "unregistered" in r.stdout, r.stdout + r.stderr
+    assert read_registry(state).services == []

@@ -49,7 +49,10 @@ def _cmd_stop(args: argparse.Namespace) -> int:
     from unilab.mps import service
 
     svc = service.stop(args.name, _state(args))
-    print(f"MPS service {svc.name} stopped (was pid {svc.daemon_pid})")
+    if svc.daemon_alive:
+        print(f"MPS service {svc.name} stopped (was pid {svc.daemon_pid})")
+    else:  # stop() only unregistered it
+        print(f"MPS service {svc.name} was not running (pid {svc.daemon_pid} had exited); unregistered it")
     return EXIT_OK
 
 
@@ -76,9 +79,18 @@ def _cmd_status(args: argparse.Namespace) -> int:
 
 
 def _cmd_env(args: argparse.Namespace) -> int:
+    from unilab.host.mps_registry import probe_service
     from unilab.mps import service
 
     entry = service.find(args.name, _state(args))
+    live = probe_service(entry)
+    if not (live.daemon_alive and live.control_socket_exists):  # clients would silently run without MPS
+        raise UnilabError(
+            f"MPS service {args.name} is registered but not running (daemon pid {live.daemon_pid})",
+            detail="CUDA processes given its environment would run without MPS and not say so",
+            fix=f"unilab mps stop --name {args.name}; "
+            f"unilab mps start --gpus {entry.gpu_uuid} --name {args.name} --daemon",
+        )
     for k in ("CUDA_VISIBLE_DEVICES", "CUDA_MPS_PIPE_DIRECTORY", "CUDA_MPS_LOG_DIRECTORY"):
         print(f"export {k}={shlex.quote(service.service_env(entry, {})[k])}")
     return EXIT_OK
