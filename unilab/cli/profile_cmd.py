@@ -139,14 +139,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         type=_count(0),
         default=4096,
         metavar="ENV_STEPS",
-        help="env steps before the measured window, rounded up to 64 syncs (default 4096)",
+        help="env steps before the measured window, rounded up to 64 syncs (PPO: lcm(64, rollout)) (default 4096)",
     )
     sp.add_argument(
         "--window",
         type=_count(1),
         default=4096,
         metavar="ENV_STEPS",
-        help="env steps measured, rounded up to 64 syncs (default 4096)",
+        help="env steps measured, rounded up to 64 syncs (PPO: lcm(64, rollout)) (default 4096)",
     )
     sp.add_argument(
         "--host-sync-steps",
