@@ -121,6 +121,9 @@ def mig_gpu() -> HostFacts:
 FIXTURES = {"cpu_laptop": cpu_laptop, "one_h200": one_h200, "node_8gpu_mps": node_8gpu_mps, "mig_gpu": mig_gpu}
 
 if __name__ == "__main__":
+    import argparse
+
+    argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()  # --help, and no stray arguments
     OUT.mkdir(parents=True, exist_ok=True)
     for name, make in FIXTURES.items():
         (OUT / f"{name}.json").write_text(make().model_dump_json(indent=2) + "\n")

@@ -26,7 +26,9 @@ if TYPE_CHECKING:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m unilab.rank", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(
+        prog="python -m unilab.rank", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("plan", type=Path, metavar="PLAN.toml")
     ap.add_argument("--run-dir", type=Path, help="rank 0's run directory (default: a new one under run.output_dir)")
     ap.add_argument("--resume", type=Path, metavar="RUN_DIR", help="continue RUN_DIR from its last checkpoint")
