@@ -260,3 +260,30 @@ def test_vecenv_steps_the_real_collector_with_clipped_actions_and_time_outs() ->
         assert env.t == 5 and env.transitions_nonfinite == 0
     finally:
         client.close()
+
+
+def test_non_finite_ppo_losses_fail_the_run_before_its_next_checkpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """rsl-rl steps on whatever its losses are: a run whose losses went NaN trained on NaN to the
+    end and reported success. Now it stops, failed, and keeps only the checkpoints from before."""
+    from unilab.cli.main import main
+    from unilab.run.ppo_runner import UnilabOnPolicyRunner
+
+    real = UnilabOnPolicyRunner.iterate
+    calls = itertools.count(1)
+
+    def iterate(self: UnilabOnPolicyRunner) -> dict[str, float]:
+        losses = real(self)
+        return {**losses, "value": float("nan")} if next(calls) == 6 else losses
+
+    monkeypatch.setattr(UnilabOnPolicyRunner, "iterate", iterate)
+    monkeypatch.chdir(tmp_path)
+    spec = spec_copy(tmp_path)
+    rc = main(["apply", str(spec), *PPO, "--set", f"run.total_env_steps={10 * PER_ITERATION}", "--quiet"])
+    err = capsys.readouterr().err
+    assert rc == 1 and "PPO's losses became non-finite at iteration 6 (value = nan)" in err, err
+    run_dir = only_run_dir(tmp_path)
+    m = json.loads((run_dir / "manifest.json").read_text())
+    assert m["status"] == "failed" and "non-finite" in m["first_error"]["message"]
+    assert [c["env_steps"] for c in m["checkpoints"]] == [4 * PER_ITERATION]  # none after the NaN

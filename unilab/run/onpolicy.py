@@ -19,6 +19,7 @@ a stop request on any rank stops all ranks at the same iteration boundary.
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any
 
@@ -171,6 +172,15 @@ class OnPolicyRank:
                 break
             self.iterations += 1
             prog.updates = base_updates + runner.alg.gradient_steps
+            bad = sorted(k for k, v in losses.items() if not math.isfinite(float(v)))
+            if bad:  # rsl-rl has already stepped on them: every later update would train on NaN
+                raise UnilabError(
+                    f"PPO's losses became non-finite at iteration {self.iterations} "
+                    f"({', '.join(f'{k} = {losses[k]}' for k in bad)}); the run stops instead of training on NaN",
+                    detail="the parameters of this update are lost; the last checkpoint was written before it",
+                    fix="lower algo.learning_rate (or use schedule = \"adaptive\"), check the task's rewards, then "
+                    "resume from the last checkpoint or start again",
+                )
             self._account(env, base_syncs, base_env_steps, n)
             now = time.perf_counter()
             if now - last_log >= p.run.log_every_seconds or prog.env_steps >= total:
