@@ -210,7 +210,7 @@ def compile_plan(spec: Spec, facts: HostFacts, spec_dir: Path) -> Plan:
         plan=PlanHeader(unilab_version=__version__, spec_digest=spec_digest(spec), host_fingerprint=digest(host_facts)),
         run=RunPlan(**spec.run.model_dump(), effective_env_steps=effective_env_steps(spec, world)),
         task=TaskPlan(
-            **spec.task.model_dump(),
+            **spec.task.model_dump(exclude=set() if spec.task.name == "g1_walk" else {"commands"}),
             robot=_robot(ctx),
             reference_motion=_motion(ctx),
             control_dt=round(dt, 9),

@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from unilab.spec.models import AlgoSpec, RunSpec, SimSpec, TaskSpec
+from unilab.spec.models import AlgoSpec, CommandRanges, RunSpec, SimSpec, TaskSpec
 
 PLAN_SCHEMA_VERSION = 1
 BF16_MIN_GROUP_ELEMENTS = 1024
@@ -56,6 +56,11 @@ class RunPlan(RunSpec):
 class TaskPlan(TaskSpec):
     """The spec's `[task]` plus what the plan resolved from it."""
 
+    # Only g1_walk draws velocity commands; other tasks' plans leave the ranges out rather than
+    # show defaults that do nothing.
+    commands: CommandRanges | None = Field(  # type: ignore[assignment]
+        None, description="Velocity command ranges (g1_walk; absent for the other tasks)."
+    )
     robot: RobotPlan
     reference_motion: MotionPlan | None = None
     control_dt: float = Field(description="sim.timestep * sim.decimation, seconds.")
