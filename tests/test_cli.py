@@ -167,7 +167,12 @@ def test_host_facts_with_a_saved_plan_is_refused_not_ignored(tmp_path: Path) -> 
     plan = tmp_path / "p.toml"
     assert unilab("plan", "specs/g1.toml", "--out", str(plan)).returncode == 0
     facts = "tests/fixtures/hosts/one_h200.json"
-    for args in (("plan", str(plan)), ("diff", str(plan), str(plan))):
-        r = unilab(*args, "--host-facts", facts)
-        assert_clean_error(r)
-        assert "--host-facts applies to specs only" in r.stderr and "unilab plan SPEC --host-facts" in r.stderr
+    r = unilab("plan", str(plan), "--host-facts", facts)
+    assert_clean_error(r)
+    assert "--host-facts applies to specs only" in r.stderr and "unilab plan SPEC --host-facts" in r.stderr
+    r = unilab("diff", str(plan), str(plan), "--host-facts", facts)
+    assert_clean_error(r)
+    assert "both sides are saved plans" in r.stderr
+    # A spec against recorded facts, diffed with a saved plan: the facts are the spec's.
+    r = unilab("diff", "specs/g1.toml", str(plan), "--host-facts", facts)
+    assert r.returncode == 2 and "~ topology.process_group_backend" not in r.stdout, r.stderr

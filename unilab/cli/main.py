@@ -49,10 +49,17 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 def _cmd_diff(args: argparse.Namespace) -> int:
     from unilab.cli.common import plan_from_path
     from unilab.plan.diff import diff_plans
-    from unilab.plan.render import plan_data
+    from unilab.plan.render import is_plan_file, plan_data
 
-    a = plan_data(plan_from_path(args.a, args.set, args.host_facts))
-    b = plan_data(plan_from_path(args.b, args.set, args.host_facts))
+    saved = [p.is_file() and is_plan_file(p) for p in (args.a, args.b)]
+    if args.host_facts is not None and all(saved):
+        raise UnilabError(
+            "both sides are saved plans; --host-facts compiles a spec against recorded facts",
+            fix=f"pass a spec on one side: unilab diff SPEC {args.b} --host-facts {args.host_facts}",
+        )
+    # --host-facts is for the spec side(s); a saved plan holds the facts it was compiled against.
+    a = plan_data(plan_from_path(args.a, args.set, None if saved[0] else args.host_facts))
+    b = plan_data(plan_from_path(args.b, args.set, None if saved[1] else args.host_facts))
     changes = [c for c in diff_plans(a, b) if c.key != "plan_id"]
     if not changes:
         print(f"no changes: both plans are {a['plan_id']}")

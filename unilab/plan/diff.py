@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any, Literal
+
+
+def _value(v: Any) -> str:
+    """A plan value as the JSON plan writes it ("text", true, null, [1, 2]), not as Python would."""
+    return json.dumps(v, ensure_ascii=False)
 
 
 def flatten(data: Any, prefix: str = "") -> dict[str, Any]:
@@ -29,10 +35,10 @@ class Change:
 
     def render(self) -> str:
         if self.kind == "changed":
-            return f"~ {self.key}: {self.old!r} -> {self.new!r}"
+            return f"~ {self.key}: {_value(self.old)} -> {_value(self.new)}"
         if self.kind == "added":
-            return f"+ {self.key}: {self.new!r}"
-        return f"- {self.key}: {self.old!r}"
+            return f"+ {self.key}: {_value(self.new)}"
+        return f"- {self.key}: {_value(self.old)}"
 
 
 def diff_plans(a: dict[str, Any], b: dict[str, Any]) -> list[Change]:

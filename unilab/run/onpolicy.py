@@ -178,7 +178,7 @@ class OnPolicyRank:
                     f"PPO's losses became non-finite at iteration {self.iterations} "
                     f"({', '.join(f'{k} = {losses[k]}' for k in bad)}); the run stops instead of training on NaN",
                     detail="the parameters of this update are lost; the last checkpoint was written before it",
-                    fix="lower algo.learning_rate (or use schedule = \"adaptive\"), check the task's rewards, then "
+                    fix='lower algo.learning_rate (or use schedule = "adaptive"), check the task\'s rewards, then '
                     "resume from the last checkpoint or start again",
                 )
             self._account(env, base_syncs, base_env_steps, n)
