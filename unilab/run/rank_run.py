@@ -100,7 +100,9 @@ def run_rank(job: RankJob, stop: StopFlag) -> int:
         nonlocal started, att
         started = True
         if att is not None:
-            torch.cuda.init()  # the learner's context; the collector's exists already
+            # The learner's CUDA context (torch creates it lazily, at the first allocation); the
+            # collector's exists already. Only then does the daemon list this process as a client.
+            torch.empty(1, device="cuda")
             att = mps_attach.confirm_attached(att)
         mine = RankEvidence(
             rank=rank,
