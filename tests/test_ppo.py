@@ -283,7 +283,9 @@ def test_non_finite_ppo_losses_fail_the_run_before_its_next_checkpoint(
     rc = main(["apply", str(spec), *PPO, "--set", f"run.total_env_steps={10 * PER_ITERATION}", "--quiet"])
     err = capsys.readouterr().err
     assert rc == 1 and "PPO's losses became non-finite at iteration 6 (value = nan)" in err, err
+    assert "start a new run with a lower algo.learning_rate" in err and "--resume" not in err
     run_dir = only_run_dir(tmp_path)
     m = json.loads((run_dir / "manifest.json").read_text())
     assert m["status"] == "failed" and "non-finite" in m["first_error"]["message"]
     assert [c["env_steps"] for c in m["checkpoints"]] == [4 * PER_ITERATION]  # none after the NaN
+    assert m["counters"]["env_steps"] == 6 * PER_ITERATION  # counted up to the failed iteration

@@ -86,3 +86,7 @@ class RobotModelError(UnilabError):
 
 class MotionFileError(UnilabError):
     """A reference motion file is missing, malformed or does not match the robot."""
+
+
+class RunDiverged(UnilabError):
+    """Training went non-finite: resuming the same plan would repeat it, so no resume is offered."""

@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from unilab.atomic import write_text_atomic
-from unilab.errors import EXIT_INTERRUPTED, RUN_FAILED_FIX, UnilabError
+from unilab.errors import EXIT_INTERRUPTED, RUN_FAILED_FIX, RunDiverged, UnilabError
 from unilab.plan.inputs import check_planned_inputs
 from unilab.plan.models import Plan
 from unilab.run.stop import ignore_stop_signals
@@ -207,7 +207,12 @@ def run_apply(req: ApplyRequest) -> int:
                 exc.fix = f"read events.jsonl and the manifest in {run_dir}; " + (
                     f"resume with: {resume_command(run_dir)}" if ckpt else "no checkpoint to resume from: apply again"
                 )
-            elif isinstance(exc, UnilabError) and ckpt and "--resume" not in (exc.fix or ""):
+            elif (
+                isinstance(exc, UnilabError)
+                and not isinstance(exc, RunDiverged)
+                and ckpt
+                and "--resume" not in (exc.fix or "")
+            ):
                 # A failure with a fix of its own (a dead physics worker, a full disk) ends a run that
                 # can still go on from its last checkpoint once the cause is dealt with.
                 resume = f"then resume with: {resume_command(run_dir)}"

@@ -26,7 +26,7 @@ from typing import Any
 import torch
 
 from unilab.dist import param_digest
-from unilab.errors import UnilabError
+from unilab.errors import RunDiverged, UnilabError
 from unilab.plan.models import Plan
 from unilab.run import channel as ch
 from unilab.run.collector_client import collector_for
@@ -172,16 +172,18 @@ class OnPolicyRank:
                 break
             self.iterations += 1
             prog.updates = base_updates + runner.alg.gradient_steps
+            self._account(env, base_syncs, base_env_steps, n)
             bad = sorted(k for k, v in losses.items() if not math.isfinite(float(v)))
             if bad:  # rsl-rl has already stepped on them: every later update would train on NaN
-                raise UnilabError(
+                raise RunDiverged(
                     f"PPO's losses became non-finite at iteration {self.iterations} "
                     f"({', '.join(f'{k} = {losses[k]}' for k in bad)}); the run stops instead of training on NaN",
-                    detail="the parameters of this update are lost; the last checkpoint was written before it",
-                    fix='lower algo.learning_rate (or use schedule = "adaptive"), check the task\'s rewards, then '
-                    "resume from the last checkpoint or start again",
+                    detail="the parameters are lost from this update on; checkpoints written before it keep the "
+                    "last good ones",
+                    # Resuming the same plan would repeat the same updates: the way on is a new plan.
+                    fix='start a new run with a lower algo.learning_rate (or schedule = "adaptive"), and check '
+                    "the task's rewards for non-finite values",
                 )
-            self._account(env, base_syncs, base_env_steps, n)
             now = time.perf_counter()
             if now - last_log >= p.run.log_every_seconds or prog.env_steps >= total:
                 last_log, logged_steps = now, prog.env_steps
