@@ -203,3 +203,5 @@ def test_a_key_inside_a_table_set_is_fixed_in_that_set_not_in_the_file() -> None
     d = diags(G1, 'run={name="x"}')["run.total_env_steps"]
     assert d.fix.startswith("add total_env_steps = ... in your --set 'run={...}' (it replaces the whole [run] table)")
     assert str(G1) not in d.fix
+    d = diags(G1, 'algo={name="sac", lrr=1}')["algo.lrr"]
+    assert d.fix.startswith("drop lrr from your --set 'algo={...}'") and str(G1) not in d.fix, d.fix

@@ -127,7 +127,8 @@ def _first_sentence(text: str, limit: int = 200) -> str:
         return text[: end + 1]
     if len(text) <= limit:
         return text
-    return text[: text.rfind(" ", 0, limit)].rstrip(",;:") + " ..."
+    cut = text.rfind(" ", 0, limit)
+    return text[: cut if cut > 0 else limit].rstrip(",;:") + " ..."
 
 
 def load_checkpoint(path: Path, *, plan_id: str | None) -> dict[str, Any]:

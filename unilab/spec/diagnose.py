@@ -338,7 +338,12 @@ def _fix(rule: str, where: str, msg: str, data: dict[str, Any], source: str, ove
     if rule == "spec.unknown-key":
         # `--set zz.yy=1` makes an unknown table `zz`: the key came from that --set.
         given = next((o for o in sorted(overridden) if o == where or o.startswith(where + ".")), None)
-        drop = f"drop `--set {given}=...`" if given else f"remove `{where}` from {source}"
+        if given:
+            drop = f"drop `--set {given}=...`"
+        elif table_set:
+            drop = f"drop {where.removeprefix(table_set + '.')} from your --set '{table_set}={{...}}'"
+        else:
+            drop = f"remove `{where}` from {source}"
         if model is None:
             return f"{drop} (see docs/spec.md for the keys each section takes)"
         valid = list(model.model_fields)
