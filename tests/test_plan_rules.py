@@ -97,6 +97,22 @@ CASES = [
         "admits one CUDA process",
         fix="unilab mps start --gpus 0",
     ),
+    Case(  # PPO cannot share through MPS (rule mps.algo): the fix does not offer it
+        "devices.compute-mode",
+        _facts_with("one_h200", nvidia__gpus__0__compute_mode="exclusive_process"),
+        {**MJWARP_GPU, "algo": {"name": "ppo"}},
+        True,
+        "admits one CUDA process",
+        fix='-c DEFAULT, or use sim.backend = "mujoco"',
+    ),
+    Case(  # one GPU unreadable: an index could name another GPU, a UUID cannot
+        "devices.exist",
+        _facts_with("node_8gpu_mps", nvidia__nvml_error="GPU 1 could not be read: GPU is lost"),
+        {"training__devices": [2]},
+        True,
+        "GPU index 2 cannot be trusted",
+        fix="by its UUID",
+    ),
     # One CUDA process per rank (the collector steps CPU MuJoCo): an exclusive GPU is fine.
     Case(
         "devices.compute-mode",

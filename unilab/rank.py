@@ -86,7 +86,8 @@ def check_node(plan: Plan, rank: int) -> None:
     facts = probe_host()
     rp = plan.ranks[rank]
     if rp.device == "cuda" and rp.gpu_uuid and facts.gpu_by_uuid(rp.gpu_uuid) is None:
-        why = f" (no NVIDIA driver: {facts.nvidia.nvml_error})" if facts.nvidia.nvml_error else ""
+        nv = facts.nvidia
+        why = f" ({'' if nv.driver_present else 'no NVIDIA driver: '}{nv.nvml_error})" if nv.nvml_error else ""
         raise UnilabError(
             f"rank {rank}'s planned GPU {rp.gpu_uuid} is not on this node{why}",
             detail="a plan pins each GPU rank to a GPU by its UUID on the host it was compiled for; "

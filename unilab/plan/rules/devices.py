@@ -4,16 +4,25 @@ from __future__ import annotations
 
 from unilab.errors import Diagnostic
 from unilab.plan.context import Context, resolve_device
-from unilab.plan.rules.registry import Rule, mps_start_command, rule
+from unilab.plan.rules.registry import MPS_ALGOS, Rule, mps_start_command, rule
 
 
 @rule("devices.exist", "training.devices", "Every device exists on the host: `cpu`, a visible GPU index or UUID.")
 def devices_exist(r: Rule, ctx: Context) -> list[Diagnostic]:
     f = ctx.facts
     for i, ref in enumerate(ctx.spec.device_list()):
+        key = f"training.devices[{i}]"
+        if isinstance(ref, int) and f.nvidia.driver_present and f.nvidia.nvml_error:
+            # An unreadable GPU is left out of the list: the indices after it would name other GPUs.
+            return [
+                r.diag(
+                    f"GPU index {ref} cannot be trusted while a GPU cannot be read ({f.nvidia.nvml_error})",
+                    "name the GPU by its UUID (`unilab host` lists the readable ones)",
+                    key,
+                )
+            ]
         if resolve_device(ref, f) is not None:
             continue
-        key = f"training.devices[{i}]"
         if not f.nvidia.driver_present:
             return [
                 r.diag(
@@ -116,12 +125,16 @@ def devices_compute_mode(r: Rule, ctx: Context) -> list[Diagnostic]:
         # second unless both are clients of one MPS server (NVIDIA's recommended mode for MPS).
         exclusive = g.compute_mode in ("exclusive_process", "exclusive_thread")
         if exclusive and ctx.spec.sim.backend == "mjwarp" and ctx.spec.training.cuda_process_sharing != "mps":
+            to_default = f"set its compute mode to default: {reset.format(index=g.index)}"
+            via_mps = (
+                f"share it through MPS ({mps_start_command(g.index)}, then training.cuda_process_sharing = "
+                f'"mps"), or {to_default}'
+            )
             return [
                 r.diag(
                     f"GPU {g.index} ({g.uuid}) is in compute mode {g.compute_mode}: it admits one CUDA process, "
                     "and the rank's learner and its MuJoCo Warp collector are two",
-                    f"share it through MPS ({mps_start_command(g.index)}, then training.cuda_process_sharing = "
-                    f'"mps"), or set its compute mode to default: {reset.format(index=g.index)}',
+                    via_mps if ctx.spec.algo.name in MPS_ALGOS else f'{to_default}, or use sim.backend = "mujoco"',
                     key,
                 )
             ]

@@ -45,7 +45,8 @@ def nccl_transport(r: Rule, ctx: Context) -> list[Diagnostic]:
 @rule(
     "graph.learner",
     "training.learner_graph",
-    "`learner_graph = on` needs CUDA ranks and an off-policy learner (sac, flashsac).",
+    "`learner_graph = on` needs CUDA ranks, an off-policy learner (sac, flashsac) and, with data parallel, "
+    "no TORCH_NCCL_ASYNC_ERROR_HANDLING other than 0 in the environment.",
 )
 def graph_learner(r: Rule, ctx: Context) -> list[Diagnostic]:
     if ctx.spec.training.learner_graph != "on":

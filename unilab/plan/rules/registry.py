@@ -44,3 +44,7 @@ def rule(rule_id: str, key_path: str, requires: str) -> Callable[[Callable[[Rule
 def mps_start_command(index: int) -> str:
     """The fix that starts an MPS service for GPU ``index``, left running for `unilab apply`."""
     return f"unilab mps start --gpus {index} --name train-gpu{index} --daemon"
+
+
+# The learners whose process can share its GPU with the collector through MPS (rule mps.algo).
+MPS_ALGOS = ("sac", "flashsac")

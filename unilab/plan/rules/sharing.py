@@ -6,9 +6,7 @@ from __future__ import annotations
 from unilab.errors import Diagnostic
 from unilab.host.facts import MpsServiceFacts
 from unilab.plan.context import Context
-from unilab.plan.rules.registry import Rule, mps_start_command, rule
-
-MPS_ALGOS = ("sac", "flashsac")
+from unilab.plan.rules.registry import MPS_ALGOS, Rule, mps_start_command, rule
 
 
 def _wants_mps(ctx: Context) -> bool:
