@@ -165,3 +165,31 @@ def test_a_tilde_in_run_output_dir_is_the_home_directory(tmp_path: Path, monkeyp
     loaded = load_spec(ROOT / "specs" / "cartpole.toml", ['run.output_dir="~/rv"'])
     plan = compile_plan(loaded.spec, host("cpu_laptop"), loaded.spec_dir)
     assert new_run_dir(plan).parent == tmp_path / "rv"
+
+
+def test_a_single_rank_gpu_run_pins_its_planned_gpu_before_it_starts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The rank sees only its planned GPU (by UUID), as cuda:0, from before anything initialises
+    CUDA: a one-rank run used to take whichever GPU was cuda:0."""
+    import unilab.run.rank_run
+    from tests.conftest import ROOT, host
+    from unilab.plan.compile import compile_plan
+    from unilab.run.apply import ApplyRequest, run_apply
+    from unilab.spec.load import load_spec
+
+    facts = host("node_8gpu_mps")
+    loaded = load_spec(ROOT / "specs" / "g1.toml", ["training.devices=[3]", f'run.output_dir="{tmp_path}"'])
+    plan = compile_plan(loaded.spec, facts, loaded.spec_dir)
+    seen: list[str | None] = []
+
+    def run_rank(job: object, stop: object) -> int:
+        import os
+
+        seen.append(os.environ.get("CUDA_VISIBLE_DEVICES"))
+        return 0
+
+    monkeypatch.setattr(unilab.run.rank_run, "run_rank", run_rank)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")  # restored after the test
+    assert run_apply(ApplyRequest(plan=plan, progress=False)) == 0
+    assert seen == [facts.nvidia.gpus[3].uuid]

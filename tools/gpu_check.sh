@@ -15,16 +15,16 @@ START=$SECONDS
 step() { echo; echo "=== $* ($((SECONDS - START)) s in) ==="; }
 run() {
   local left=$((BUDGET_S - (SECONDS - START)))
-  if [ "$left" -lt 10 ]; then echo "SKIPPED (time budget spent): $*"; status=1; return; fi
+  if [ "$left" -lt 10 ]; then echo "SKIPPED (time budget spent): $*"; status=1; return 1; fi
   if [ "$1" = timeout ] && [ "$2" -gt "$left" ]; then set -- timeout "$left" "${@:3}"; fi
-  "$@" || { echo "FAILED: $*"; status=1; }
+  "$@" || { echo "FAILED: $*"; status=1; return 1; }
 }
 
 step "host"
 date -u
-nvidia-smi --query-gpu=name,uuid,driver_version,memory.total,compute_mode --format=csv || status=1
-"$PY" -c "import torch, warp; print('torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.get_device_name(0)); print('warp', warp.__version__)"
-"$PY" -m unilab host
+run nvidia-smi --query-gpu=name,uuid,driver_version,memory.total,compute_mode --format=csv
+run "$PY" -c "import torch, warp; print('torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.get_device_name(0)); print('warp', warp.__version__)"
+run "$PY" -m unilab host
 
 step "MuJoCo Warp kernels for CUDA (compiled once into Warp's cache, so no timed step below pays for it)"
 run timeout 150 "$PY" tools/bench_physics.py --sizes 64 --workers 1 --mjwarp-device cuda:0 --seconds 0.5
@@ -79,14 +79,17 @@ if command -v nvidia-cuda-mps-control >/dev/null; then
   step "MPS: start a service for GPU 0, apply through it (learner and collector its clients), stop it"
   export UNILAB_STATE_DIR=$(mktemp -d)
   MDIR=$(mktemp -d)
-  run "$PY" -m unilab mps start --gpus 0 --name gpucheck --daemon
+  started=0
+  run "$PY" -m unilab mps start --gpus 0 --name gpucheck --daemon && started=1
   run "$PY" -m unilab mps status
   run timeout 60 "$PY" -m unilab apply specs/g1_dp2_cuda_mps.toml --set 'training.devices=[0]' \
       --set 'training.dp_gradient_wire_dtype="float32"' --set training.mps_service='"gpucheck"' \
       --set task.num_envs=1024 --set run.total_env_steps=40960 --set algo.warmup_env_steps=8192 \
       --set algo.batch_size=1024 --set run.output_dir="\"$MDIR\""
   run evidence "$MDIR" mps
-  "$PY" -m unilab mps stop --name gpucheck || { echo "FAILED: mps stop"; status=1; }  # always, budget or not
+  if [ $started -eq 1 ]; then  # whatever is left of the budget: never leave the daemon running
+    "$PY" -m unilab mps stop --name gpucheck || { echo "FAILED: mps stop"; status=1; }
+  fi
 else
   step "MPS: nvidia-cuda-mps-control not on PATH, skipped"
 fi

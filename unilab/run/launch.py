@@ -54,7 +54,7 @@ def rank_entry(
         os.setpgid(0, 0)
     except OSError:
         pass
-    from unilab.run.stop import STOP_SIGNALS, StopFlag
+    from unilab.run.stop import StopFlag
 
     # `launch_ranks` starts the ranks with the stop signals blocked, so that a Ctrl-C while they
     # import torch is not a traceback per rank; from here on a stop signal sets the flag.
