@@ -170,23 +170,30 @@ def test_bad_shapes_are_refused_with_a_clear_error(backend):
         backend.reset(torch.ones(N + 1, dtype=torch.bool), standing()[0], torch.zeros(N, backend.dims.nv))
 
 
+def _step_beside_mj_step(backend, m: mujoco.MjModel) -> list[mujoco.MjData]:
+    """Reset ``backend`` standing, then step it and one plain ``mj_step`` loop per world through the
+    same 5 control steps; returns the loop's worlds (their state as ``mj_step`` leaves it)."""
+    ref = [mujoco.MjData(m) for _ in range(N)]
+    qpos, _ = standing()
+    reset_standing(backend)
+    for i, d in enumerate(ref):
+        d.qpos[:] = qpos[i].numpy()
+        mujoco.mj_forward(m, d)
+    for a in actions(5, m.nu, seed=2):
+        backend.step(a)
+        for i, d in enumerate(ref):
+            d.ctrl[:] = a[i].numpy()
+            for _ in range(DECIMATION):
+                mujoco.mj_step(m, d)
+    return ref
+
+
 def test_cpu_backend_follows_mj_step_and_publishes_the_forward_state():
     """Trajectory bitwise equal to an ``mj_step`` loop; every field equals ``mj_forward`` of the state."""
     xml = g1_xml()
     m = mujoco.MjModel.from_xml_string(xml)
-    ref = [mujoco.MjData(m) for _ in range(N)]
-    qpos, _ = standing()
     with make_backend("mujoco", xml, N, DECIMATION, workers=1) as b:
-        reset_standing(b)
-        for i, d in enumerate(ref):
-            d.qpos[:] = qpos[i].numpy()
-            mujoco.mj_forward(m, d)
-        for a in actions(5, m.nu, seed=2):
-            b.step(a)
-            for i, d in enumerate(ref):
-                d.ctrl[:] = a[i].numpy()
-                for _ in range(DECIMATION):
-                    mujoco.mj_step(m, d)
+        ref = _step_beside_mj_step(b, m)
         for i, d in enumerate(ref):
             mujoco.mj_forward(m, d)  # what the state should be derived from
             for f in ("qpos", "qvel", "ctrl", "xpos", "xquat", "cvel", "actuator_force", "sensordata"):
@@ -211,19 +218,8 @@ def test_without_acc_sensors_the_trajectory_is_the_same_and_acc_sensors_are_mj_s
     m = mujoco.MjModel.from_xml_string(xml)
     acc = _acc_columns(m)
     assert acc.any()  # the G1 has an accelerometer
-    ref = [mujoco.MjData(m) for _ in range(N)]
-    qpos, _ = standing()
     with make_backend("mujoco", xml, N, DECIMATION, workers=workers, acc_sensors=False) as b:
-        reset_standing(b)
-        for i, d in enumerate(ref):
-            d.qpos[:] = qpos[i].numpy()
-            mujoco.mj_forward(m, d)
-        for a in actions(5, m.nu, seed=2):
-            b.step(a)
-            for i, d in enumerate(ref):
-                d.ctrl[:] = a[i].numpy()
-                for _ in range(DECIMATION):
-                    mujoco.mj_step(m, d)
+        ref = _step_beside_mj_step(b, m)
         for i, d in enumerate(ref):
             stepped = np.asarray(d.sensordata, dtype=np.float32)
             np.testing.assert_array_equal(b.state.sensordata[i].numpy()[acc], stepped[acc])
