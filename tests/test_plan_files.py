@@ -191,5 +191,10 @@ def test_a_single_rank_gpu_run_pins_its_planned_gpu_before_it_starts(
 
     monkeypatch.setattr(unilab.run.rank_run, "run_rank", run_rank)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")  # restored after the test
+    import signal
+
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     assert run_apply(ApplyRequest(plan=plan, progress=False)) == 0
     assert seen == [facts.nvidia.gpus[3].uuid]
+    # A caller that goes on (a test, a notebook) gets its stop-signal handlers back, not SIG_IGN.
+    assert {s: signal.getsignal(s) for s in before} == before

@@ -19,7 +19,7 @@ from unilab.atomic import write_text_atomic
 from unilab.errors import EXIT_INTERRUPTED, RUN_FAILED_FIX, RunDiverged, UnilabError
 from unilab.plan.inputs import check_planned_inputs
 from unilab.plan.models import Plan
-from unilab.run.stop import ignore_stop_signals
+from unilab.run.stop import ignore_stop_signals, stop_signals_restored
 
 
 @dataclass(frozen=True)
@@ -134,6 +134,13 @@ def lock_run_dir(run_dir: Path) -> int | None:
 
 
 def run_apply(req: ApplyRequest) -> int:
+    # The run changes how this process takes the stop signals (a stop flag, then ignoring them
+    # while it records its end); a caller that goes on afterwards gets its own handlers back.
+    with stop_signals_restored():
+        return _run_apply(req)
+
+
+def _run_apply(req: ApplyRequest) -> int:
     from unilab.plan.render import render
 
     plan = req.plan

@@ -90,6 +90,21 @@ def stop_signals_interrupt() -> Iterator[None]:
             signal.signal(s, h)
 
 
+@contextmanager
+def stop_signals_restored() -> Iterator[None]:
+    """The stop signals' handlers as they were on entry, back on exit (main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = {s: signal.getsignal(s) for s in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            if h is not None:  # None: a handler not installed from Python, left as it is
+                signal.signal(s, h)
+
+
 def ignore_stop_signals() -> None:
     """From now on the stop signals are ignored (main thread only; elsewhere a no-op): for the
     bookkeeping after a run has ended. The caller's enclosing handlers restore them on the way out."""
