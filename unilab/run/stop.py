@@ -53,20 +53,31 @@ class StopFlag:
 
 
 @contextmanager
-def signals_ignored(*signums: int) -> Iterator[None]:
-    """Ignore ``signums`` inside the block (main thread only; elsewhere a no-op): a further Ctrl-C
-    while the run records its end, or while a child process is being born, would otherwise leave a
-    manifest that still says "running" or a child that dies mid-import with a traceback."""
+def _handlers(sigs: tuple[int, ...], handler: Any = None) -> Iterator[None]:
+    """``handler`` for each of ``sigs`` inside the block (None: leave them as they are), the handlers
+    from entry again on exit. Main thread only (Python sets handlers there); elsewhere a no-op."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    sigs = signums or (signal.SIGINT,)
-    old = {s: signal.signal(s, signal.SIG_IGN) for s in sigs}
+    old = {s: signal.getsignal(s) for s in sigs}
+    if handler is not None:
+        for s in sigs:
+            signal.signal(s, handler)
     try:
         yield
     finally:
         for s, h in old.items():
-            signal.signal(s, h)
+            if h is not None:  # None: a handler not installed from Python, left as it is
+                signal.signal(s, h)
+
+
+@contextmanager
+def signals_ignored(*signums: int) -> Iterator[None]:
+    """Ignore ``signums`` inside the block (main thread only; elsewhere a no-op): a further Ctrl-C
+    while the run records its end, or while a child process is being born, would otherwise leave a
+    manifest that still says "running" or a child that dies mid-import with a traceback."""
+    with _handlers(signums or (signal.SIGINT,), signal.SIG_IGN):
+        yield
 
 
 @contextmanager
@@ -75,34 +86,17 @@ def stop_signals_interrupt() -> Iterator[None]:
     StopFlag takes over: a stop during start-up (imports, the run directory, the collector's birth)
     then goes through the same clean-up as Ctrl-C, not the default action that kills the process
     and leaves a run directory with only its plan. Main thread only; elsewhere a no-op."""
-    if threading.current_thread() is not threading.main_thread():
+    # `nohup` and the like: a signal the user asked to ignore stays ignored.
+    sigs = tuple(s for s in (signal.SIGTERM, signal.SIGHUP) if signal.getsignal(s) is not signal.SIG_IGN)
+    with _handlers(sigs, signal.default_int_handler):
         yield
-        return
-    old = {
-        s: signal.signal(s, signal.default_int_handler)
-        for s in (signal.SIGTERM, signal.SIGHUP)
-        if signal.getsignal(s) is not signal.SIG_IGN  # `nohup`: the user asked to ignore it
-    }
-    try:
-        yield
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
 
 
 @contextmanager
 def stop_signals_restored() -> Iterator[None]:
     """The stop signals' handlers as they were on entry, back on exit (main thread only)."""
-    if threading.current_thread() is not threading.main_thread():
+    with _handlers(STOP_SIGNALS):
         yield
-        return
-    old = {s: signal.getsignal(s) for s in STOP_SIGNALS}
-    try:
-        yield
-    finally:
-        for s, h in old.items():
-            if h is not None:  # None: a handler not installed from Python, left as it is
-                signal.signal(s, h)
 
 
 def ignore_stop_signals() -> None:
