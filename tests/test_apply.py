@@ -538,3 +538,30 @@ def test_a_run_directory_in_use_is_not_resumed_twice(tmp_path: Path) -> None:
     _m, report = validate_manifest_file(run_dir)
     assert report.checkpoints_verified >= 1 and before
     assert marked_pids(mark) == []
+
+
+def test_a_stop_before_the_first_observation_leaves_the_resumed_checkpoint_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """A stop that lands while a resumed run's collector is still starting used to write an empty
+    checkpoint under the name of the one it resumed from; the next resume then failed."""
+    from unilab.cli.main import main
+    from unilab.run.checkpoint import load_checkpoint
+    from unilab.run.collector_client import CollectorClient
+
+    spec = spec_copy(tmp_path)
+    mark = uuid.uuid4().hex
+    proc = apply_in_background(tmp_path, spec, mark, total_env_steps=100000)
+    run_dir = _wait_for_checkpoint(tmp_path)
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=60) == 130
+    ckpts = run_dir / "checkpoints"
+    before = {p.name: p.read_bytes() for p in ckpts.iterdir()}
+
+    monkeypatch.setattr(CollectorClient, "wait_obs", lambda self, should_stop: False)  # as if stopped now
+    monkeypatch.chdir(tmp_path)
+    assert main(["apply", "--resume", str(run_dir.relative_to(tmp_path)), "--quiet"]) == 130
+    capsys.readouterr()
+    assert {p.name: p.read_bytes() for p in ckpts.iterdir()} == before
+    newest = sorted(ckpts.glob("ckpt-*.pt"))[-1]
+    assert "learner" in load_checkpoint(newest, plan_id=None)["state"]

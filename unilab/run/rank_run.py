@@ -181,7 +181,8 @@ def run_rank(job: RankJob, stop: StopFlag) -> int:
                         "params_identical": len(set(digests)) == 1,
                     }
                 )
-            rec.on_checkpoint(runner.progress, runner.final_state or {})
+            if runner.final_state is not None:  # None: stopped before the first observation, nothing to save
+                rec.on_checkpoint(runner.progress, runner.final_state)
     except KeyboardInterrupt:  # a second Ctrl-C: stop now, record what we have
         status, code = "interrupted", EXIT_INTERRUPTED
     except RunFailed as exc:
