@@ -130,6 +130,14 @@ class OffPolicyRank:
     def close(self) -> None:
         self.collector.close()
 
+    def _first_obs(self) -> bool:
+        """Wait for the collector's first observation; False on a stop request. With data parallel
+        every rank waits it out and the ranks then decide together, as after every sync: a rank
+        that left on its own stop flag would miss the others' next collective."""
+        if self.dp is None:
+            return self.collector.wait_obs(self.hooks.should_stop)
+        return self.collector.wait_obs(lambda: False) and not self._stop_requested()
+
     def _stop_requested(self) -> bool:
         local = self.hooks.should_stop()
         return self.dp.any_rank(local) if self.dp is not None else local
@@ -177,7 +185,7 @@ class OffPolicyRank:
         skipped = torch.zeros((), dtype=torch.int64, device=self.device)
         last_metrics: dict[str, torch.Tensor] = {}
         started_steps, started_updates = prog.env_steps, prog.updates
-        if not self.collector.wait_obs(self.hooks.should_stop):
+        if not self._first_obs():
             self.interrupted = True
             return prog
         t_start = time.perf_counter()

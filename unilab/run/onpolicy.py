@@ -65,10 +65,11 @@ class OnPolicyRank:
         self.collector.close()
 
     # ----------------------------------------------------------------------- data-parallel evidence
-    def param_digest(self) -> str:
-        """Digest of the actor and critic (parameters and normalizer buffers): equal on every rank."""
+    def param_digest(self) -> str | None:
+        """Digest of the actor and critic (parameters and normalizer buffers): equal on every rank.
+        None when the run stopped before its runner was built (every rank alike)."""
         if self.learner is None:
-            raise UnilabError("internal: the PPO runner was not built")
+            return None
         alg = self.learner.alg
         return param_digest([alg.get_policy(), alg._raw_critic])
 
@@ -108,7 +109,10 @@ class OnPolicyRank:
         hello = self.collector.start()
         self.hooks.on_started(hello)
         n = hello.num_envs
-        if not self.collector.wait_obs(self.hooks.should_stop):
+        # With data parallel every rank waits for its first observation and the ranks then decide
+        # a stop together (as between iterations): a rank leaving alone would miss a collective.
+        first = self.collector.wait_obs(lambda: False if self.dp is not None else self.hooks.should_stop())
+        if not first or (self.dp is not None and self._stop_requested()):
             self.interrupted = True
             return prog
         # Single rank: a stop request abandons the rollout in progress at once. With data parallel a
