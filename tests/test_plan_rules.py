@@ -711,3 +711,24 @@ def test_a_clip_shorter_than_two_control_steps_is_refused(tmp_path: Path) -> Non
     dotted = {"task__name": "g1_motion_tracking", "task__motion": str(tmp_path / "fast.npz")}
     (d,) = _diags(Case("task.motion", "cpu_laptop", dotted, True))
     assert "under two control steps (0.04 s)" in d.condition and "fps" in d.fix
+
+
+def test_the_run_loop_updates_exactly_where_the_warmup_rule_says(tmp_path: Path) -> None:
+    """The rule's count and the learner loop's are one: at the boundary the rule accepts (128 env
+    steps of 16 envs for FlashSAC with batch 64 and 3-step returns) the run does exactly one update."""
+    import json
+    import subprocess
+    import sys
+
+    algo = '{name="flashsac", batch_size=64, warmup_env_steps=0, hidden_dims=[16], expansion=2}'
+    sets = ["task.num_envs=16", "run.total_env_steps=128", f"algo={algo}", f'run.output_dir="{tmp_path}"']
+    r = subprocess.run(
+        [sys.executable, "-m", "unilab", "apply", str(ROOT / "specs" / "cartpole.toml"), "--quiet"]
+        + [a for s in sets for a in ("--set", s)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stderr
+    (manifest,) = tmp_path.glob("*/manifest.json")
+    assert json.loads(manifest.read_text())["counters"]["updates"] == 1

@@ -201,6 +201,10 @@ class OffPolicyRank:
             self.hooks.on_log(prog, metrics)
 
         action = torch.empty(n, hello.act_dim)
+        # Updates start once the replay holds a batch: counted in syncs, the same on every rank, not
+        # by len(replay), which a rank's non-finite worlds shorten (the ranks' collectives would
+        # then fall out of step). The n-step window holds back the newest n - 1 syncs.
+        filled_syncs = -(-algo.batch_size // n) + replay_n_step(algo) - 1
         t = 0  # this session's syncs: the collector's obs slot index
         while prog.env_steps < total:
             obs = bufs.obs[t % 2]
@@ -218,7 +222,7 @@ class OffPolicyRank:
 
             # Gradient updates overlap the physics step the collector is running now. Every rank
             # has the same replay size and warm-up, so all take the same number of updates.
-            if len(replay) >= algo.batch_size and prog.env_steps - started_steps >= warmup:
+            if t >= filled_syncs and prog.env_steps - started_steps >= warmup:
                 updates_owed += algo.updates_per_step
                 while updates_owed >= 1.0:
                     t0 = time.perf_counter()
