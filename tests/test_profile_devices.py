@@ -74,7 +74,13 @@ def test_a_two_cpu_profile_takes_its_inventory_on_the_cpu(tmp_path: Path, monkey
     outcome = SimpleNamespace(
         warmup=None, final=SimpleNamespace(ranks=[]), window_s=1.0, exit_code=0, run_dir=tmp_path / "run"
     )
-    monkeypatch.setattr(session, "run_apply_subprocess", lambda *a, **k: outcome)
+    commands: list[list[str]] = []
+
+    def run_apply_subprocess(cmd, *a, **k):  # type: ignore[no-untyped-def]
+        commands.append(cmd)
+        return outcome
+
+    monkeypatch.setattr(session, "run_apply_subprocess", run_apply_subprocess)
     monkeypatch.setattr(session, "window_sample", lambda *a, **k: sample)
     seen: list[str] = []
 
@@ -88,11 +94,17 @@ def test_a_two_cpu_profile_takes_its_inventory_on_the_cpu(tmp_path: Path, monkey
         arms=[Arm("workers-1", (("sim.workers", "1"),))],
         repeats=1,
         host_sync_steps=1,
+        warmup_env_steps=1,  # each rounded up to one block of 64 syncs
+        window_env_steps=1,
         out_dir=tmp_path / "profile",
     )
     with pytest.raises(_Stop):
         session.run_profile(req, say=lambda *a, **k: None)
     assert seen == ["cpu"]
+    # The windows are syncs of each rank: 64 + 64 syncs of 32 envs on each of the 2 ranks (the run
+    # used to get half of that: windows off the 64-sync blocks the manifests are read on).
+    (cmd,) = commands
+    assert "run.total_env_steps=8192" in cmd and "run.checkpoint_every_env_steps=4096" in cmd
 
 
 def test_default_arms_of_a_two_cpu_spec_are_cpu_arms_on_a_gpu_host(

@@ -63,7 +63,9 @@ def collector_device(spec) -> str:
 
 
 def _steps_per_sync(spec) -> int:
-    return spec.task.num_envs * spec.training.env_steps_per_sync
+    """Env steps one sync adds to `run.total_env_steps`: every env of every rank (a data-parallel
+    rank runs its share, so the windows, placed in syncs, are per rank)."""
+    return spec.task.num_envs * spec.training.env_steps_per_sync * len(spec.device_list())
 
 
 def run_profile(req: ProfileRequest, say=print) -> ProfileOutput:
