@@ -216,6 +216,11 @@ def test_ppo_two_cpu_ranks_finish_with_identical_parameters(tmp_path: Path) -> N
     assert dp["wire_bytes_per_sync"]["ppo"] > 0
     assert len({rk["learner_pid"] for rk in m["ranks"]}) == 2
     assert marked_pids(mark) == []
+    # The observation normalizer counted every sample of both ranks once (rsl-rl merges the ranks'
+    # statistics; gathering the rollouts as well used to count each sample twice).
+    state = torch.load(sorted((run_dir / "checkpoints").glob("*.pt"))[-1], weights_only=True)["state"]["ppo"]
+    counts = {k: float(v) for k, v in state["actor_state_dict"].items() if k.endswith("count")}
+    assert counts and all(c == total for c in counts.values()), counts
 
 
 @pytest.mark.slow

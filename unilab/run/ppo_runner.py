@@ -7,8 +7,10 @@ rsl-rl's train cfg.
   here, rather than at the start of every `learn()` call (unilab calls `learn(1)` per iteration).
 - `UnilabPPO`: rsl-rl's `PPO` with its gradient all-reduce and its update timed and counted (the
   manifest's evidence); the all-reduce itself is rsl-rl's (`reduce_gradients_in_buckets`, fp32).
-- `RankSyncedMLPModel`: rsl-rl's `MLPModel` whose empirical observation normalizer learns from
-  every rank's rollout (all-gathered in rank order), so the replicas' normalizers stay identical.
+- `RankSyncedMLPModel`: rsl-rl's `MLPModel` with its normalizer update timed. Since rsl-rl-lib
+  5.5 the empirical normalizer all-reduces each batch's count, mean and variance across ranks
+  itself, so the replicas' normalizers stay identical; gathering the rollouts first, as unilab
+  did, counted every sample once per rank.
 """
 
 from __future__ import annotations
@@ -34,21 +36,15 @@ def _distributed() -> bool:
 
 
 class RankSyncedMLPModel(MLPModel):
-    gather_s = 0.0  # class-wide: time spent all-gathering rollouts for the normalizers (this process)
+    gather_s = 0.0  # class-wide: time spent merging the normalizers' statistics across ranks (this process)
 
     def update_normalization(self, obs: TensorDict) -> None:
-        if self.obs_normalization and _distributed():
-            t0 = time.perf_counter()
-            world = dist.get_world_size()
-            gathered = {}
-            for group in self.obs_groups:
-                x = obs[group].contiguous()
-                parts = [torch.empty_like(x) for _ in range(world)]
-                dist.all_gather(parts, x)
-                gathered[group] = torch.cat(parts)
-            obs = TensorDict(gathered, batch_size=[obs.batch_size[0] * world])
-            RankSyncedMLPModel.gather_s += time.perf_counter() - t0
-        super().update_normalization(obs)
+        if not (self.obs_normalization and _distributed()):
+            super().update_normalization(obs)
+            return
+        t0 = time.perf_counter()
+        super().update_normalization(obs)  # rsl-rl's normalizer all-reduces the batch statistics
+        RankSyncedMLPModel.gather_s += time.perf_counter() - t0
 
 
 class UnilabPPO(PPO):
