@@ -305,7 +305,7 @@ CASES = [
         "registry X cannot be read",
         fix="inspect or remove",
     ),
-    Case("mps.algo", "node_8gpu_mps", {**MPS_NODE, "algo": {"name": "ppo"}}, True, "does not run a learner process"),
+    Case("mps.algo", "node_8gpu_mps", {**MPS_NODE, "algo": {"name": "ppo"}}, True, "never overlaps the collector"),
     Case("mps.algo", "node_8gpu_mps", MPS_NODE, False),
     Case(
         "mps.service",

@@ -72,7 +72,8 @@ def mps_algo(r: Rule, ctx: Context) -> list[Diagnostic]:
     if _wants_mps(ctx) and ctx.spec.algo.name not in MPS_ALGOS:
         return [
             r.diag(
-                f"algo {ctx.spec.algo.name!r} does not run a learner process beside the collector",
+                f"algo {ctx.spec.algo.name!r} waits for each rollout before it updates, so its learner never "
+                "overlaps the collector on the GPU and MPS has nothing to share",
                 'set algo.name = "sac" or "flashsac", or training.cuda_process_sharing = "none"',
             )
         ]
