@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import shutil
@@ -485,6 +486,11 @@ def test_what_a_run_prints_without_quiet(tmp_path: Path) -> None:
     last = [e for e in events if e["event"] == "iteration" and e["episode_return"] is not None][-1]
     assert last["episode_reward"] and 0.0 <= last["terminated_fraction"] <= 1.0
     assert abs(sum(last["episode_reward"].values()) - last["episode_return"]) < 1e-3 * max(1.0, last["episode_return"])
+    # An interval in which no episode ended carries no episode figures (not the previous ones again).
+    its = [e for e in events if e["event"] == "iteration"]
+    for before, after in itertools.pairwise(its):
+        if after["episodes"] == before["episodes"]:
+            assert after["episode_return"] is None and after["episode_reward"] == {}, after
     # The rates are over the training loop, which the summary names beside the whole wall time.
     m = json.loads((tmp_path / out[-1].removeprefix("run directory: ") / "manifest.json").read_text())
     t = m["timing"]

@@ -36,3 +36,41 @@ def test_quiet_progress_writes_nothing() -> None:
     line.update(5, 1.0, 1.0, None, 1.0)
     line.close()
     assert out.getvalue() == ""
+
+
+def test_an_interval_without_finished_episodes_repeats_no_episode_figures(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The mean return is over the episodes that ended since the last record: an interval in which
+    none ended gets no episode figures, not the previous interval's again as a new point."""
+    import json
+    from types import SimpleNamespace
+
+    from tests.conftest import ROOT, host
+    from unilab.plan.compile import compile_plan
+    from unilab.run.events import EventLog
+    from unilab.run.recorder import RunRecorder
+    from unilab.spec.load import load_spec
+
+    loaded = load_spec(ROOT / "specs" / "cartpole.toml")
+    plan = compile_plan(loaded.spec, host("cpu_laptop"), loaded.spec_dir)
+    out = io.StringIO()
+    events = EventLog(tmp_path / "events.jsonl", run_id="r", rank=0)
+    rec = RunRecorder(plan, host("cpu_laptop"), tmp_path, events, None, ProgressLine(1000, stream=out))
+    metrics = {"elapsed_s": 1.0, "env_steps_run": 100.0, "updates_run": 10.0}
+    for steps, episodes in ((100, 4), (200, 4), (300, 7)):
+        prog = SimpleNamespace(
+            env_steps=steps,
+            updates=10,
+            episodes=episodes,
+            last_return=1.5,
+            last_length=20.0,
+            last_terminated_fraction=0.5,
+            last_reward_terms={"upright": 1.5},
+            physics_warnings={},
+        )
+        rec.on_log(prog, metrics)
+    events.close()
+    its = [json.loads(ln) for ln in (tmp_path / "events.jsonl").read_text().splitlines()]
+    assert [e["episode_return"] for e in its] == [1.5, None, 1.5]
+    assert its[1]["episode_reward"] == {} and its[1]["episode_length"] is None
+    lines = out.getvalue().splitlines()
+    assert "return     1.50" in lines[0] and "return       --" in lines[1]

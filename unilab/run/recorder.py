@@ -74,6 +74,7 @@ class RunRecorder:
             )
         self.tb: Any = None
         self.last_metrics: dict[str, float] = {}
+        self._episodes_logged: int | None = None  # rank 0's episode count at the previous log
         self.prog: Any = None
         # Exact sums over ranks, gathered at the end; until then rank 0's counts times the world size.
         self.totals: dict[str, int] | None = None
@@ -241,16 +242,20 @@ class RunRecorder:
         run_s = metrics.get("elapsed_s", 0.0)
         sps = metrics.get("env_steps_run", 0) * self.world / run_s if run_s > 0 else 0.0
         ups = metrics.get("updates_run", prog.updates) / run_s if run_s > 0 else 0.0
+        # Episode figures only for an interval in which episodes ended: repeating the previous
+        # interval's mean as a new point would show progress (or its absence) that never happened.
+        fresh = prog.last_return is not None and prog.episodes != self._episodes_logged
+        self._episodes_logged = prog.episodes
         record = {
             "env_steps": prog.env_steps * self.world,
             "env_steps_per_s": round(sps, 1),
             "updates": prog.updates,
             "updates_per_s": round(ups, 2),
             "episodes": prog.episodes * self.world,
-            "episode_return": prog.last_return,
-            "episode_length": prog.last_length,
-            "terminated_fraction": prog.last_terminated_fraction,
-            "episode_reward": {k: round(v, 6) for k, v in prog.last_reward_terms.items()},
+            "episode_return": prog.last_return if fresh else None,
+            "episode_length": prog.last_length if fresh else None,
+            "terminated_fraction": prog.last_terminated_fraction if fresh else None,
+            "episode_reward": {k: round(v, 6) for k, v in prog.last_reward_terms.items()} if fresh else {},
             **{k: round(v, 6) for k, v in metrics.items()},
         }
         self.events.info("iteration", **record)
@@ -258,7 +263,7 @@ class RunRecorder:
             step = prog.env_steps * self.world
             self.tb.add_scalar("perf/env_steps_per_s", sps, step)
             self.tb.add_scalar("perf/updates_per_s", ups, step)
-            if prog.last_return is not None:
+            if fresh:
                 self.tb.add_scalar("episode/return", prog.last_return, step)
                 self.tb.add_scalar("episode/length", prog.last_length or 0.0, step)
                 self.tb.add_scalar("episode/terminated_fraction", prog.last_terminated_fraction or 0.0, step)
@@ -268,7 +273,7 @@ class RunRecorder:
                 if k not in ("elapsed_s", "env_steps_run"):
                     self.tb.add_scalar(f"learner/{k}", v, step)
             self.tb.flush()
-        self.line.update(prog.env_steps * self.world, sps, ups, prog.last_return, run_s)
+        self.line.update(prog.env_steps * self.world, sps, ups, prog.last_return if fresh else None, run_s)
 
     def on_checkpoint(self, prog: Any, state: dict[str, Any]) -> Path:
         from unilab.run.checkpoint import save_checkpoint
