@@ -566,7 +566,10 @@ def test_a_stop_before_the_first_observation_leaves_the_resumed_checkpoint_alone
 
     monkeypatch.setattr(CollectorClient, "wait_obs", lambda self, should_stop: False)  # as if stopped now
     monkeypatch.chdir(tmp_path)
+    cpus = os.sched_getaffinity(0)
     assert main(["apply", "--resume", str(run_dir.relative_to(tmp_path)), "--quiet"]) == 130
+    # The learner pinned this process to its CPUs for the run, not for whatever runs next here.
+    assert os.sched_getaffinity(0) == cpus
     capsys.readouterr()
     assert {p.name: p.read_bytes() for p in ckpts.iterdir()} == before
     newest = sorted(ckpts.glob("ckpt-*.pt"))[-1]

@@ -135,9 +135,15 @@ def lock_run_dir(run_dir: Path) -> int | None:
 
 def run_apply(req: ApplyRequest) -> int:
     # The run changes how this process takes the stop signals (a stop flag, then ignoring them
-    # while it records its end); a caller that goes on afterwards gets its own handlers back.
-    with stop_signals_restored():
-        return _run_apply(req)
+    # while it records its end) and, for one rank, pins it to the learner's CPUs: a caller that
+    # goes on afterwards (a notebook, a test) gets its handlers and CPUs back, and so do the
+    # processes it starts later.
+    cpus = os.sched_getaffinity(0)
+    try:
+        with stop_signals_restored():
+            return _run_apply(req)
+    finally:
+        os.sched_setaffinity(0, cpus)
 
 
 def _run_apply(req: ApplyRequest) -> int:
