@@ -6,6 +6,7 @@ reach a daemon silently run without MPS, so a run that asked for MPS and did not
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import subprocess
@@ -24,6 +25,7 @@ class MpsAttachment:
     pipe_directory: str
     daemon_pid: int | None
     server_pids: tuple[int, ...] = ()
+    log_directory: str | None = None  # the service's, as registered
 
     @property
     def validated(self) -> bool:
@@ -57,7 +59,7 @@ def revalidate(plan: Plan, rank: int) -> MpsAttachment | None:
         raise _refuse(name, f"control socket {facts.pipe_directory}/control does not exist", uuid)
     if not facts.daemon_alive:
         raise _refuse(name, f"daemon pid {facts.daemon_pid} is not running", uuid)
-    return MpsAttachment(rank, name, uuid, facts.pipe_directory, facts.daemon_pid)
+    return MpsAttachment(rank, name, uuid, facts.pipe_directory, facts.daemon_pid, log_directory=entry.log_directory)
 
 
 def apply_env(att: MpsAttachment, entry_log_dir: str | None = None) -> None:
@@ -134,4 +136,4 @@ def confirm_attached(att: MpsAttachment) -> MpsAttachment:
             "was made without the MPS environment",
             fix='report this as a bug with the rank\'s events.jsonl; meanwhile plan with cuda_process_sharing = "none"',
         )
-    return MpsAttachment(att.rank, att.service, att.gpu_uuid, att.pipe_directory, att.daemon_pid, pids)
+    return dataclasses.replace(att, server_pids=pids)

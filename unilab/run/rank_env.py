@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 
-from unilab.host.mps_registry import find_entry
 from unilab.plan.models import Plan
 from unilab.run import mps_attach
 from unilab.run.mps_attach import MpsAttachment
@@ -27,6 +26,5 @@ def prepare_rank_env(plan: Plan, rank: int) -> MpsAttachment | None:
         os.environ.setdefault(var.name, var.value)
     att = mps_attach.revalidate(plan, rank)
     if att is not None:
-        entry = find_entry(att.service)
-        mps_attach.apply_env(att, entry.log_directory if entry else None)
+        mps_attach.apply_env(att, att.log_directory)
     return att
