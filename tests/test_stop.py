@@ -4,6 +4,11 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
 
 from unilab.run.stop import signals_ignored
 
@@ -94,3 +99,34 @@ def test_a_stop_signal_during_a_spawn_is_delivered_after_it_and_the_child_is_bor
         p.join(timeout=30)
     finally:
         signal.signal(signal.SIGTERM, old)
+
+
+_CATCH = 'try:\n    exec("raise KeyboardInterrupt", {})\nexcept KeyboardInterrupt:\n    pass\n'
+_ENDINGS = {
+    # What CPython does on its own: the caught interrupt turns exit 7 into death by SIGINT.
+    "sys.exit": (f"import sys\n{_CATCH}sys.exit(7)\n", -signal.SIGINT),
+    "exit_with": (f"from unilab.exit_status import exit_with\n{_CATCH}exit_with(7)\n", 7),
+    # `python -m unilab`, its command having handled a stop (exit 130) after the last import.
+    "unilab": (
+        "import runpy, sys\n"
+        "import unilab.cli.main as cli\n"
+        "def stopped(argv=None):\n"
+        '    try:\n        exec("raise KeyboardInterrupt", {})\n    except KeyboardInterrupt:\n        return 130\n'
+        "cli.main = stopped\n"
+        "runpy.run_module('unilab', run_name='__main__')\n",
+        130,
+    ),
+}
+
+
+@pytest.mark.parametrize("ending", sorted(_ENDINGS))
+def test_python_m_keeps_the_exit_status_after_a_caught_keyboard_interrupt(tmp_path: Path, ending: str) -> None:
+    """A Ctrl-C or SIGTERM handled during an apply's imports (exit 130, no run directory) can land
+    in source that CPython runs with exec (dataclasses build their methods so); under `python -m`
+    the interpreter would then end the process by SIGINT after unilab chose its status."""
+    source, code = _ENDINGS[ending]
+    (tmp_path / "caught_in_exec.py").write_text(source)
+    proc = subprocess.run(
+        [sys.executable, "-m", "caught_in_exec"], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == code, proc.stderr

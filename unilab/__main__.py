@@ -1,5 +1,4 @@
-import sys
-
 from unilab.cli.main import main
+from unilab.exit_status import exit_with
 
-sys.exit(main())
+exit_with(main())

@@ -108,4 +108,6 @@ def check_node(plan: Plan, rank: int) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from unilab.exit_status import exit_with
+
+    exit_with(main())
