@@ -206,6 +206,27 @@ def test_ctrl_c_while_the_ranks_import_torch_prints_no_traceback(tmp_path: Path)
     assert marked_pids(mark) == []
 
 
+@pytest.mark.parametrize("delay_s", [0.6, 0.8, 1.0, 1.2])
+def test_ctrl_c_while_the_launcher_imports_torch_stops_the_run(tmp_path: Path, delay_s: float) -> None:
+    """Before any rank exists the launcher itself imports torch (about 1 s after the start here).
+    A KeyboardInterrupt raised inside that import was at times swallowed by it, and the run went
+    on as if no Ctrl-C had come; the stop is now held until the import is done, then honoured."""
+    mark = uuid.uuid4().hex
+    proc = _long_dp_apply(tmp_path, mark, start_new_session=True)
+    time.sleep(delay_s)
+    os.killpg(proc.pid, signal.SIGINT)
+    try:
+        _out, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        pytest.fail(f"the run went on after a Ctrl-C {delay_s} s into it")
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and "internal error" not in err, err
+    time.sleep(1.0)
+    assert marked_pids(mark) == []
+
+
 def test_a_stop_request_to_one_rank_stops_every_rank(tmp_path: Path) -> None:
     """docs/data-parallel.md: a stop request on any rank stops all of them after the same sync.
     Only rank 1 gets the signal here (it runs in its own process group)."""

@@ -19,7 +19,7 @@ from unilab.atomic import write_text_atomic
 from unilab.errors import EXIT_INTERRUPTED, RUN_FAILED_FIX, RunDiverged, UnilabError
 from unilab.plan.inputs import check_planned_inputs
 from unilab.plan.models import Plan
-from unilab.run.stop import ignore_stop_signals, stop_signals_restored
+from unilab.run.stop import STOP_SIGNALS, ignore_stop_signals, signals_blocked, stop_signals_restored
 
 
 @dataclass(frozen=True)
@@ -182,8 +182,9 @@ def _run_apply(req: ApplyRequest) -> int:
     try:
         try:
             if plan.topology.world_size == 1:
+                with signals_blocked(*STOP_SIGNALS):  # torch: see the launcher's import below
+                    from unilab.run.rank_run import RankJob, run_rank
                 from unilab.run.rank_env import prepare_rank_env
-                from unilab.run.rank_run import RankJob, run_rank
                 from unilab.run.stop import StopFlag
 
                 mps = prepare_rank_env(plan, 0)  # the planned GPU, before anything initialises CUDA
@@ -194,7 +195,11 @@ def _run_apply(req: ApplyRequest) -> int:
                 finally:
                     stop.restore()
             else:
-                from unilab.run.launch import launch_ranks
+                # torch's import can swallow a KeyboardInterrupt raised inside it (the stop is then
+                # lost and the run goes on; a module left half-imported cannot be imported again):
+                # a stop signal that arrives meanwhile is held and acted on once the import is done.
+                with signals_blocked(*STOP_SIGNALS):
+                    from unilab.run.launch import launch_ranks
 
                 code = launch_ranks(plan, run_dir, checkpoint, req.progress)
         finally:
