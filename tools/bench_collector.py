@@ -167,7 +167,10 @@ def main(argv: list[str] | None = None) -> int:
                 per_step = {k: v.total_s / (steps * rounds) * 1e6 for k, v in t.items()}
                 total_us = sum(per_step.values())
                 task_share = (total_us - per_step["physics_step"]) / per_step["physics_step"]
-                print(f"  collector step breakdown at {n} envs (mean us per env step, {total_us:.0f} us total):")
+                print(
+                    f"  collector step breakdown at {n} envs (mean us per collector step of all {n} envs, "
+                    f"{total_us:.0f} us in all):"
+                )
                 for k, us in per_step.items():
                     print(f"    {k:24s} {us:9.1f}  ({100 * us / total_us:4.1f}%)")
     raw, col, replay = results[primary]
