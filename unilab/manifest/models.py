@@ -21,7 +21,14 @@ class Provenance(_M):
     cpu: str
     python: str
     unilab: str
-    git_commit: str | None = Field(None, description="Commit of the unilab checkout, when run from one.")
+    git_commit: str | None = Field(
+        None, description="Commit of the unilab checkout the run's code came from (null when not run from a checkout)."
+    )
+    git_dirty: bool | None = Field(
+        None,
+        description="That checkout's unilab/ package had uncommitted changes (modified or new files): the code "
+        "that ran is not exactly git_commit's (null when not run from a checkout).",
+    )
     torch: str | None = None
     cuda_runtime: str | None = Field(None, description="CUDA runtime torch was built with (null on CPU builds).")
     warp_lang: str | None = None

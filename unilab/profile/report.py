@@ -55,7 +55,8 @@ def render_markdown(p: Profile) -> str:
         f"{pv.repeats} repeats per arm, interleaved: {' '.join(pv.schedule)}.",
         "",
         f"Host: {pv.host.cpu}; {pv.host.os}; python {pv.host.python}; torch {pv.host.torch}; "
-        f"mujoco {pv.host.mujoco}; unilab {pv.host.unilab} (commit {pv.host.git_commit}).",
+        f"mujoco {pv.host.mujoco}; unilab {pv.host.unilab} "
+        f"(commit {pv.host.git_commit}{', modified' if pv.host.git_dirty else ''}).",
         "",
         "Command: `" + shlex.join(pv.command) + "`",  # quoted: it can be pasted back into a shell
         "",

@@ -28,24 +28,38 @@ def utc_now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def _git_commit() -> str | None:
-    here = Path(__file__).resolve().parent
+def _git(args: list[str], cwd: Path) -> str | None:
     try:
-        r = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=5)
+        r = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=5)
     except (OSError, subprocess.SubprocessError):
         return None
     return r.stdout.strip() if r.returncode == 0 else None
 
 
+def checkout_state(package: Path) -> tuple[str | None, bool | None]:
+    """(commit, whether its unilab/ has uncommitted changes) of the unilab checkout whose package directory is
+    ``package``; (None, None) for an installed copy, even one that sits inside some other git
+    repository (a virtual environment in a project's tree): that repository's commit says nothing
+    about unilab's code."""
+    top = _git(["rev-parse", "--show-toplevel"], package)
+    if top is None or Path(top).resolve() / "unilab" != package:
+        return None, None
+    commit = _git(["rev-parse", "HEAD"], package)
+    status = _git(["status", "--porcelain", "--", "."], package)  # the package's files, new ones too
+    return commit, (None if commit is None or status is None else status != "")
+
+
 def provenance(facts: HostFacts) -> Provenance:
     import torch
 
+    commit, dirty = checkout_state(Path(__file__).resolve().parent.parent)
     return Provenance(
         os=f"{facts.os.system} {facts.os.release} {facts.os.machine}",
         cpu=facts.cpu.model,
         python=platform.python_version(),
         unilab=__version__,
-        git_commit=_git_commit(),
+        git_commit=commit,
+        git_dirty=dirty,
         torch=torch.__version__,
         cuda_runtime=torch.version.cuda,
         warp_lang=facts.packages.warp_lang,
