@@ -230,6 +230,12 @@ def test_apply_leaves_a_complete_run_directory_and_resumes(tmp_path: Path) -> No
         np.testing.assert_allclose(
             json.loads(meta["unilab.default_joint_pos"]), task.default_joint_pos.numpy(), atol=1e-6
         )
+        # The PD loop and the limits the simulator put on it, which the robot's own loop must repeat.
+        lay = task.layout
+        for key, want in (("joint_kp", lay.kp), ("joint_kd", lay.kd), ("effort_limit", lay.effort_limit)):
+            np.testing.assert_allclose(json.loads(meta[f"unilab.{key}"]), want, rtol=1e-5)
+        np.testing.assert_allclose(json.loads(meta["unilab.target_range"]), lay.ctrl_range, rtol=1e-5)
+        assert "unilab.reference_motion" not in meta  # g1_walk tracks no clip
         # And what each column of its input holds, term by term, as the task lays it out.
         layout = {name: [sl.start, sl.stop] for name, sl in task.observation_layout().items()}
         assert json.loads(meta["unilab.observation_layout"]) == layout

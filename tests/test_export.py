@@ -58,3 +58,28 @@ def test_a_gpu_runs_checkpoint_exports_on_a_cpu(tmp_path: Path) -> None:
     policy, obs_dim = policy_from_state(plan, blob)
     obs = torch.randn(4, 5)
     assert obs_dim == 5 and torch.equal(policy(obs), torch.tanh(learner.actor(obs)[0]).clamp(-1, 1))
+
+
+def test_a_motion_tracking_export_names_the_clip_it_tracks() -> None:
+    """A tracking policy follows one reference clip: the file says which (by digest), beside the
+    PD loop and its limits that every G1 export carries."""
+    import json
+
+    from tests.conftest import host
+    from unilab.plan.compile import compile_plan
+    from unilab.run.export import deployment_metadata
+    from unilab.spec.load import load_spec
+
+    loaded = load_spec(SPECS / "g1_motion_tracking.toml")
+    plan = compile_plan(loaded.spec, host("cpu_laptop"), loaded.spec_dir)
+    meta = deployment_metadata(plan)
+    ref = plan.task.reference_motion
+    assert ref is not None
+    assert json.loads(meta["unilab.reference_motion"]) == {
+        "source": ref.source,
+        "sha256": ref.sha256,
+        "num_frames": ref.num_frames,
+        "fps": ref.fps,
+    }
+    kp, low_high = json.loads(meta["unilab.joint_kp"]), json.loads(meta["unilab.target_range"])
+    assert len(kp) == len(low_high) == 29 and all(k > 0 for k in kp) and all(lo < hi for lo, hi in low_high)

@@ -188,6 +188,11 @@ def deployment_metadata(plan: Plan, applied_from: Path | None = None) -> dict[st
     meta = {"unilab.plan_id": plan.plan_id, "unilab.task": task.name, "unilab.control_dt": repr(task.control_dt)}
     if task.name == "cartpole":
         return meta
+    if task.reference_motion is not None:  # the policy tracks this clip: a deployment must play the same one
+        ref = task.reference_motion
+        meta["unilab.reference_motion"] = json.dumps(
+            {"source": ref.source, "sha256": ref.sha256, "num_frames": ref.num_frames, "fps": ref.fps}
+        )
     from unilab.errors import RobotModelError
     from unilab.plan.inputs import resolve_input_path
     from unilab.robot.inspect import mjcf_matches
@@ -213,7 +218,21 @@ def deployment_metadata(plan: Plan, applied_from: Path | None = None) -> dict[st
     meta["unilab.joint_names"] = json.dumps(list(layout.joint_names))
     meta["unilab.default_joint_pos"] = json.dumps([round(float(v), 6) for v in layout.default_joint_pos])
     meta["unilab.action_scale"] = json.dumps([round(float(v), 6) for v in joint_action_scale(layout)])
+    # The joint PD loop the policy was trained with, and the limits the simulator applied to it
+    # (MuJoCo clamps each target to its actuator's control range, each torque to its force
+    # range); JSON null where the model leaves a limit open.
+    meta["unilab.joint_kp"] = _json_list(layout.kp)
+    meta["unilab.joint_kd"] = _json_list(layout.kd)
+    meta["unilab.effort_limit"] = _json_list(layout.effort_limit)
+    meta["unilab.target_range"] = json.dumps([json.loads(_json_list(r)) for r in layout.ctrl_range])
     return meta
+
+
+def _json_list(values: Any) -> str:
+    import json
+    import math
+
+    return json.dumps([round(float(v), 6) if math.isfinite(float(v)) else None for v in values])
 
 
 def _finish_model(model_bytes: bytes, obs_dim: int, act_dim: int, metadata: dict[str, str]) -> bytes:
