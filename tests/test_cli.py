@@ -131,6 +131,20 @@ def test_schemas_have_draft_id_and_version() -> None:
         jsonschema.Draft202012Validator.check_schema(s)
 
 
+@pytest.mark.parametrize("name", ["spec", "plan", "manifest"])
+def test_every_field_a_user_writes_or_reads_is_described(name: str) -> None:
+    """The spec a user writes, the plan a reviewer reads and the manifest that proves a run: each
+    field of their exported schemas says what it means."""
+    s = json.loads((ROOT / "schemas" / f"{name}.v1.json").read_text())
+    bare = [
+        f"{owner}.{field}"
+        for owner, obj in [(name, s), *s.get("$defs", {}).items()]
+        for field, prop in obj.get("properties", {}).items()
+        if not prop.get("description")
+    ]
+    assert bare == []
+
+
 def test_rules_listing_and_generated_docs_match_code() -> None:
     r = unilab("rules", "--markdown")
     assert r.returncode == 0

@@ -17,10 +17,10 @@ class _M(BaseModel):
 
 
 class Provenance(_M):
-    os: str
-    cpu: str
-    python: str
-    unilab: str
+    os: str = Field(description="Operating system, release and machine of the host rank 0 ran on.")
+    cpu: str = Field(description="CPU model, as the host probe read it.")
+    python: str = Field(description="Python version of the run's processes.")
+    unilab: str = Field(description="unilab version that ran.")
     git_commit: str | None = Field(
         None, description="Commit of the unilab checkout the run's code came from (null when not run from a checkout)."
     )
@@ -29,13 +29,13 @@ class Provenance(_M):
         description="That checkout's unilab/ package had uncommitted changes (modified or new files): the code "
         "that ran is not exactly git_commit's (null when not run from a checkout).",
     )
-    torch: str | None = None
+    torch: str | None = Field(None, description="torch version the learner imported.")
     cuda_runtime: str | None = Field(None, description="CUDA runtime torch was built with (null on CPU builds).")
-    warp_lang: str | None = None
-    mujoco: str | None = None
-    mujoco_warp: str | None = None
-    gpu_names: list[str] = Field(default_factory=list)
-    driver_version: str | None = None
+    warp_lang: str | None = Field(None, description="warp-lang version installed (null: not installed).")
+    mujoco: str | None = Field(None, description="MuJoCo version installed.")
+    mujoco_warp: str | None = Field(None, description="MuJoCo Warp version installed (null: not installed).")
+    gpu_names: list[str] = Field(default_factory=list, description="Names of the host's NVIDIA GPUs (empty: none).")
+    driver_version: str | None = Field(None, description="NVIDIA driver version (null: no driver).")
     working_dir: str | None = Field(
         None,
         description="Working directory of the run's (latest) `unilab apply`: the plan's relative paths resolve there.",
@@ -43,18 +43,23 @@ class Provenance(_M):
 
 
 class Topology(_M):
-    world_size: int
-    process_group_backend: Literal["gloo", "nccl"]
-    launcher: str
+    world_size: int = Field(description="Data-parallel ranks of the run.")
+    process_group_backend: Literal["gloo", "nccl"] = Field(
+        description="torch.distributed backend of the ranks' process group (gloo on CPU, NCCL on GPUs)."
+    )
+    launcher: str = Field(
+        description="`single_process`: one rank in the `unilab apply` process; `elastic`: one process per rank "
+        "through torch.distributed's elastic launcher (or torchrun)."
+    )
 
 
 class RankEvidence(_M):
-    rank: int
-    device: str
-    gpu_uuid: str | None = None
-    learner_pid: int
-    collector_pid: int | None = None
-    collector_cpu_ids_planned: list[int]
+    rank: int = Field(description="Data-parallel rank; rank 0 records the run.")
+    device: str = Field(description="The rank's learner device, `cpu` or `cuda`.")
+    gpu_uuid: str | None = Field(None, description="UUID of the GPU the rank ran on (null on CPU).")
+    learner_pid: int = Field(description="Process id of the rank's learner.")
+    collector_pid: int | None = Field(None, description="Process id of the rank's collector process.")
+    collector_cpu_ids_planned: list[int] = Field(description="CPUs the plan pinned the rank's collector to.")
     collector_cpu_ids_applied: list[int] = Field(description="Read back with os.sched_getaffinity in the collector.")
     learner_cpu_ids_planned: list[int] = Field(
         default_factory=list, description="CPUs the plan reserved for the learner (empty: not pinned)."
@@ -63,31 +68,36 @@ class RankEvidence(_M):
         default_factory=list,
         description="Read back with os.sched_getaffinity in the learner (its whole CPU set when not pinned).",
     )
-    physics_workers: int
+    physics_workers: int = Field(
+        description="CPU MuJoCo worker processes stepping the rank's worlds (1 for MuJoCo Warp: the device steps them)."
+    )
     torch_threads: int = Field(description="torch.get_num_threads() in the learner.")
     param_digest: str | None = Field(
         None, description="sha256 of the learner's parameters at the end of the run (identical across ranks)."
     )
     mps_service: str | None = Field(None, description="The MPS service this rank's processes are clients of.")
     mps_control_pipe: str | None = Field(None, description="CUDA_MPS_PIPE_DIRECTORY given to the rank's processes.")
-    mps_daemon_pid: int | None = None
+    mps_daemon_pid: int | None = Field(None, description="Pid of that MPS service's control daemon.")
     mps_server_pids: list[int] = Field(default_factory=list, description="MPS servers seen after CUDA initialised.")
     mps_validated: bool | None = Field(None, description="Re-checked before start and attached after CUDA init.")
 
 
 class GraphEvidence(_M):
-    requested: str
-    enabled: bool
-    disable_reason: str | None = None
-    replays: int = 0
+    requested: str = Field(
+        description="What the spec asked for (the plan's `requested`): `auto`, `on` or `off`; the "
+        "collector graph: `off` or `update_state`."
+    )
+    enabled: bool = Field(description="Whether the graph was in effect (the plan's decision, then what ran).")
+    disable_reason: str | None = Field(None, description="Why it was not enabled (null when enabled).")
+    replays: int = Field(0, description="Graph replays: the steps or update cycles that ran through the graph.")
     mode: Literal["cuda_graph", "eager_twin"] | None = Field(None, description="How a graph runner ran.")
     state: Literal["warming", "captured", "invalidated", "failed"] | None = Field(
         None, description="A graph runner's state when this manifest was written."
     )
     captures: int = Field(0, description="Captures (learner: one per cycle kind), again after an invalidation.")
     eager_updates: int = Field(0, description="Warm-up updates (or collector steps) run eagerly before capture.")
-    invalidations: int = 0
-    last_invalidation: str | None = None
+    invalidations: int = Field(0, description="Times a captured graph was dropped and captured again.")
+    last_invalidation: str | None = Field(None, description="Why the last invalidation happened.")
     capture_ids: list[str] = Field(
         default_factory=list, description="Identity of each capture (kind and the tensor addresses it holds, hashed)."
     )
@@ -103,14 +113,16 @@ class GraphEvidence(_M):
 
 
 class SharingEvidence(_M):
-    configured: Literal["none", "mps"]
-    effective: Literal["none", "mps"]
+    configured: Literal["none", "mps"] = Field(description="CUDA process sharing the plan configured.")
+    effective: Literal["none", "mps"] = Field(
+        description="What ran: `mps` only if every rank's processes were confirmed clients of their MPS service."
+    )
 
 
 class BackendDiagnostics(_M):
-    physics: Literal["mujoco", "mjwarp"]
-    physics_graph: GraphEvidence
-    learner_graph: GraphEvidence
+    physics: Literal["mujoco", "mjwarp"] = Field(description="Physics backend: CPU MuJoCo or MuJoCo Warp.")
+    physics_graph: GraphEvidence = Field(description="MuJoCo Warp's step captured as a CUDA graph.")
+    learner_graph: GraphEvidence = Field(description="The learner's update cycle captured as a CUDA graph.")
     collector_graph: GraphEvidence | None = Field(
         None, description="The experimental collector update-state graph (absent in older manifests)."
     )
@@ -124,9 +136,9 @@ class BackendDiagnostics(_M):
 
 
 class DataParallelEvidence(_M):
-    world_size: int
-    process_group_backend: Literal["gloo", "nccl"]
-    wire_dtype: Literal["float32", "bfloat16"]
+    world_size: int = Field(description="Ranks whose gradients were all-reduced.")
+    process_group_backend: Literal["gloo", "nccl"] = Field(description="Backend the all-reduces ran on.")
+    wire_dtype: Literal["float32", "bfloat16"] = Field(description="Gradient dtype on the all-reduce wire.")
     grad_syncs: int = Field(0, description="Packed gradient all-reduces per rank (one per optimizer step).")
     grad_sync_ms_per_update: float = Field(0.0, description="Mean all-reduce wall time per update cycle.")
     wire_bytes_per_sync: dict[str, int] = Field(default_factory=dict, description="Bytes on the wire per optimizer.")
@@ -142,8 +154,10 @@ class Counters(_M):
         0, ge=0, description="Collector/learner synchronisations per rank (K env steps of every env each)."
     )
     updates: int = Field(0, ge=0, description="Update cycles per rank (every rank takes the same ones).")
-    episodes: int = Field(0, ge=0)
-    nonfinite_resets: int = Field(0, ge=0)
+    episodes: int = Field(0, ge=0, description="Episodes ended on rank 0's envs since the run began.")
+    nonfinite_resets: int = Field(
+        0, ge=0, description="Worlds rank 0's collector reset because their state went non-finite."
+    )
     skipped_updates: int = Field(0, ge=0, description="Optimizer steps skipped because a loss was non-finite.")
     # The transition counts audit one process's replay buffer, which a resume starts afresh.
     transitions_produced: int = Field(
@@ -187,43 +201,58 @@ class Timing(_M):
 
 
 class Metrics(_M):
-    episode_return_mean: float | None = None
-    episode_length_mean: float | None = None
+    episode_return_mean: float | None = Field(
+        None,
+        description="Mean return of the episodes that ended on rank 0 in the last log interval in which any ended "
+        "(null: none has ended yet).",
+    )
+    episode_length_mean: float | None = Field(
+        None, description="Their mean length, in env steps (null: no episode has ended yet)."
+    )
 
 
 class CheckpointRecord(_M):
-    path: str
-    env_steps: int = Field(ge=0)
+    path: str = Field(description="Relative to the run directory, e.g. `checkpoints/ckpt-0000000050000.pt`.")
+    env_steps: int = Field(ge=0, description="Env steps of all ranks when it was written.")
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$", description="Of the checkpoint file's bytes.")
 
 
 class FirstError(_M):
     where: str = Field(description="Process that failed first, e.g. `rank0.collector`.")
-    message: str
+    message: str = Field(description="The error, in one line.")
 
 
 class Manifest(_M):
     """manifest.json of a run directory."""
 
-    schema_version: Literal[1] = 1
-    run_id: str
+    schema_version: Literal[1] = Field(1, description="Version of this schema (schemas/manifest.v1.json).")
+    run_id: str = Field(description="The run directory's name, `<run.name>-<UTC start time>`.")
     plan_id: str = Field(pattern=SHA256, description="The plan's content address.")
-    spec_digest: str = Field(pattern=SHA256)
-    task: str
-    algo: str
-    status: Literal["running", "succeeded", "failed", "interrupted"]
+    spec_digest: str = Field(pattern=SHA256, description="sha256 of the validated spec's canonical JSON.")
+    task: str = Field(description="Task name (`task.name`).")
+    algo: str = Field(description="Learner algorithm (`algo.name`).")
+    status: Literal["running", "succeeded", "failed", "interrupted"] = Field(
+        description="`running` while the run goes on (or when it died without a word: kill -9); then "
+        "`succeeded`, `failed` (see first_error) or `interrupted` (a stop request; resumable)."
+    )
     started_at: str = Field(pattern=UTC_TIME, description="UTC, ISO 8601.")
-    updated_at: str = Field(pattern=UTC_TIME)
-    finished_at: str | None = Field(None, pattern=UTC_TIME)
+    updated_at: str = Field(pattern=UTC_TIME, description="When this manifest was last written (UTC).")
+    finished_at: str | None = Field(None, pattern=UTC_TIME, description="When the run ended (null while running).")
     resumed_from: str | None = Field(None, description="Checkpoint this run continued from.")
-    provenance: Provenance
-    topology: Topology
-    ranks: list[RankEvidence] = Field(default_factory=list)
-    backend: BackendDiagnostics
-    cuda_process_sharing: SharingEvidence
-    data_parallel: DataParallelEvidence | None = None
-    counters: Counters = Field(default_factory=Counters)
-    timing: Timing = Field(default_factory=Timing)
-    metrics: Metrics = Field(default_factory=Metrics)
-    checkpoints: list[CheckpointRecord] = Field(default_factory=list)
-    first_error: FirstError | None = None
+    provenance: Provenance = Field(description="The software and host that ran it.")
+    topology: Topology = Field(description="Ranks and how they were launched and connected.")
+    ranks: list[RankEvidence] = Field(
+        default_factory=list, description="Per rank: its device, processes and CPU sets as planned and as applied."
+    )
+    backend: BackendDiagnostics = Field(description="Physics backend, graphs and physics warnings.")
+    cuda_process_sharing: SharingEvidence = Field(description="CUDA process sharing (none or MPS), planned and real.")
+    data_parallel: DataParallelEvidence | None = Field(
+        None, description="Gradient all-reduce evidence (null with one rank)."
+    )
+    counters: Counters = Field(default_factory=Counters, description="Work done.")
+    timing: Timing = Field(default_factory=Timing, description="Where the time went.")
+    metrics: Metrics = Field(default_factory=Metrics, description="Training progress at the last log line.")
+    checkpoints: list[CheckpointRecord] = Field(
+        default_factory=list, description="Checkpoints the run keeps, oldest first, each with its sha256."
+    )
+    first_error: FirstError | None = Field(None, description="The first failure of a failed run (null otherwise).")

@@ -21,8 +21,8 @@ class _P(BaseModel):
 
 
 class PlanHeader(_P):
-    schema_version: Literal[1] = 1
-    unilab_version: str
+    schema_version: Literal[1] = Field(1, description="Version of this schema (schemas/plan.v1.json).")
+    unilab_version: str = Field(description="unilab version that compiled the plan.")
     spec_digest: str = Field(description="sha256 of the validated spec's canonical JSON.")
     host_fingerprint: str = Field(description="sha256 of the host facts this plan depends on ([host_facts]).")
 
@@ -38,9 +38,9 @@ class RobotPlan(_P):
 
 class MotionPlan(_P):
     source: str = Field(description="`builtin:NAME` or the path of the .npz motion.")
-    sha256: str
-    num_frames: int
-    fps: float
+    sha256: str = Field(description="Digest of the motion file; apply refuses a file that no longer matches.")
+    num_frames: int = Field(description="Frames in the motion.")
+    fps: float = Field(description="Its frame rate.")
 
 
 class RunPlan(RunSpec):
@@ -61,8 +61,10 @@ class TaskPlan(TaskSpec):
     commands: CommandRanges | None = Field(  # type: ignore[assignment]
         None, description="Velocity command ranges (g1_walk; absent for the other tasks)."
     )
-    robot: RobotPlan
-    reference_motion: MotionPlan | None = None
+    robot: RobotPlan = Field(description="The robot model the task simulates.")
+    reference_motion: MotionPlan | None = Field(
+        None, description="The clip a motion-tracking task follows (null for other tasks)."
+    )
     control_dt: float = Field(description="sim.timestep * sim.decimation, seconds.")
     max_episode_steps: int = Field(
         description="ceil(episode_length_s / control_dt), a ratio within 1e-9 (relative) of a whole number "
@@ -77,91 +79,102 @@ class SimPlan(SimSpec):
 
 
 class TopologyPlan(_P):
-    world_size: int
-    process_group_backend: Literal["gloo", "nccl"]
+    world_size: int = Field(description="Data-parallel ranks.")
+    process_group_backend: Literal["gloo", "nccl"] = Field(
+        description="torch.distributed backend of the ranks' process group (gloo on CPU, NCCL on GPUs)."
+    )
     launcher: Literal["single_process", "elastic"] = Field(
         description="`elastic`: torch.distributed elastic launch of one process per rank."
     )
 
 
 class RankMps(_P):
-    service: str
-    pipe_directory: str
-    log_directory: str
-    daemon_pid: int | None = None
+    service: str = Field(description="Name of the MPS service (`unilab mps start --name`) the rank is a client of.")
+    pipe_directory: str = Field(description="Its CUDA_MPS_PIPE_DIRECTORY, given to the rank's processes.")
+    log_directory: str = Field(description="Its CUDA_MPS_LOG_DIRECTORY.")
+    daemon_pid: int | None = Field(None, description="Pid of its control daemon when the plan was made.")
 
 
 class RankPlan(_P):
-    rank: int
-    device: Literal["cpu", "cuda"]
-    gpu_uuid: str | None = None
-    gpu_name: str | None = None
-    seed: int
+    rank: int = Field(description="Data-parallel rank.")
+    device: Literal["cpu", "cuda"] = Field(description="Where the rank's learner runs.")
+    gpu_uuid: str | None = Field(None, description="The rank's GPU, by UUID (null on CPU): the only GPU it sees.")
+    gpu_name: str | None = Field(None, description="That GPU's name.")
+    seed: int = Field(description="The rank's seed: run.seed + rank.")
     collector_cpu_ids: list[int] = Field(description="CPUs the rank's collector is pinned to.")
     learner_cpu_ids: list[int] = Field(
         default_factory=list,
         description="CPUs reserved for the rank's learner process (empty: not pinned, it shares the collector's).",
     )
-    torch_threads: int
-    mps: RankMps | None = None
+    torch_threads: int = Field(description="torch intra-op threads of the rank's learner.")
+    mps: RankMps | None = Field(None, description="The MPS service of the rank's GPU (null: no MPS).")
 
 
 class SyncPlan(_P):
-    env_steps_per_sync: int
-    inference_slot_capacity: int
-    action_dependency: Literal["synchronous", "precommitted_sequence"]
+    env_steps_per_sync: int = Field(description="K: env steps the collector runs per collector/learner sync.")
+    inference_slot_capacity: int = Field(description="Action requests the learner serves per sync.")
+    action_dependency: Literal["synchronous", "precommitted_sequence"] = Field(
+        description="How actions relate to observations: `synchronous` is obs[t] -> action[t] -> step."
+    )
 
 
 class SharingPlan(_P):
-    configured: Literal["none", "mps"]
-    effective: Literal["none", "mps"]
+    configured: Literal["none", "mps"] = Field(description="CUDA process sharing the spec asked for.")
+    effective: Literal["none", "mps"] = Field(description="What the plan runs (`none` on CPU ranks).")
 
 
 class WirePlan(_P):
-    dtype: Literal["float32", "bfloat16"]
+    dtype: Literal["float32", "bfloat16"] = Field(description="Gradient dtype on the all-reduce wire.")
     active: bool = Field(description="False with one rank: there is no gradient all-reduce.")
-    bf16_min_group_elements: int = BF16_MIN_GROUP_ELEMENTS
+    bf16_min_group_elements: int = Field(
+        BF16_MIN_GROUP_ELEMENTS,
+        description="With bfloat16: FP32 gradient groups of at least this many elements travel as BF16.",
+    )
     reduction: str = Field(description="How packed gradients are reduced and restored.")
 
 
 class GraphPlan(_P):
-    requested: str
-    enabled: bool
-    disable_reason: str | None = None
+    requested: str = Field(
+        description="What the spec asked for: `auto`, `on` or `off`; the collector graph: `off` or `update_state`."
+    )
+    enabled: bool = Field(description="Whether the run uses the graph.")
+    disable_reason: str | None = Field(None, description="Why not (null when enabled).")
 
 
 class GraphsPlan(_P):
-    learner: GraphPlan
-    physics: GraphPlan
-    collector: GraphPlan
+    learner: GraphPlan = Field(description="The learner's update cycle, collectives included, as a CUDA graph.")
+    physics: GraphPlan = Field(description="MuJoCo Warp's step as a CUDA graph (wp.ScopedCapture).")
+    collector: GraphPlan = Field(description="The experimental collector update-state graph.")
 
 
 class EnvVarPlan(_P):
-    name: str
-    value: str
+    name: str = Field(description="Environment variable given to the ranks.")
+    value: str = Field(description="Its value.")
     source: Literal["plan", "user"] = Field(description="`user`: taken from the environment, which wins.")
 
 
 class PlanBody(_P):
-    plan: PlanHeader
-    run: RunPlan
-    task: TaskPlan
-    sim: SimPlan
-    algo: AlgoSpec
-    topology: TopologyPlan
-    sync: SyncPlan
-    cuda_process_sharing: SharingPlan
-    gradient_wire: WirePlan
-    graphs: GraphsPlan
-    ranks: list[RankPlan]
-    nccl_env: list[EnvVarPlan] = Field(default_factory=list)
+    plan: PlanHeader = Field(description="Which unilab compiled the plan, from which spec, for which host facts.")
+    run: RunPlan = Field(description="The spec's [run], resolved.")
+    task: TaskPlan = Field(description="The spec's [task], resolved: robot and motion files pinned by digest.")
+    sim: SimPlan = Field(description="The spec's [sim], resolved.")
+    algo: AlgoSpec = Field(description="The spec's [algo] with every default filled in.")
+    topology: TopologyPlan = Field(description="Ranks and how they are launched and connected.")
+    sync: SyncPlan = Field(description="The collector/learner synchronisation contract.")
+    cuda_process_sharing: SharingPlan = Field(description="CUDA process sharing (none or MPS).")
+    gradient_wire: WirePlan = Field(description="How gradients travel between ranks.")
+    graphs: GraphsPlan = Field(description="CUDA graph boundaries: requested, enabled, and why not.")
+    ranks: list[RankPlan] = Field(description="Per rank: device, GPU, seed, CPU sets, threads and MPS service.")
+    nccl_env: list[EnvVarPlan] = Field(
+        default_factory=list, description="NCCL environment of the ranks (GPU data parallel only)."
+    )
     host_facts: dict[str, Any] = Field(description="The host facts the plan depends on, by key path.")
 
 
 class Plan(PlanBody):
     """A compiled plan. `plan_id` is the sha256 of the canonical JSON of everything else."""
 
-    plan_id: str
+    plan_id: str = Field(description="sha256 of the canonical JSON of everything else: the plan's content address.")
 
     def collector_device(self, rank: int) -> str:
         """The torch device of ``rank``'s collector: its GPU (the only one the rank process sees)

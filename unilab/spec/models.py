@@ -158,7 +158,7 @@ class _OffPolicyBase(_AlgoBase):
 class SacSpec(_OffPolicyBase):
     """`[algo]` with `name = "sac"`: soft actor-critic, with FastSAC's large-batch options."""
 
-    name: Literal["sac"]
+    name: Literal["sac"] = Field(description="The learner algorithm.")
     critic: Literal["mse", "c51"] = Field("mse", description="Scalar twin-Q (`mse`) or C51 distributional critic.")
     layer_norm: bool = Field(False, description="LayerNorm after each hidden layer (FastSAC).")
     target_entropy: float | Literal["auto"] = Field("auto", description="`auto`: -action_dim.")
@@ -167,7 +167,7 @@ class SacSpec(_OffPolicyBase):
 class FlashSacSpec(_OffPolicyBase):
     """`[algo]` with `name = "flashsac"`: FlashSAC (arXiv:2604.04539)."""
 
-    name: Literal["flashsac"]
+    name: Literal["flashsac"] = Field(description="The learner algorithm.")
     batch_size: Annotated[int, Field(ge=1, le=1_048_576)] = Field(2048, description="Replay minibatch size.")
     updates_per_step: Annotated[float, Field(gt=0, le=1024)] = Field(
         0.5, description="Low update-to-data ratio: gradient updates per env step of one env batch."
@@ -191,8 +191,10 @@ class FlashSacSpec(_OffPolicyBase):
 class PpoSpec(_AlgoBase):
     """`[algo]` with `name = "ppo"`: PPO through rsl-rl-lib's on-policy runner."""
 
-    name: Literal["ppo"]
-    hidden_dims: Widths = Field((256, 128, 64), min_length=1)
+    name: Literal["ppo"] = Field(description="The learner algorithm.")
+    hidden_dims: Widths = Field(
+        (256, 128, 64), min_length=1, description="Hidden layer widths of the actor and of the critic."
+    )
     num_steps_per_env: Annotated[int, Field(ge=1, le=MAX_COUNT)] = Field(
         24, description="Rollout length per env per iteration."
     )
@@ -273,11 +275,13 @@ class Spec(_Section):
     """A unilab run spec (TOML)."""
 
     schema_version: Literal[1] = Field(description="Spec format version; this unilab reads 1.")
-    run: RunSpec
-    task: TaskSpec
-    sim: SimSpec = Field(default_factory=SimSpec)
-    algo: AlgoSpec
-    training: TrainingSpec = Field(default_factory=TrainingSpec)
+    run: RunSpec = Field(description="The run: name, seed, budget, output, checkpoints, logging.")
+    task: TaskSpec = Field(description="What to learn: task, robot, number of envs, episode settings.")
+    sim: SimSpec = Field(default_factory=SimSpec, description="Physics: backend, timestep, decimation, workers.")
+    algo: AlgoSpec = Field(description="The learner: `sac`, `flashsac` or `ppo`, and its settings.")
+    training: TrainingSpec = Field(
+        default_factory=TrainingSpec, description="Execution: devices, K, CUDA sharing, gradient wire, graphs."
+    )
 
     def device_list(self) -> list[str | int]:
         d = self.training.devices
