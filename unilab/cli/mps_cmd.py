@@ -101,7 +101,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "mps",
         help="start, stop and inspect NVIDIA MPS daemons (one per GPU)",
         description="Manage one NVIDIA MPS control daemon per GPU, each with its own pipe and log "
-        "directories under unilab's state directory ($UNILAB_STATE_DIR, else ~/.local/state/unilab). "
+        "directories under $UNILAB_STATE_DIR/mps/NAME (else $XDG_STATE_HOME/unilab/mps/NAME, "
+        "$XDG_STATE_HOME defaulting to ~/.local/state). "
         "Training never starts or stops daemons; plans refer to these services by GPU UUID.",
     )
     msub = p.add_subparsers(dest="mps_command", metavar="ACTION", required=True)
