@@ -74,11 +74,13 @@ def test_another_plans_checkpoint_is_refused(tmp_path: Path) -> None:
         load_checkpoint(path, plan_id="sha256:" + "cd" * 32)
 
 
-@pytest.mark.parametrize("damage", ["truncate", "garbage", "empty"])
+@pytest.mark.parametrize("damage", ["truncate", "garbage", "empty", "text"])
 def test_corrupt_checkpoint_is_refused(tmp_path: Path, damage: str) -> None:
     path, _ = save_checkpoint(tmp_path, _state(1), plan_id=PLAN, env_steps=1, keep=1)
     data = path.read_bytes()
-    path.write_bytes({"truncate": data[: len(data) // 2], "garbage": b"\x00not a zip" * 10, "empty": b""}[damage])
+    path.write_bytes(
+        {"truncate": data[: len(data) // 2], "garbage": b"\x00not a zip" * 10, "empty": b"", "text": b"junk\n"}[damage]
+    )
     with pytest.raises(UnilabError, match="corrupt or unreadable"):
         load_checkpoint(path, plan_id=PLAN)
 
