@@ -205,3 +205,13 @@ def test_a_key_inside_a_table_set_is_fixed_in_that_set_not_in_the_file() -> None
     assert str(G1) not in d.fix
     d = diags(G1, 'algo={name="sac", lrr=1}')["algo.lrr"]
     assert d.fix.startswith("drop lrr from your --set 'algo={...}'") and str(G1) not in d.fix, d.fix
+
+
+@pytest.mark.parametrize("key", ["run.output_dir", "task.robot_mjcf", "task.motion"])
+def test_a_home_directory_of_no_user_is_a_spec_error(key: str) -> None:
+    """`~NAME/...` for a user this host does not have: refused with the key, not a crash later when
+    the run directory is made or the file digested."""
+    user = "no-such-user-unilab"
+    d = diags(G1, f'{key}="~{user}/x"')
+    assert d[key].rule_id == "spec.value" and f"`~{user}` names no user here" in d[key].condition
+    load_spec(G1, [f'{key}="~/x"'])  # the user's own home directory is fine

@@ -6,6 +6,7 @@ a request is decided later, by the plan's rules, against recorded host facts.
 
 from __future__ import annotations
 
+import os
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator
@@ -27,6 +28,19 @@ class _Section(BaseModel):
 # Strict mode wants a Python tuple; TOML gives a list. The items stay strict.
 Pair = Annotated[tuple[float, float], Strict(False)]
 Widths = Annotated[tuple[Annotated[int, Field(ge=1, le=65536)], ...], Strict(False)]
+
+
+def _home_resolves(path: str) -> str:
+    """A path that starts with `~` or `~NAME` must name a home directory this host knows:
+    otherwise every later use of it (the run directory, the file's digest) fails."""
+    if path.startswith("~") and os.path.expanduser(path) == path:
+        user = path[1:].split("/", 1)[0]
+        raise ValueError(
+            f"must be a path on this host: `~{user}` names no user here"
+            if user
+            else "must be a path on this host: `~` needs HOME, which is not set"
+        )
+    return path
 
 
 class RunSpec(_Section):
@@ -55,6 +69,11 @@ class RunSpec(_Section):
         5.0, description="Interval of the progress line, metrics events and tensorboard scalars."
     )
     checkpoint_keep: Annotated[int, Field(ge=1, le=1000)] = Field(3, description="Newest checkpoints kept on disk.")
+
+    @field_validator("output_dir")
+    @classmethod
+    def _output_home(cls, v: str) -> str:
+        return _home_resolves(v)
 
 
 class CommandRanges(_Section):
@@ -90,6 +109,12 @@ class TaskSpec(_Section):
         description="A user's G1 MJCF instead of the built-in model (29 joint names must match); "
         "relative paths resolve against the spec file's directory.",
     )
+
+    @field_validator("motion", "robot_mjcf")
+    @classmethod
+    def _input_home(cls, v: str | None) -> str | None:
+        return v if v is None else _home_resolves(v)
+
     observation_noise: bool = Field(
         False, description="Add uniform noise to observations (G1 tasks; cartpole refuses it)."
     )
