@@ -341,6 +341,23 @@ def test_plan_out_is_the_input(tmp_path: Path, saved_plan: Path) -> None:
     assert digest(spec) == digest(Path(CARTPOLE))
 
 
+def test_plan_out_is_one_of_the_plans_files(tmp_path: Path) -> None:
+    """--out onto the host facts, the robot MJCF or the motion the plan pins would destroy them."""
+    facts = tmp_path / "node.json"
+    shutil.copy(HOST, facts)
+    motion = tmp_path / "clip.npz"
+    shutil.copy(ROOT / "unilab" / "assets" / "motions" / "g1_squat.npz", motion)
+    mjcf = tmp_path / "g1.xml"
+    shutil.copy(ROOT / "unilab" / "robot" / "assets" / "g1.xml", mjcf)
+    spec = SPECS / "g1_motion_tracking.toml"
+    sets = ["--set", f'task.motion="{motion}"', "--set", f'task.robot_mjcf="{mjcf}"']
+    for target in (facts, motion, mjcf):
+        before = digest(target)
+        r = unilab("plan", str(spec), *sets, "--host-facts", str(facts), "--out", str(target))
+        assert_io_error(r, "is the input file")
+        assert digest(target) == before
+
+
 def test_plan_format_follows_out_extension(tmp_path: Path) -> None:
     r = unilab("plan", CARTPOLE, "--host-facts", HOST, "--format", "json", "--out", str(tmp_path / "pj.toml"))
     assert_io_error(r, "--format json does not match --out")
