@@ -239,6 +239,20 @@ def test_broken_pipe_is_quiet() -> None:
     assert rc in (0, 1)
 
 
+def test_a_plan_to_a_closed_standard_output_is_an_error() -> None:
+    """`unilab plan SPEC >&-`: no plan reached anyone, so the exit is not 0, and no internal error."""
+    r = subprocess.run(
+        [sys.executable, "-m", "unilab", "plan", CARTPOLE, "--host-facts", HOST],
+        cwd=ROOT,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: os.close(1),
+        timeout=120,
+    )
+    assert r.returncode == 1 and "standard output is closed" in r.stderr, r.stderr
+    assert "internal error" not in r.stderr and "Traceback" not in r.stderr
+
+
 # 2. fixes that fit the failure
 
 

@@ -4,6 +4,7 @@ loads torch, warp or mujoco. Every failure ends in one clear paragraph and a non
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import sys
 from pathlib import Path
@@ -284,12 +285,16 @@ class _GuardedStdout:
         self._inner = inner
 
     def write(self, text: str) -> int:
+        if self._inner is None:  # started with standard output closed (`unilab plan SPEC >&-`)
+            raise _OutputError(OSError(errno.EBADF, "standard output is closed"))
         try:
             return self._inner.write(text)
         except OSError as exc:
             raise _OutputError(exc) from None
 
     def flush(self) -> None:
+        if self._inner is None:
+            return
         try:
             self._inner.flush()
         except OSError as exc:
@@ -297,6 +302,23 @@ class _GuardedStdout:
 
     def __getattr__(self, name: str):
         return getattr(self._inner, name)
+
+
+def _reserve_standard_fds() -> None:
+    """A standard descriptor the process was started without (`>&-`) is taken by /dev/null: else
+    the next file opened (a run's events.jsonl, a checkpoint) would get its number, and a child
+    process's output to it would land in that file."""
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            try:
+                got = os.open(os.devnull, os.O_RDWR)
+            except OSError:
+                return
+            if got != fd:  # the lowest free number is fd itself; make sure
+                os.dup2(got, fd)
+                os.close(got)
 
 
 def _silence_stdout() -> None:
@@ -328,6 +350,7 @@ def main(argv: list[str] | None = None) -> int:
     if _TRACKER_QUIET not in sys.warnoptions:
         sys.warnoptions.append(_TRACKER_QUIET)
     parser = build_parser()
+    _reserve_standard_fds()
     real_stdout = sys.stdout
     sys.stdout = _GuardedStdout(real_stdout)
     try:
