@@ -134,6 +134,16 @@ CASES = [
         "CPU-only build",
     ),
     Case("devices.torch-cuda", "one_h200", {"training__devices": [0]}, False),
+    Case(
+        "sim.packages",
+        _facts_with("cpu_laptop", packages__warp_lang=None, packages__mujoco_warp=None),
+        {"sim__backend": "mjwarp"},
+        True,
+        "warp-lang and mujoco-warp are not installed",
+        'sim.backend = "mujoco"',
+    ),
+    Case("sim.packages", _facts_with("cpu_laptop", packages__torch=None), {}, True, "torch is not installed"),
+    Case("sim.packages", _facts_with("cpu_laptop", packages__warp_lang=None, packages__mujoco_warp=None), {}, False),
     Case("devices.cpu-blocks", "cpu_laptop", {"training__devices": ["cpu"] * 3}, True, "need at least 3 CPUs"),
     Case(
         "devices.cpu-blocks",

@@ -257,3 +257,27 @@ def sim_workers(r: Rule, ctx: Context) -> list[Diagnostic]:
             )
         ]
     return []
+
+
+@rule(
+    "sim.packages",
+    "sim.backend",
+    "The run's packages are installed on the host: torch and mujoco, and for sim.backend = mjwarp also "
+    "warp-lang and mujoco-warp.",
+)
+def sim_packages(r: Rule, ctx: Context) -> list[Diagnostic]:
+    p = ctx.facts.packages
+    needed = {"torch": p.torch, "mujoco": p.mujoco}
+    if ctx.spec.sim.backend == "mjwarp":
+        needed |= {"warp-lang": p.warp_lang, "mujoco-warp": p.mujoco_warp}
+    missing = [name for name, version in needed.items() if version is None]
+    if not missing:
+        return []
+    only_warp = set(missing) <= {"warp-lang", "mujoco-warp"}
+    return [
+        r.diag(
+            f"{' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} not installed on the host",
+            f"install unilab with its dependencies on that host (pip install {' '.join(missing)}, or bash "
+            "tools/setup.sh in a checkout), then plan again" + ('; or use sim.backend = "mujoco"' if only_warp else ""),
+        )
+    ]
