@@ -77,6 +77,41 @@ def test_a_checkpoint_path_outside_the_run_dir_is_refused(tmp_path: Path) -> Non
     run = tmp_path / "run"
     run.mkdir()
     (tmp_path / "secret").write_bytes(b"x")
+    (run / "checkpoints").mkdir()
     m = manifest(checkpoints=[CheckpointRecord(path="../secret", env_steps=10, sha256="0" * 64)])
     report = check_manifest(m, run / "manifest.json")
-    assert report.problems == ["checkpoint ../secret is outside the run directory"]
+    assert "checkpoint ../secret is outside the run directory" in report.problems
+
+
+def _run_dir_with_plan(tmp_path: Path) -> tuple[Path, str]:
+    from tests.conftest import SPECS, host
+    from unilab.plan.compile import compile_plan
+    from unilab.plan.render import render
+    from unilab.spec.load import load_spec
+
+    loaded = load_spec(SPECS / "cartpole.toml")
+    plan = compile_plan(loaded.spec, host("cpu_laptop"), loaded.spec_dir)
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "plan.toml").write_text(render(plan))
+    return run, plan.plan_id
+
+
+def test_the_run_directorys_plan_is_the_one_that_ran(tmp_path: Path) -> None:
+    """plan.toml must be there, be the manifest's plan, and still hash to its own plan_id (a body
+    edited after the run is not the plan that ran, even with its id line intact)."""
+    run, plan_id = _run_dir_with_plan(tmp_path)
+    m = manifest(plan_id=plan_id)
+    report = check_manifest(m, run / "manifest.json")
+    assert report.problems == [] and report.plan_checked
+    text = (run / "plan.toml").read_text()
+    (run / "plan.toml").write_text(text.replace("num_envs = 16", "num_envs = 8", 1))
+    assert any("was edited" in p for p in check_manifest(m, run / "manifest.json").problems)
+    (run / "plan.toml").unlink()
+    (run / "events.jsonl").write_text("")
+    assert any("plan.toml is missing" in p for p in check_manifest(m, run / "manifest.json").problems)
+
+
+def test_a_manifest_copied_out_alone_is_checked_by_its_fields_only(tmp_path: Path) -> None:
+    report = check_manifest(manifest(), tmp_path / "manifest.json")
+    assert report.problems == [] and not report.run_dir_checked

@@ -8,7 +8,6 @@ writes manifests that pass these checks; `unilab manifest validate` applies them
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -72,12 +71,17 @@ def check_run_dir(m: Manifest, run_dir: Path, report: ConsistencyReport) -> None
     """The run directory's plan.toml is the plan the manifest names; listed checkpoints hold the
     bytes it recorded. A run killed mid-checkpoint may list one that pruning removed: a missing
     file counts only once the run has finished."""
+    from unilab.errors import UnilabError
+    from unilab.plan.render import load_plan
+
     plan = run_dir / "plan.toml"
-    if plan.is_file():
+    if not plan.is_file():
+        report.problems.append(f"{plan} is missing: a run directory keeps the plan it ran")
+    else:
         try:
-            plan_id = tomllib.loads(plan.read_text(encoding="utf-8")).get("plan_id")
-        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-            report.problems.append(f"{plan} cannot be read as a plan: {exc}")
+            plan_id = load_plan(plan).plan_id  # also: its content still hashes to its plan_id
+        except UnilabError as exc:
+            report.problems.append(exc.summary)
         else:
             report.plan_checked = True
             if plan_id != m.plan_id:
@@ -104,7 +108,11 @@ def check_run_dir(m: Manifest, run_dir: Path, report: ConsistencyReport) -> None
 
 def check_manifest(m: Manifest, path: Path) -> ConsistencyReport:
     report = ConsistencyReport(problems=check_fields(m))
-    if path.name == "manifest.json":  # in its run directory: check the files it names too
+    run_dir = path.parent
+    in_run_dir = path.name == "manifest.json" and any(
+        (run_dir / name).exists() for name in ("plan.toml", "events.jsonl", "checkpoints")
+    )
+    if in_run_dir:  # check the files it names too (a manifest copied out alone has none beside it)
         report.run_dir_checked = True
         check_run_dir(m, path.parent, report)
     return report
