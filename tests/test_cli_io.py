@@ -253,6 +253,17 @@ def test_a_plan_to_a_closed_standard_output_is_an_error() -> None:
     assert "internal error" not in r.stderr and "Traceback" not in r.stderr
 
 
+def test_errors_name_what_is_wrong_where(tmp_path: Path) -> None:
+    """The message points at the real problem: a file where a directory should be, a run
+    directory that does not exist, the side of a diff that cannot be planned."""
+    r = unilab("plan", CARTPOLE, "--host-facts", HOST, "--out", f"{CARTPOLE}/x.toml")
+    assert_io_error(r, f"{CARTPOLE} is a file, not a directory")
+    r = unilab("apply", "--resume", str(tmp_path / "nope"))
+    assert_io_error(r, "no such directory")
+    r = unilab("diff", str(SPECS / "g1.toml"), CARTPOLE, "--host-facts", HOST, "--set", "task.observation_noise=true")
+    assert_io_error(r, f"B ({CARTPOLE}): the plan is refused")
+
+
 # 2. fixes that fit the failure
 
 

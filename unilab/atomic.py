@@ -67,6 +67,11 @@ def check_out_path(out: Path, example: str) -> None:
             f"--out {out} is not a regular file (a device, pipe or socket); unilab would replace it with one",
             fix=f"pass a regular file name, e.g. --out {example}",
         )
+    if out.parent.exists() and not out.parent.is_dir():
+        raise UnilabError(
+            f"cannot write {out}: {out.parent} is a file, not a directory",
+            fix=f"pass a file name in an existing directory, e.g. --out {out.parent.parent / example}",
+        )
     if not out.parent.is_dir():
         raise UnilabError(
             f"cannot write {out}: directory {out.parent} does not exist", fix=f"create it first (mkdir -p {out.parent})"

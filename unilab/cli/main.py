@@ -76,8 +76,15 @@ def _cmd_diff(args: argparse.Namespace) -> int:
             fix=f"pass a spec on one side: unilab diff SPEC {args.b} --host-facts {args.host_facts}",
         )
     # --host-facts is for the spec side(s); a saved plan holds the facts it was compiled against.
-    a = plan_data(plan_from_path(args.a, args.set, None if saved[0] else args.host_facts))
-    b = plan_data(plan_from_path(args.b, args.set, None if saved[1] else args.host_facts))
+    sides = []
+    for side, path, is_saved in (("A", args.a, saved[0]), ("B", args.b, saved[1])):
+        try:
+            sides.append(plan_data(plan_from_path(path, args.set, None if is_saved else args.host_facts)))
+        except UnilabError as exc:  # say which side failed: both may come from similar files
+            exc.summary = f"{side} ({path}): {exc.summary}"
+            exc.args = (exc.summary,)
+            raise
+    a, b = sides
     changes = [c for c in diff_plans(a, b) if c.key != "plan_id"]
     if not changes:
         print(f"no changes: both plans are {a['plan_id']}")

@@ -68,6 +68,11 @@ def cmd_apply(args: argparse.Namespace) -> int:
                 fix=f"drop --set to resume {args.resume}, or start a new run: unilab apply SPEC --set ...",
             )
         target = args.resume / "plan.toml"  # the run's own plan, re-checked against this host
+        if not args.resume.is_dir():
+            raise UnilabError(
+                f"--resume {args.resume}: " + ("no such directory" if not args.resume.exists() else "not a directory"),
+                fix="pass the run directory `unilab apply` printed at the end of the run",
+            )
         if not target.is_file():
             raise UnilabError(
                 f"{args.resume} is not a unilab run directory (no plan.toml)",
