@@ -260,6 +260,11 @@ def test_errors_name_what_is_wrong_where(tmp_path: Path) -> None:
     assert_io_error(r, f"{CARTPOLE} is a file, not a directory")
     r = unilab("apply", "--resume", str(tmp_path / "nope"))
     assert_io_error(r, "no such directory")
+    r = unilab("schema", "--out", "")
+    assert r.returncode == 1 and "an empty path" in r.stderr
+    (tmp_path / "spec.json").write_text('{"schema_version": 1, "run": {"name": "x"}}')
+    r = unilab("plan", str(tmp_path / "spec.json"))
+    assert_io_error(r, "looks like a spec written as JSON")
     r = unilab("diff", str(SPECS / "g1.toml"), CARTPOLE, "--host-facts", HOST, "--set", "task.observation_noise=true")
     assert_io_error(r, f"B ({CARTPOLE}): the plan is refused")
 

@@ -123,14 +123,15 @@ def test_stop_unknown_name(state: Path) -> None:
         service.stop("nope", state)
 
 
-def test_status_without_nvidia_tools_is_one_line_and_nonzero(tmp_path: Path) -> None:
+def test_status_without_nvidia_tools_is_an_error_with_a_fix(tmp_path: Path) -> None:
     env = {**os.environ, "PATH": os.path.dirname(sys.executable), "UNILAB_STATE_DIR": str(tmp_path)}
     r = subprocess.run(
         [sys.executable, "-m", "unilab", "mps", "status"], cwd=ROOT, env=env, capture_output=True, text=True
     )
-    assert r.returncode == 1
-    assert len((r.stdout + r.stderr).strip().splitlines()) == 1
-    assert "nvidia-cuda-mps-control not found" in r.stderr
+    assert r.returncode == 1 and r.stdout == ""
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 2 and "nvidia-cuda-mps-control is not on PATH" in lines[0]
+    assert lines[1].startswith("fix: install the NVIDIA driver's MPS tools")
 
 
 def test_status_and_env_through_the_cli(tmp_path: Path) -> None:

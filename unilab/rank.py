@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from unilab.cli.args import path_arg
 from unilab.cli.common import file_error
 from unilab.errors import UnilabError
 
@@ -29,9 +30,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         prog="python -m unilab.rank", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("plan", type=Path, metavar="PLAN.toml")
-    ap.add_argument("--run-dir", type=Path, help="rank 0's run directory (default: a new one under run.output_dir)")
-    ap.add_argument("--resume", type=Path, metavar="RUN_DIR", help="continue RUN_DIR from its last checkpoint")
+    ap.add_argument("plan", type=path_arg, metavar="PLAN.toml")
+    ap.add_argument("--run-dir", type=path_arg, help="rank 0's run directory (default: a new one under run.output_dir)")
+    ap.add_argument("--resume", type=path_arg, metavar="RUN_DIR", help="continue RUN_DIR from its last checkpoint")
     args = ap.parse_args(argv)
     try:
         if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:

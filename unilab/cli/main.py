@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from unilab import __version__
+from unilab.cli.args import path_arg
 from unilab.errors import UnilabError
 
 if TYPE_CHECKING:
@@ -199,7 +200,7 @@ def build_parser() -> argparse.ArgumentParser:
         )
         sp.add_argument(
             "--host-facts",
-            type=Path,
+            type=path_arg,
             metavar="FILE",
             help="compile against facts recorded with `unilab host --json` instead of probing this host",
         )
@@ -215,11 +216,11 @@ def build_parser() -> argparse.ArgumentParser:
         "Every request the host cannot honour is refused with the rule, the key, the first unmet "
         "condition and the fixing command (exit 1).",
     )
-    sp.add_argument("spec", type=Path, metavar="SPEC", help="run spec (.toml), or a saved plan to re-render")
+    sp.add_argument("spec", type=path_arg, metavar="SPEC", help="run spec (.toml), or a saved plan to re-render")
     spec_opts(sp)
     sp.add_argument(
         "--out",
-        type=Path,
+        type=path_arg,
         metavar="FILE",
         help="write the plan to FILE (atomically) instead of stdout; FILE must not be SPEC or a directory",
     )
@@ -240,8 +241,8 @@ def build_parser() -> argparse.ArgumentParser:
         "saving one side first (unilab plan SPEC --set ... --out B.toml). Exit code: 0 when equal, 2 when "
         "they differ, 1 on error.",
     )
-    sp.add_argument("a", type=Path, metavar="A", help="spec (.toml) or saved plan")
-    sp.add_argument("b", type=Path, metavar="B", help="spec (.toml) or saved plan")
+    sp.add_argument("a", type=path_arg, metavar="A", help="spec (.toml) or saved plan")
+    sp.add_argument("b", type=path_arg, metavar="B", help="spec (.toml) or saved plan")
     spec_opts(sp)
     sp.set_defaults(func=_cmd_diff)
 
@@ -260,7 +261,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Write the JSON Schemas (draft 2020-12) of unilab's documents, or check that the "
         "committed ones match the code.",
     )
-    sp.add_argument("--out", type=Path, default=Path("schemas"), metavar="DIR", help="directory (default: schemas)")
+    sp.add_argument("--out", type=path_arg, default=Path("schemas"), metavar="DIR", help="directory (default: schemas)")
     sp.add_argument("--check", action="store_true", help="fail (exit 1) if the files in DIR differ from the code")
     sp.set_defaults(func=_cmd_schema)
 

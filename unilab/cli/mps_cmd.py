@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import shlex
 import signal
-import sys
 import time
 
 from unilab.errors import UnilabError
@@ -62,8 +61,11 @@ def _cmd_status(args: argparse.Namespace) -> int:
     from unilab.mps import service
 
     if shutil.which(service.CONTROL_BINARY) is None:
-        print(f"error: {service.CONTROL_BINARY} not found: no NVIDIA MPS tools on this host", file=sys.stderr)
-        return EXIT_ERROR
+        raise UnilabError(
+            f"{service.CONTROL_BINARY} is not on PATH: the NVIDIA MPS tools are not installed here",
+            fix="install the NVIDIA driver's MPS tools (e.g. the nvidia-utils package) on this GPU host; "
+            'without MPS, plan with training.cuda_process_sharing = "none"',
+        )
     services = service.status(_state(args))
     if not services:
         print("no MPS services registered (start one with: unilab mps start --gpus 0 --name train-gpu0 --daemon)")

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import math
 from collections.abc import Callable
-from pathlib import Path
+
+from unilab.cli.args import path_arg
 
 
 def _command(args: argparse.Namespace) -> list[str]:
@@ -124,7 +125,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "profile.json, profile.md and profile.png. Default arms: physics graph off vs on (CUDA MuJoCo Warp), "
         "else one vs two CPU physics workers.",
     )
-    sp.add_argument("spec", type=Path, metavar="SPEC", help="run spec (.toml)")
+    sp.add_argument("spec", type=path_arg, metavar="SPEC", help="run spec (.toml)")
     sp.add_argument(
         "--arm",
         action="append",
@@ -164,7 +165,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     sp.add_argument(
         "--out",
-        type=Path,
+        type=path_arg,
         metavar="DIR",
         help="new profile directory, must not exist (default: <run.output_dir>/profile-<utc time>)",
     )

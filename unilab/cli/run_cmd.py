@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from unilab.cli.args import path_arg
 from unilab.errors import UnilabError
 
 if TYPE_CHECKING:
@@ -124,7 +125,7 @@ def add_parsers(sub: argparse._SubParsersAction, spec_opts) -> None:
     )
     sp.add_argument(
         "target",
-        type=Path,
+        type=path_arg,
         nargs="?",
         metavar="SPEC|PLAN",
         help="run spec (.toml) or saved plan; with --resume it defaults to RUN_DIR/plan.toml",
@@ -138,7 +139,7 @@ def add_parsers(sub: argparse._SubParsersAction, spec_opts) -> None:
     )
     sp.add_argument(
         "--resume",
-        type=Path,
+        type=path_arg,
         metavar="RUN_DIR",
         help="continue RUN_DIR from its last checkpoint with its own plan (a SPEC|PLAN given must have the "
         "same plan id)",
@@ -156,7 +157,7 @@ def add_parsers(sub: argparse._SubParsersAction, spec_opts) -> None:
         description="Check a manifest's schema and consistency; next to its run directory also that "
         "plan.toml has its plan id and every checkpoint its recorded sha256.",
     )
-    vp.add_argument("file", type=Path, metavar="RUN_DIR|FILE", help="a run directory or a manifest.json")
+    vp.add_argument("file", type=path_arg, metavar="RUN_DIR|FILE", help="a run directory or a manifest.json")
     vp.set_defaults(func=cmd_manifest_validate)
 
     sp = sub.add_parser(
@@ -167,11 +168,11 @@ def add_parsers(sub: argparse._SubParsersAction, spec_opts) -> None:
         "its metadata holds the control period and, for the G1, the joint names, standing pose and "
         "action scale (joint targets = default_joint_pos + action_scale * action).",
     )
-    sp.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    sp.add_argument("run_dir", type=path_arg, metavar="RUN_DIR")
     sp.add_argument("--format", choices=("onnx",), default="onnx")
     sp.add_argument(
         "--out",
-        type=Path,
+        type=path_arg,
         metavar="FILE",
         help="written atomically (default: RUN_DIR/policy.onnx); inside RUN_DIR only a previous export "
         "(*.onnx) may be replaced",

@@ -78,6 +78,11 @@ def load_plan(path: Path) -> Plan:
             f"plan file {path} is not valid {path.suffix[1:] or 'TOML'}: {exc}",
             fix="re-create it with `unilab plan SPEC --out FILE`",
         ) from None
+    if isinstance(data, dict) and "plan_id" not in data and "plan" not in data and "schema_version" in data:
+        raise UnilabError(
+            f"{path} looks like a spec written as JSON: specs are TOML (a JSON file is read as a saved plan)",
+            fix="write the spec as TOML; specs/g1.toml shows the layout and docs/spec.md every key",
+        )
     try:
         plan = Plan.model_validate(data)
     except ValidationError as exc:

@@ -1,0 +1,15 @@
+"""argparse types shared by the command-line entry points (standard library only: parsing the
+command line must not wait for heavy imports)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def path_arg(text: str) -> Path:
+    """A path argument; an empty one is refused, not read as the current directory (`--out ""`
+    would write into it)."""
+    if not text:
+        raise argparse.ArgumentTypeError("an empty path")
+    return Path(text)
