@@ -67,6 +67,13 @@ CASES = [
         True,
         "CUDA_VISIBLE_DEVICES='7' cannot be mapped",
     ),
+    Case(
+        "devices.exist",
+        _facts_with("one_h200", cuda_visible_devices={"raw": "GPU-zzzz", "uuids": ["GPU-zzzz"]}),
+        {"training__devices": [0]},
+        True,
+        "visible GPU 0 is GPU-zzzz (CUDA_VISIBLE_DEVICES), which is not a GPU of the host",
+    ),
     Case("devices.exist", "one_h200", {"training__devices": [0]}, False),
     Case("devices.unique", "node_8gpu_mps", {"training__devices": [0, 0]}, True, "are the same GPU"),
     Case(

@@ -40,6 +40,15 @@ def devices_exist(r: Rule, ctx: Context) -> list[Diagnostic]:
                     key,
                 )
             ]
+        known = {g.uuid for g in f.nvidia.gpus}
+        if isinstance(ref, int) and 0 <= ref < len(visible.uuids) and visible.uuids[ref] not in known:
+            return [
+                r.diag(
+                    f"visible GPU {ref} is {visible.uuids[ref]} (CUDA_VISIBLE_DEVICES), which is not a GPU of the host",
+                    "correct CUDA_VISIBLE_DEVICES (indices or GPU UUIDs from `unilab host`)",
+                    key,
+                )
+            ]
         listing = ", ".join(f"{j}={u}" for j, u in enumerate(visible.uuids)) or "none"
         unread = f"; {f.nvidia.nvml_error}" if f.nvidia.nvml_error else ""
         return [
