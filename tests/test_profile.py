@@ -186,6 +186,36 @@ def test_a_run_past_its_timeout_is_stopped_and_recorded_as_interrupted(
     assert json.loads(manifest.read_text())["status"] == "interrupted"  # Ctrl-C'd, not SIGKILLed
 
 
+@pytest.mark.slow
+def test_a_sigterm_stops_a_profile_and_its_run_cleanly(tmp_path: Path) -> None:
+    """A scheduler's SIGTERM to the profile alone: the run under way is asked to stop too (its record
+    says interrupted), the profile exits 130 and says what it leaves behind."""
+    import os
+    import signal
+    import sys
+
+    out = tmp_path / "p"
+    argv = ["profile", str(SPEC), "--repeats", "1", "--warmup", "64", "--window", "100000000"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "unilab", *argv, "--host-sync-steps", "0", "--out", str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "UNILAB_STATE_DIR": str(tmp_path / "state")},
+    )
+    deadline = time.monotonic() + 600
+    while not list((out / "arms").glob("*/*/manifest.json")) and time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGTERM)
+    _out, err = proc.communicate(timeout=180)
+    assert proc.returncode == 130, err
+    assert "profile stopped before it finished" in err and "Traceback" not in err
+    (manifest,) = (out / "arms").glob("*/*/manifest.json")
+    assert json.loads(manifest.read_text())["status"] == "interrupted"
+    assert not (out / "profile.json").exists()
+
+
 # ------------------------------------------------------------------------------ phase timer
 def test_phase_timer_separates_cpu_time_from_waiting() -> None:
     timer = PhaseTimer(("busy", "sleep"))

@@ -46,6 +46,11 @@ def cmd_profile(args: argparse.Namespace) -> int:
             f"--out {args.out} already exists (a {what}); a profile writes a new directory",
             fix="pass a path that does not exist yet, or leave --out out for <run.output_dir>/profile-<utc time>",
         )
+    if args.out is not None and not args.out.parent.is_dir():  # as for plan --out: no directories made up
+        raise UnilabError(
+            f"cannot create --out {args.out}: directory {args.out.parent} does not exist",
+            fix=f"create it first (mkdir -p {args.out.parent}), or choose another --out",
+        )
     if args.arm:
         arms = parse_arms(args.arm)
     else:
@@ -66,7 +71,10 @@ def cmd_profile(args: argparse.Namespace) -> int:
         command=_command(args),
         default_arms=not args.arm,
     )
-    result = run_profile(req)
+    from unilab.run.stop import stop_signals_interrupt
+
+    with stop_signals_interrupt():  # a SIGTERM or SIGHUP stops a profile as Ctrl-C does
+        result = run_profile(req)
     print()
     print(render_markdown(result.profile))
     print(f"profile directory: {result.directory}")

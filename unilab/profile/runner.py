@@ -117,7 +117,12 @@ def run_apply_subprocess(cmd: list[str], out_dir: Path, timeout_s: float, log: P
                 detail=f"command: {' '.join(cmd)}; its output: {log}",
                 fix="shorten --warmup/--window, or raise --run-timeout",
             ) from None
-        except BaseException:  # Ctrl-C of the profile itself: the child got it too; let it finish its record
+        except BaseException:
+            # The profile was stopped. A terminal's Ctrl-C reached the run too; a SIGTERM to the
+            # profile alone did not. A SIGHUP asks the run to stop in both cases: it is the run's
+            # first stop request, or one more SIGHUP, which a stopping run ignores (unilab.run.stop).
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGHUP)
             _wait_or_kill(proc)
             raise
     dirs = sorted(p for p in out_dir.iterdir() if p.is_dir())

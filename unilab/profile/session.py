@@ -4,6 +4,7 @@ inventory, and write profile.json, profile.md and profile.png into the profile d
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -127,27 +128,32 @@ def run_profile(req: ProfileRequest, say=print) -> ProfileOutput:
         f"profile {out}: {len(req.arms)} arms x {req.repeats} repeats, warm-up {windows.warmup_syncs} syncs, "
         f"window {windows.window_syncs} syncs"
     )
-    runs: dict[str, list[ArmRun]] = {a.name: [] for a in req.arms}
-    workers: dict[str, int | None] = {}
-    for i, (arm, r) in enumerate(order):
-        run_out = out / "arms" / f"{arm.name}-r{r}"
-        cmd = apply_command(spec_path, arm, req.base_sets, arm_windows[arm.name], run_out, algo_warmup)
-        say(f"  [{i + 1}/{len(order)}] arm {arm.name} repeat {r} ...", end="", flush=True)
-        outcome = run_apply_subprocess(cmd, run_out, req.run_timeout_s, run_out.with_suffix(".log"))
-        sample = window_sample(outcome.warmup, outcome.final, outcome.window_s)
-        workers[arm.name] = outcome.final.ranks[0].physics_workers if outcome.final.ranks else None
-        runs[arm.name].append(
-            ArmRun(
-                repeat=r,
-                order=i,
-                command=cmd,
-                run_dir=str(outcome.run_dir),
-                manifest=str(outcome.run_dir / "manifest.json"),
-                exit_code=outcome.exit_code,
-                window=sample,
+    try:
+        runs: dict[str, list[ArmRun]] = {a.name: [] for a in req.arms}
+        workers: dict[str, int | None] = {}
+        for i, (arm, r) in enumerate(order):
+            run_out = out / "arms" / f"{arm.name}-r{r}"
+            cmd = apply_command(spec_path, arm, req.base_sets, arm_windows[arm.name], run_out, algo_warmup)
+            say(f"  [{i + 1}/{len(order)}] arm {arm.name} repeat {r} ...", end="", flush=True)
+            outcome = run_apply_subprocess(cmd, run_out, req.run_timeout_s, run_out.with_suffix(".log"))
+            sample = window_sample(outcome.warmup, outcome.final, outcome.window_s)
+            workers[arm.name] = outcome.final.ranks[0].physics_workers if outcome.final.ranks else None
+            runs[arm.name].append(
+                ArmRun(
+                    repeat=r,
+                    order=i,
+                    command=cmd,
+                    run_dir=str(outcome.run_dir),
+                    manifest=str(outcome.run_dir / "manifest.json"),
+                    exit_code=outcome.exit_code,
+                    window=sample,
+                )
             )
-        )
-        say(f" {sample.iteration_us / 1e3:.1f} ms/sync, coverage {100 * sample.coverage:.1f}%")
+            say(f" {sample.iteration_us / 1e3:.1f} ms/sync, coverage {100 * sample.coverage:.1f}%")
+    except BaseException:
+        # The runs so far stay (each a complete run directory); the profile itself was not made.
+        print(f"profile stopped before it finished: {out} holds its runs so far, no profile.json", file=sys.stderr)
+        raise
 
     device = collector_device(spec)
     host_sync = None
