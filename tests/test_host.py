@@ -224,3 +224,13 @@ def test_an_unreadable_mps_registry_is_a_fact_not_an_error(tmp_path: Path) -> No
     assert "services.json cannot be read (services.0.name: Input should be a valid string)" in (
         facts.mps.registry_error or ""
     )
+
+
+@pytest.mark.parametrize("pipe", ["/tmp/a\u0000b", "relative/pipe"])
+def test_a_registry_path_no_daemon_was_started_with_is_a_fact_not_a_crash(tmp_path: Path, pipe: str) -> None:
+    """`unilab mps start` records absolute paths; a NUL byte or a relative path was edited in."""
+    entry = {"name": "x", "gpu_uuid": "GPU-1", "pipe_directory": pipe, "log_directory": "/tmp/log"}
+    (tmp_path / "services.json").write_text(json.dumps({"services": [entry]}))
+    facts = probe_host(env={}, nvml=None, state_dir=tmp_path)
+    assert facts.mps.services == []
+    assert "services.0.pipe_directory" in (facts.mps.registry_error or "")

@@ -10,7 +10,7 @@ import stat
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from unilab.atomic import write_text_atomic
 from unilab.errors import UnilabError
@@ -32,6 +32,15 @@ class RegistryEntry(BaseModel):
     pipe_directory: str
     log_directory: str
     daemon_pid: Annotated[int, Field(gt=0, le=_PID_MAX)] | None = None
+
+    @field_validator("pipe_directory", "log_directory")
+    @classmethod
+    def _absolute_path(cls, v: str) -> str:
+        # `unilab mps start` writes absolute paths; anything else was edited in, and a NUL byte
+        # would fail every later use of the path.
+        if "\0" in v or not v.startswith("/"):
+            raise ValueError(f"must be an absolute path without NUL bytes: {v!r}")
+        return v
 
 
 class Registry(BaseModel):
