@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import ROOT
 from tests.test_cli import assert_clean_error, unilab
 from unilab.digests import file_sha256
 from unilab.plan.render import is_plan_file
@@ -198,3 +199,32 @@ def test_a_single_rank_gpu_run_pins_its_planned_gpu_before_it_starts(
     assert seen == [facts.nvidia.gpus[3].uuid]
     # A caller that goes on (a test, a notebook) gets its stop-signal handlers back, not SIG_IGN.
     assert {s: signal.getsignal(s) for s in before} == before
+
+
+@pytest.mark.parametrize(
+    ("forge", "says"),
+    [
+        (lambda d: d.update(ranks=[]), "ranks must be numbered 0..0"),
+        (lambda d: d["ranks"][0].update(collector_cpu_ids=[99]), "outside the host's CPU affinity"),
+    ],
+)
+def test_a_hand_made_plan_with_a_recomputed_id_still_cannot_run_impossible_ranks(
+    tmp_path: Path, forge, says: str
+) -> None:
+    """The plan_id only proves a plan was not edited by accident; what compile guarantees about its
+    ranks is checked again on reading, so apply never meets a plan it cannot run."""
+    import hashlib
+
+    r = unilab("plan", str(ROOT / "specs" / "cartpole.toml"), "--format", "json")
+    data = json.loads(r.stdout)
+    forge(data)
+    body = {k: v for k, v in data.items() if k != "plan_id"}
+    data["plan_id"] = (
+        "sha256:" + hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    )
+    path = tmp_path / "forged.json"
+    path.write_text(json.dumps(data))
+    r = unilab("apply", str(path), "--quiet", cwd=tmp_path)
+    assert_clean_error(r)
+    assert says in r.stderr and "internal error" not in r.stderr, r.stderr
+    assert not (tmp_path / "runs").exists()

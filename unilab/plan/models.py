@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from unilab.spec.models import AlgoSpec, CommandRanges, RunSpec, SimSpec, TaskSpec
 
@@ -175,6 +175,25 @@ class Plan(PlanBody):
     """A compiled plan. `plan_id` is the sha256 of the canonical JSON of everything else."""
 
     plan_id: str = Field(description="sha256 of the canonical JSON of everything else: the plan's content address.")
+
+    @model_validator(mode="after")
+    def _ranks_fit(self) -> Plan:
+        """What compile guarantees, checked again on every plan read: a plan edited by hand (its
+        plan_id recomputed) must not reach the executor with ranks it cannot run."""
+        n = self.topology.world_size
+        if [r.rank for r in self.ranks] != list(range(n)):
+            raise ValueError(f"ranks must be numbered 0..{n - 1}, one per rank of topology.world_size {n}")
+        affinity = self.host_facts.get("cpu.affinity")
+        if isinstance(affinity, list):
+            for r in self.ranks:
+                outside = sorted(set(r.collector_cpu_ids + r.learner_cpu_ids) - set(affinity))
+                if outside or not r.collector_cpu_ids:
+                    raise ValueError(
+                        f"rank {r.rank}'s CPUs {outside} are outside the host's CPU affinity {affinity}"
+                        if outside
+                        else f"rank {r.rank} has no collector CPU"
+                    )
+        return self
 
     def collector_device(self, rank: int) -> str:
         """The torch device of ``rank``'s collector: its GPU (the only one the rank process sees)
