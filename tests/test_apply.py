@@ -190,6 +190,10 @@ def test_apply_leaves_a_complete_run_directory_and_resumes(tmp_path: Path) -> No
     shutil.copy(run_dir / manifest["checkpoints"][-1]["path"], ckpt)
     plan_text = (copy / "plan.toml").read_text()
     (copy / "plan.toml").write_text(plan_text.replace(manifest["plan_id"], "sha256:" + "0" * 64))
+    with pytest.raises(UnilabError, match=r"plan\.toml was edited: its plan_id does not match its content"):
+        validate_manifest_file(copy / "manifest.json")
+    other = subprocess.run([*UNILAB, "plan", str(ROOT / "specs" / "cartpole.toml")], capture_output=True, text=True)
+    (copy / "plan.toml").write_text(other.stdout)  # a whole plan, but another run's
     with pytest.raises(UnilabError, match=r"plan\.toml has plan_id"):
         validate_manifest_file(copy / "manifest.json")
     assert marked_pids(mark) == []
