@@ -10,6 +10,7 @@ with the table; re-run when the machine is quiet before quoting a figure.
     python tools/bench_physics.py --schemes            # cost of the ways to end a step consistently
     python tools/bench_physics.py --signalling         # worker round-trip latency of pipes/Events/Connections
     python tools/bench_physics.py --acc-solve          # the backend with and without the accelerometer's solve
+    python tools/bench_physics.py --solver-work        # solver work per physics step: standing vs random actions
 """
 
 from __future__ import annotations
@@ -262,6 +263,90 @@ def _bench_acc_solve(xml: str, qpos1: list[float], ctrl1: list[float], args: arg
     print(f"acc_solve_cost={cost:.3f}")
 
 
+def _bench_solver_work(xml: str, qpos1: list[float], ctrl1: list[float], args: argparse.Namespace) -> None:
+    """Why the same backend is slower under random actions than holding the standing pose (the
+    (a)/(c) gap of ``tools/bench_collector.py``): MuJoCo's own counters per physics step, in one
+    process, for 16 worlds over 150 control steps from the standing pose. ``standing`` holds the
+    pose; ``random`` draws uniform actions in [-1, 1] each control step and maps them to joint
+    targets as the G1 tasks do (default pose + action_scale * action); a world whose pelvis falls
+    below g1_walk's fall height is reset, as the task does. Each mode runs with the model's joint
+    friction loss and without it (its constraint rows are most of the standing robot's). Modes are
+    interleaved over ``--repeat`` rounds; time is the best round's. Last line:
+    ``random_over_standing=<us ratio - 1>`` with the model as shipped."""
+    import mujoco
+    import numpy as np
+
+    from unilab.robot.model import RobotLayout
+    from unilab.sim.mjmodel import load_mj_model
+    from unilab.tasks.base import joint_action_scale
+    from unilab.tasks.g1_walk import FALL_HEIGHT
+
+    worlds, control_steps = 16, 150
+    models = {}
+    for friction in (True, False):
+        m = load_mj_model(xml)
+        layout = RobotLayout.from_model(m)
+        if not friction:
+            m.dof_frictionloss[:] = 0.0
+        models[friction] = (m, layout)
+    layout0 = models[True][1]
+    scale = joint_action_scale(layout0).numpy()
+    default_ctrl = np.asarray(ctrl1)
+    act = layout0.actuator_ids
+    stats: dict[tuple[str, bool], dict[str, float]] = {}
+    for _ in range(args.repeat):
+        for friction, (m, _layout) in models.items():
+            for mode in ("standing", "random"):
+                rng = np.random.default_rng(0)
+                datas = [mujoco.MjData(m) for _ in range(worlds)]
+                for d in datas:
+                    d.qpos[:], d.ctrl[:] = qpos1, ctrl1
+                    mujoco.mj_forward(m, d)
+                iters = rows = contacts = steps = resets = 0
+                seconds = 0.0
+                for _k in range(control_steps):
+                    for d in datas:
+                        if mode == "random":
+                            d.ctrl[:] = default_ctrl
+                            d.ctrl[act] = default_ctrl[act] + scale * rng.uniform(-1.0, 1.0, len(act))
+                        for _s in range(args.decimation):
+                            t0 = time.perf_counter()
+                            mujoco.mj_step(m, d)
+                            seconds += time.perf_counter() - t0
+                            iters += int(d.solver_niter[0])
+                            rows += d.nefc
+                            contacts += d.ncon
+                            steps += 1
+                        if d.qpos[layout0.base_qpos_adr + 2] < FALL_HEIGHT:
+                            mujoco.mj_resetData(m, d)
+                            d.qpos[:], d.ctrl[:] = qpos1, ctrl1
+                            mujoco.mj_forward(m, d)
+                            resets += 1
+                key = (mode, friction)
+                us = seconds / steps * 1e6
+                if key not in stats or us < stats[key]["us"]:
+                    stats[key] = {
+                        "us": us,
+                        "iters": iters / steps,
+                        "rows": rows / steps,
+                        "contacts": contacts / steps,
+                        "resets": resets,
+                    }
+    print(
+        f"G1, {worlds} worlds x {control_steps} control steps, decimation {args.decimation}, best of {args.repeat}, "
+        f"load average {os.getloadavg()[0]:.2f}"
+    )
+    print(
+        f"{'joint friction':<16}{'actions':<10}{'us/step':>9}{'Newton it.':>12}{'rows':>7}{'contacts':>10}{'resets':>8}"
+    )
+    for (mode, friction), s in sorted(stats.items(), key=lambda kv: (not kv[0][1], kv[0][0] != "standing")):
+        print(
+            f"{'as shipped' if friction else 'removed':<16}{mode:<10}{s['us']:9.1f}{s['iters']:12.2f}"
+            f"{s['rows']:7.1f}{s['contacts']:10.2f}{s['resets']:8d}"
+        )
+    print(f"random_over_standing={stats[('random', True)]['us'] / stats[('standing', True)]['us'] - 1:.3f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[64, 256, 1024], help="num_envs values")
@@ -276,6 +361,9 @@ def main() -> None:
     parser.add_argument("--signalling", action="store_true", help="only time worker signalling round trips")
     parser.add_argument(
         "--acc-solve", action="store_true", help="only time the CPU backend with and without the accelerometer's solve"
+    )
+    parser.add_argument(
+        "--solver-work", action="store_true", help="only count MuJoCo's solver work: standing vs random actions"
     )
     args = parser.parse_args()
 
@@ -297,6 +385,9 @@ def main() -> None:
         return
     if args.acc_solve:
         _bench_acc_solve(xml, qpos1, ctrl1, args)
+        return
+    if args.solver_work:
+        _bench_solver_work(xml, qpos1, ctrl1, args)
         return
     cpus = sorted(os.sched_getaffinity(0))
     print(
