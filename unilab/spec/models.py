@@ -98,7 +98,11 @@ class TaskSpec(_Section):
         description="Task to train. `cartpole` is a small check task (not a G1): it learns in about a minute."
     )
     num_envs: Annotated[int, Field(ge=1, le=1_048_576)] = Field(description="Parallel environments per rank.")
-    episode_length_s: Annotated[float, Field(gt=0, le=3600)] = Field(20.0, description="Episode time limit, seconds.")
+    episode_length_s: Annotated[float, Field(gt=0, le=3600)] = Field(
+        20.0,
+        description="Episode time limit, seconds; rounded up to whole control steps (the plan's "
+        "`task.max_episode_steps`).",
+    )
     motion: str | None = Field(
         None,
         description="Reference motion for g1_motion_tracking: `builtin:NAME` or a .npz path "

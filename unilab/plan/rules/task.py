@@ -124,12 +124,21 @@ _INT32_MAX = 2**31 - 1
 @rule(
     "task.episode-steps",
     "task.episode_length_s",
-    "An episode lasts at most 2**31 - 1 control steps (the tasks count steps in int32).",
+    "An episode lasts at least one control step and at most 2**31 - 1 (the tasks count steps in int32).",
 )
 def task_episode_steps(r: Rule, ctx: Context) -> list[Diagnostic]:
     t, sim = ctx.spec.task, ctx.spec.sim
     dt = control_dt(sim.timestep, sim.decimation)
     steps = t.episode_length_s / dt
+    if steps < 1 and whole_steps(t.episode_length_s, dt) is None:
+        # Rounded up to one step it would last many times what was asked.
+        return [
+            r.diag(
+                f"episode_length_s = {t.episode_length_s} is shorter than one control step of {seconds_text(dt)} s "
+                f"(sim.timestep {sim.timestep} x sim.decimation {sim.decimation})",
+                f"set task.episode_length_s >= {seconds_text(dt)}, or lower sim.timestep or sim.decimation",
+            )
+        ]
     if steps <= _INT32_MAX:
         return []
     return [
