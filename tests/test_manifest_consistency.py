@@ -12,7 +12,9 @@ from unilab.manifest.models import (
     FirstError,
     GraphEvidence,
     Manifest,
+    Metrics,
     Provenance,
+    RankEvidence,
     SharingEvidence,
     Timing,
     Topology,
@@ -38,6 +40,7 @@ def manifest(**kw: object) -> Manifest:
         backend=BackendDiagnostics(physics="mujoco", physics_graph=off, learner_graph=off),
         cuda_process_sharing=SharingEvidence(configured="none", effective="none"),
         counters=Counters(env_steps=1000),
+        ranks=[RankEvidence.model_construct(rank=0)],
     )
     base.update(kw)
     return Manifest.model_construct(**base)
@@ -67,6 +70,12 @@ def test_each_contradiction_is_named() -> None:
         "past counters.env_steps": manifest(
             checkpoints=[CheckpointRecord(path="checkpoints/a", env_steps=2000, sha256="0" * 64)]
         ),
+        "ranks [] are not the 1 rank(s)": manifest(ranks=[]),
+        "ranks [0, 0] are not the 1 rank(s)": manifest(
+            ranks=[RankEvidence.model_construct(rank=0), RankEvidence.model_construct(rank=0)]
+        ),
+        "timing.wall_s is nan (not a finite number)": manifest(timing=Timing(wall_s=float("nan"))),
+        "metrics.episode_return_mean is inf": manifest(metrics=Metrics(episode_return_mean=float("inf"))),
     }
     for says, m in cases.items():
         problems = check_fields(m)

@@ -8,6 +8,7 @@ writes manifests that pass these checks; `unilab manifest validate` applies them
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -26,6 +27,17 @@ class ConsistencyReport:
 
 def _time(text: str) -> datetime:
     return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def _non_finite(node: object, where: str) -> list[tuple[str, float]]:
+    """(key path, value) of every NaN or infinity: Python's json reads them, JSON has no such numbers."""
+    if isinstance(node, float):
+        return [] if math.isfinite(node) else [(where, node)]
+    if isinstance(node, dict):
+        return [x for k, v in node.items() for x in _non_finite(v, f"{where}.{k}" if where else str(k))]
+    if isinstance(node, list):
+        return [x for i, v in enumerate(node) for x in _non_finite(v, f"{where}[{i}]")]
+    return []
 
 
 def check_fields(m: Manifest) -> list[str]:
@@ -53,10 +65,11 @@ def check_fields(m: Manifest) -> list[str]:
         out.append(f"timing.train_s {m.timing.train_s:.1f} exceeds the session's wall_s {m.timing.wall_s:.1f}")
     w = m.topology.world_size
     ids = [r.rank for r in m.ranks]
-    if len(set(ids)) != len(ids) or any(not 0 <= r < w for r in ids):
-        out.append(f"ranks {ids} are not distinct ranks of a world of {w}")
+    if sorted(ids) != list(range(w)):  # the manifest is first written once every rank has started
+        out.append(f"ranks {ids} are not the {w} rank(s) of topology.world_size {w}, each once")
     if m.data_parallel is not None and m.data_parallel.world_size != w:
         out.append(f"data_parallel.world_size {m.data_parallel.world_size} is not topology.world_size {w}")
+    out += [f"{where} is {value} (not a finite number)" for where, value in _non_finite(m.model_dump(), "")]
     if m.status == "succeeded" and m.counters.dropped_transitions != 0:
         out.append(f"a succeeded run dropped {m.counters.dropped_transitions} transitions (the invariant is 0)")
     steps = [c.env_steps for c in m.checkpoints]
