@@ -234,3 +234,13 @@ def test_a_registry_path_no_daemon_was_started_with_is_a_fact_not_a_crash(tmp_pa
     facts = probe_host(env={}, nvml=None, state_dir=tmp_path)
     assert facts.mps.services == []
     assert "services.0.pipe_directory" in (facts.mps.registry_error or "")
+
+
+def test_a_relative_state_directory_is_made_absolute(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The registry records the pipe directory; a daemon and its clients started elsewhere must
+    find the same one, so `UNILAB_STATE_DIR=state` means ./state from where it was given."""
+    from unilab.host.mps_registry import state_directory
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("UNILAB_STATE_DIR", "state")
+    assert state_directory() == tmp_path / "state" / "mps"

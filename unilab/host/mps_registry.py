@@ -52,11 +52,13 @@ class Registry(BaseModel):
 
 def state_directory() -> Path:
     """unilab's MPS state directory: $UNILAB_STATE_DIR/mps, else $XDG_STATE_HOME/unilab/mps."""
+    # Absolute: the registry records these paths, and a daemon and its clients started from other
+    # working directories must find the same pipe directory.
     root = os.environ.get("UNILAB_STATE_DIR")
     if root:
-        return Path(root) / "mps"
+        return Path(os.path.abspath(root)) / "mps"
     xdg = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(xdg) / "unilab" / "mps"
+    return Path(os.path.abspath(xdg)) / "unilab" / "mps"
 
 
 def registry_path(state_dir: Path | None = None) -> Path:
