@@ -187,9 +187,11 @@ def test_a_run_past_its_timeout_is_stopped_and_recorded_as_interrupted(
 
 
 @pytest.mark.slow
-def test_a_sigterm_stops_a_profile_and_its_run_cleanly(tmp_path: Path) -> None:
-    """A scheduler's SIGTERM to the profile alone: the run under way is asked to stop too (its record
-    says interrupted), the profile exits 130 and says what it leaves behind."""
+@pytest.mark.parametrize("how", ["sigterm-to-the-profile", "ctrl-c-in-its-terminal"])
+def test_a_stopped_profile_stops_its_run_cleanly(tmp_path: Path, how: str) -> None:
+    """A scheduler's SIGTERM to the profile alone, or a terminal's Ctrl-C (SIGINT to its process
+    group): the run under way gets one stop request (its record says interrupted, not cut short by
+    a second), the profile exits 130 and says what it leaves behind."""
     import os
     import signal
     import sys
@@ -202,12 +204,16 @@ def test_a_sigterm_stops_a_profile_and_its_run_cleanly(tmp_path: Path) -> None:
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, "UNILAB_STATE_DIR": str(tmp_path / "state")},
+        start_new_session=True,  # a process group of its own, as a terminal gives a command
     )
     deadline = time.monotonic() + 600
     while not list((out / "arms").glob("*/*/manifest.json")) and time.monotonic() < deadline:
         assert proc.poll() is None, proc.communicate()
         time.sleep(0.1)
-    proc.send_signal(signal.SIGTERM)
+    if how == "sigterm-to-the-profile":
+        proc.send_signal(signal.SIGTERM)
+    else:
+        os.killpg(proc.pid, signal.SIGINT)
     _out, err = proc.communicate(timeout=180)
     assert proc.returncode == 130, err
     assert "profile stopped before it finished" in err and "Traceback" not in err

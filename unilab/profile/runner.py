@@ -104,25 +104,26 @@ def _wait_or_kill(proc: subprocess.Popen[bytes]) -> None:
 def run_apply_subprocess(cmd: list[str], out_dir: Path, timeout_s: float, log: Path) -> RunOutcome:
     out_dir.mkdir(parents=True, exist_ok=True)
     with log.open("w", encoding="utf-8") as fh:
-        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT)
+        # In a session of its own, the run gets no signal but the one stop request the profile
+        # sends it: a terminal's Ctrl-C reaches the profile alone, and a second signal (which
+        # would stop the run at once, without its record) never follows the first.
+        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
         try:
             proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
-            # Ctrl-C it, as a user would: the run stops with a final checkpoint and its manifest
-            # says interrupted, instead of a SIGKILL leaving one that still says running.
-            proc.send_signal(signal.SIGINT)
+            # Stop it as Ctrl-C would: the run ends with a final checkpoint and its manifest says
+            # interrupted, instead of a SIGKILL leaving one that still says running. SIGTERM, not
+            # SIGINT: a shell without job control starts background jobs ignoring SIGINT.
+            proc.send_signal(signal.SIGTERM)
             _wait_or_kill(proc)
             raise UnilabError(
                 f"a profiled run did not finish within {timeout_s:g} s and was stopped",
                 detail=f"command: {' '.join(cmd)}; its output: {log}",
                 fix="shorten --warmup/--window, or raise --run-timeout",
             ) from None
-        except BaseException:
-            # The profile was stopped. A terminal's Ctrl-C reached the run too; a SIGTERM to the
-            # profile alone did not. A SIGHUP asks the run to stop in both cases: it is the run's
-            # first stop request, or one more SIGHUP, which a stopping run ignores (unilab.run.stop).
+        except BaseException:  # the profile was stopped (Ctrl-C, SIGTERM, SIGHUP): so is its run
             if proc.poll() is None:
-                proc.send_signal(signal.SIGHUP)
+                proc.send_signal(signal.SIGTERM)
             _wait_or_kill(proc)
             raise
     dirs = sorted(p for p in out_dir.iterdir() if p.is_dir())
