@@ -205,7 +205,7 @@ def test_a_single_rank_gpu_run_pins_its_planned_gpu_before_it_starts(
     ("forge", "says"),
     [
         (lambda d: d.update(ranks=[]), "ranks must be numbered 0..0"),
-        (lambda d: d["ranks"][0].update(collector_cpu_ids=[99]), "outside the host's CPU affinity"),
+        (lambda d: d["ranks"][0].update(collector_cpu_ids=[1_000_000]), "outside the host's CPU affinity"),
     ],
 )
 def test_a_hand_made_plan_with_a_recomputed_id_still_cannot_run_impossible_ranks(
@@ -228,3 +228,21 @@ def test_a_hand_made_plan_with_a_recomputed_id_still_cannot_run_impossible_ranks
     assert_clean_error(r)
     assert says in r.stderr and "internal error" not in r.stderr, r.stderr
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_saved_plan_with_a_home_path_reads_on_a_host_without_that_user(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`~alice/runs` was checked where the plan was made; reading the plan elsewhere (re-render,
+    diff, export, manifest validate) does not ask this host about alice."""
+    import os
+
+    from unilab.plan.render import load_plan
+
+    out = tmp_path / "p.toml"
+    r = unilab("plan", str(ROOT / "specs" / "cartpole.toml"), "--set", 'run.output_dir="~/runs"', "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    text = out.read_text()
+    assert 'output_dir = "~/runs"' in text
+    monkeypatch.setattr(os.path, "expanduser", lambda p: p)  # a host that resolves no home directory
+    assert load_plan(out).run.output_dir == "~/runs"

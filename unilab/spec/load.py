@@ -16,7 +16,7 @@ from pydantic import ValidationError
 from unilab.errors import Diagnostic, SpecError
 from unilab.inputfile import read_input
 from unilab.spec.diagnose import format_validation_error, spec_error
-from unilab.spec.models import Spec
+from unilab.spec.models import SPEC_CONTEXT, Spec
 
 # Keys that only mean something to off-policy learners; a PPO spec that sets them is refused
 # by name (rule algo.ppo-offpolicy-keys) instead of a generic "extra field" error.
@@ -158,7 +158,7 @@ def validate_spec_data(data: dict[str, Any], source: str, overridden: set[str] |
     if diags:
         checked = {**data, "algo": {k: v for k, v in data["algo"].items() if k not in OFF_POLICY_KEYS}}
     try:
-        spec = Spec.model_validate(checked)
+        spec = Spec.model_validate(checked, context=SPEC_CONTEXT)
     except ValidationError as exc:
         diags += format_validation_error(exc, source, checked, overridden).diagnostics
     if diags:

@@ -1,7 +1,8 @@
 """The run spec: what a user writes in TOML. Pydantic v2, frozen, unknown keys refused.
 
-Validation here is about the spec alone (types, ranges, shapes). Whether the host can honour
-a request is decided later, by the plan's rules, against recorded host facts.
+Validation here is about the spec alone (types, ranges, shapes), with one exception made only
+while a spec is read (``SPEC_CONTEXT``): a `~NAME` path must name a user of this host. Whether the
+host can honour a request is decided later, by the plan's rules, against recorded host facts.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 import os
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator
+from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationInfo, field_validator
 
 SPEC_SCHEMA_VERSION = 1
 # The largest count a spec takes: exact as a float (JSON readers) and far inside TOML's 64-bit integers,
@@ -30,9 +31,16 @@ Pair = Annotated[tuple[float, float], Strict(False)]
 Widths = Annotated[tuple[Annotated[int, Field(ge=1, le=65536)], ...], Strict(False)]
 
 
-def _home_resolves(path: str) -> str:
+# Validation context of a spec being read (`unilab.spec.load`): the checks that look at this host
+# run only then, not when a saved plan (whose sections extend these models) is read on another.
+SPEC_CONTEXT = {"reading_spec": True}
+
+
+def _home_resolves(path: str, info: ValidationInfo) -> str:
     """A path that starts with `~` or `~NAME` must name a home directory this host knows:
     otherwise every later use of it (the run directory, the file's digest) fails."""
+    if not (info.context or {}).get("reading_spec"):
+        return path
     if path.startswith("~") and os.path.expanduser(path) == path:
         user = path[1:].split("/", 1)[0]
         raise ValueError(
@@ -72,8 +80,8 @@ class RunSpec(_Section):
 
     @field_validator("output_dir")
     @classmethod
-    def _output_home(cls, v: str) -> str:
-        return _home_resolves(v)
+    def _output_home(cls, v: str, info: ValidationInfo) -> str:
+        return _home_resolves(v, info)
 
 
 class CommandRanges(_Section):
@@ -116,8 +124,8 @@ class TaskSpec(_Section):
 
     @field_validator("motion", "robot_mjcf")
     @classmethod
-    def _input_home(cls, v: str | None) -> str | None:
-        return v if v is None else _home_resolves(v)
+    def _input_home(cls, v: str | None, info: ValidationInfo) -> str | None:
+        return v if v is None else _home_resolves(v, info)
 
     observation_noise: bool = Field(
         False, description="Add uniform noise to observations (G1 tasks; cartpole refuses it)."
