@@ -80,6 +80,8 @@ def test_each_contradiction_is_named() -> None:
     for says, m in cases.items():
         problems = check_fields(m)
         assert len(problems) == 1 and says in problems[0], (says, problems)
+    # A run that failed before its ranks' evidence was gathered records none, and says why.
+    assert check_fields(manifest(ranks=[], status="failed", first_error=err)) == []
 
 
 def test_a_checkpoint_path_outside_the_run_dir_is_refused(tmp_path: Path) -> None:
@@ -116,6 +118,12 @@ def test_the_run_directorys_plan_is_the_one_that_ran(tmp_path: Path) -> None:
     text = (run / "plan.toml").read_text()
     (run / "plan.toml").write_text(text.replace("num_envs = 16", "num_envs = 8", 1))
     assert any("was edited" in p for p in check_manifest(m, run / "manifest.json").problems)
+    # Another unilab's plan (fields this one may hash differently) is compared by its plan_id only.
+    older = text.replace('unilab_version = "', 'unilab_version = "0.0.1-was-', 1)
+    assert older != text
+    (run / "plan.toml").write_text(older)
+    report = check_manifest(m, run / "manifest.json")
+    assert report.problems == [] and report.plan_checked
     (run / "plan.toml").unlink()
     (run / "events.jsonl").write_text("")
     assert any("plan.toml is missing" in p for p in check_manifest(m, run / "manifest.json").problems)

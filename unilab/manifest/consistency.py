@@ -65,7 +65,9 @@ def check_fields(m: Manifest) -> list[str]:
         out.append(f"timing.train_s {m.timing.train_s:.1f} exceeds the session's wall_s {m.timing.wall_s:.1f}")
     w = m.topology.world_size
     ids = [r.rank for r in m.ranks]
-    if sorted(ids) != list(range(w)):  # the manifest is first written once every rank has started
+    # Every rank's evidence is gathered before the first "running" manifest; a run that failed while
+    # gathering it (an MPS client check, a peer that never answered) records none.
+    if sorted(ids) != list(range(w)) and not (ids == [] and m.status == "failed"):
         out.append(f"ranks {ids} are not the {w} rank(s) of topology.world_size {w}, each once")
     if m.data_parallel is not None and m.data_parallel.world_size != w:
         out.append(f"data_parallel.world_size {m.data_parallel.world_size} is not topology.world_size {w}")
@@ -78,6 +80,24 @@ def check_fields(m: Manifest) -> list[str]:
     if steps and steps[-1] > m.counters.env_steps:
         out.append(f"checkpoint at {steps[-1]} env steps is past counters.env_steps {m.counters.env_steps}")
     return out
+
+
+def _older_unilabs_plan_id(plan: Path) -> str | None:
+    """The plan_id of a plan another unilab version wrote (whose fields this one may not read or
+    hash alike): only its id can be compared. None for this version's plans and unreadable files."""
+    import tomllib
+
+    from unilab import __version__
+
+    try:
+        data = tomllib.loads(plan.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return None
+    version = data.get("plan", {}).get("unilab_version") if isinstance(data.get("plan"), dict) else None
+    plan_id = data.get("plan_id")
+    if version is None or version == __version__ or not isinstance(plan_id, str):
+        return None
+    return plan_id
 
 
 def check_run_dir(m: Manifest, run_dir: Path, report: ConsistencyReport) -> None:
@@ -94,8 +114,10 @@ def check_run_dir(m: Manifest, run_dir: Path, report: ConsistencyReport) -> None
         try:
             plan_id = load_plan(plan).plan_id  # also: its content still hashes to its plan_id
         except UnilabError as exc:
-            report.problems.append(exc.summary)
-        else:
+            plan_id = _older_unilabs_plan_id(plan)
+            if plan_id is None:
+                report.problems.append(exc.summary)
+        if plan_id is not None:
             report.plan_checked = True
             if plan_id != m.plan_id:
                 report.problems.append(f"{plan} has plan_id {plan_id!r}, the manifest {m.plan_id!r}")
