@@ -226,9 +226,9 @@ def test_an_unreadable_mps_registry_is_a_fact_not_an_error(tmp_path: Path) -> No
     )
 
 
-@pytest.mark.parametrize("pipe", ["/tmp/a\u0000b", "relative/pipe"])
+@pytest.mark.parametrize("pipe", ["/tmp/a\u0000b"])
 def test_a_registry_path_no_daemon_was_started_with_is_a_fact_not_a_crash(tmp_path: Path, pipe: str) -> None:
-    """`unilab mps start` records absolute paths; a NUL byte or a relative path was edited in."""
+    """No path holds a NUL byte: such an entry was edited in, and every use of it would fail."""
     entry = {"name": "x", "gpu_uuid": "GPU-1", "pipe_directory": pipe, "log_directory": "/tmp/log"}
     (tmp_path / "services.json").write_text(json.dumps({"services": [entry]}))
     facts = probe_host(env={}, nvml=None, state_dir=tmp_path)
@@ -244,3 +244,14 @@ def test_a_relative_state_directory_is_made_absolute(tmp_path: Path, monkeypatch
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("UNILAB_STATE_DIR", "state")
     assert state_directory() == tmp_path / "state" / "mps"
+
+
+def test_a_registry_entry_with_a_relative_path_stays_readable(tmp_path: Path) -> None:
+    """An older unilab registered relative directories for a relative UNILAB_STATE_DIR: such an
+    entry must not make the registry, and every other service in it, unusable."""
+    entries = [
+        {"name": "old", "gpu_uuid": "GPU-1", "pipe_directory": "state/mps/old/pipe", "log_directory": "state/l"},
+        {"name": "new", "gpu_uuid": "GPU-2", "pipe_directory": "/tmp/p", "log_directory": "/tmp/l"},
+    ]
+    (tmp_path / "services.json").write_text(json.dumps({"services": entries}))
+    assert [e.name for e in read_registry(tmp_path).services] == ["old", "new"]

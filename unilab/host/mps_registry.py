@@ -35,11 +35,12 @@ class RegistryEntry(BaseModel):
 
     @field_validator("pipe_directory", "log_directory")
     @classmethod
-    def _absolute_path(cls, v: str) -> str:
-        # `unilab mps start` writes absolute paths; anything else was edited in, and a NUL byte
-        # would fail every later use of the path.
-        if "\0" in v or not v.startswith("/"):
-            raise ValueError(f"must be an absolute path without NUL bytes: {v!r}")
+    def _no_nul_byte(cls, v: str) -> str:
+        # No path can hold one (it was edited in): every later use of the path would fail. A
+        # relative path, which unilab wrote for a relative UNILAB_STATE_DIR before it made the
+        # state directory absolute, stays readable (and its service stoppable).
+        if "\0" in v:
+            raise ValueError(f"a path cannot hold a NUL byte: {v!r}")
         return v
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import hashlib
 import io
+import pickle
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -142,7 +144,18 @@ def load_checkpoint(path: Path, *, plan_id: str | None) -> dict[str, Any]:
             detail="the file itself was not checked; it may well be intact",
             fix=f"give this user read access to {path} (and its directory), then retry",
         ) from None
-    except Exception as exc:  # torch's unpickler raises many kinds (a KeyError for a text file)
+    except (  # torch's weights-only unpickler raises many kinds on bytes that are no checkpoint
+        RuntimeError,
+        pickle.UnpicklingError,
+        zipfile.BadZipFile,
+        EOFError,
+        ValueError,
+        OSError,
+        KeyError,
+        IndexError,
+        AttributeError,
+        TypeError,
+    ) as exc:
         first = _first_sentence((str(exc).strip().splitlines() or [type(exc).__name__])[0])
         raise UnilabError(
             f"checkpoint {path} is corrupt or unreadable: {first}",
