@@ -253,6 +253,20 @@ def test_a_plan_to_a_closed_standard_output_is_an_error() -> None:
     assert "internal error" not in r.stderr and "Traceback" not in r.stderr
 
 
+def test_a_plan_written_to_a_file_succeeds_without_standard_output(tmp_path: Path) -> None:
+    """`unilab plan SPEC --out F >&-`: the plan is written; only its confirmation line is lost."""
+    out = tmp_path / "p.toml"
+    r = subprocess.run(
+        [sys.executable, "-m", "unilab", "plan", CARTPOLE, "--host-facts", HOST, "--out", str(out)],
+        cwd=ROOT,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: os.close(1),
+        timeout=120,
+    )
+    assert r.returncode == 0 and r.stderr == "" and out.read_text().startswith("# unilab execution plan")
+
+
 def test_errors_name_what_is_wrong_where(tmp_path: Path) -> None:
     """The message points at the real problem: a file where a directory should be, a run
     directory that does not exist, the side of a diff that cannot be planned."""

@@ -61,7 +61,10 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         sys.stdout.write(text)
     else:
         write_atomic(args.out, text)
-        print(f"plan {plan.plan_id} written to {args.out}")
+        try:
+            print(f"plan {plan.plan_id} written to {args.out}")
+        except _OutputError:  # the plan is written: a lost confirmation line is no failure
+            _silence_stdout()
     return EXIT_OK
 
 
