@@ -222,6 +222,39 @@ def test_a_stopped_profile_stops_its_run_cleanly(tmp_path: Path, how: str) -> No
     assert not (out / "profile.json").exists()
 
 
+@pytest.mark.slow
+def test_a_profile_killed_outright_takes_its_run_with_it(tmp_path: Path) -> None:
+    """Its run sits in a session of its own (so that a Ctrl-C reaches it once, through the profile):
+    a SIGKILL of the profile's process group must not leave that run going on alone."""
+    import os
+    import signal
+    import sys
+
+    out = tmp_path / "p"
+    argv = ["profile", str(SPEC), "--repeats", "1", "--warmup", "64", "--window", "100000000"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "unilab", *argv, "--host-sync-steps", "0", "--out", str(out)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "UNILAB_STATE_DIR": str(tmp_path / "state")},
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 600
+    while not list((out / "arms").glob("*/*/manifest.json")) and time.monotonic() < deadline:
+        assert proc.poll() is None
+        time.sleep(0.1)
+    (manifest,) = (out / "arms").glob("*/*/manifest.json")
+    rank = json.loads(manifest.read_text())["ranks"][0]
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    deadline = time.monotonic() + 30
+    alive = [rank["learner_pid"], rank["collector_pid"]]
+    while alive and time.monotonic() < deadline:
+        alive = [pid for pid in alive if Path(f"/proc/{pid}").exists()]
+        time.sleep(0.1)
+    assert alive == [], f"the run's processes {alive} outlived the profile"
+
+
 # ------------------------------------------------------------------------------ phase timer
 def test_phase_timer_separates_cpu_time_from_waiting() -> None:
     timer = PhaseTimer(("busy", "sleep"))

@@ -9,6 +9,10 @@ import signal
 
 _PR_SET_PDEATHSIG = 1
 
+# Set by a parent that starts `unilab apply` in a session of its own (`unilab profile`) to its pid:
+# the apply then dies with it, as its own child processes die with the apply.
+DIE_WITH_PARENT_ENV = "UNILAB_DIE_WITH_PARENT"
+
 
 def die_with_parent(parent_pid: int) -> None:
     """SIGKILL this process when its parent thread exits (PR_SET_PDEATHSIG); exit now if the

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -54,8 +55,22 @@ def _resolve(target: Path, overrides: list[str], resume_dir: Path | None = None)
     return compile_plan(loaded.spec, facts, loaded.spec_dir)
 
 
+def _die_with_a_parent_that_asked() -> None:
+    """`unilab profile` starts each run in a session of its own and asks it to die with the profile."""
+    from unilab.lifetime import DIE_WITH_PARENT_ENV, die_with_parent
+
+    parent = os.environ.pop(DIE_WITH_PARENT_ENV, None)  # popped: the run's own children die with it
+    if parent is None:
+        return
+    if not parent.isdigit():
+        raise UnilabError(f"{DIE_WITH_PARENT_ENV}={parent!r} is not a process id", fix=f"unset {DIE_WITH_PARENT_ENV}")
+    die_with_parent(int(parent))
+
+
 def cmd_apply(args: argparse.Namespace) -> int:
     from unilab.run.apply import ApplyRequest, run_apply
+
+    _die_with_a_parent_that_asked()
 
     target = args.target
     if target is None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import signal
 import subprocess
 import sys
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from unilab.errors import UnilabError
+from unilab.lifetime import DIE_WITH_PARENT_ENV
 from unilab.manifest.models import Manifest
 from unilab.profile.arms import Arm
 from unilab.profile.models import WindowSample
@@ -107,7 +109,10 @@ def run_apply_subprocess(cmd: list[str], out_dir: Path, timeout_s: float, log: P
         # In a session of its own, the run gets no signal but the one stop request the profile
         # sends it: a terminal's Ctrl-C reaches the profile alone, and a second signal (which
         # would stop the run at once, without its record) never follows the first.
-        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
+        # Out of the profile's process group, the run would outlive a SIGKILL of it: it dies with
+        # the profile instead (PR_SET_PDEATHSIG, asked for by `unilab apply` at its start).
+        env = {**os.environ, DIE_WITH_PARENT_ENV: str(os.getpid())}
+        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True, env=env)
         try:
             proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
