@@ -4,9 +4,12 @@ found, removed ones are not), and the command end to end with two tiny arms of r
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
+import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -186,16 +189,9 @@ def test_a_run_past_its_timeout_is_stopped_and_recorded_as_interrupted(
     assert json.loads(manifest.read_text())["status"] == "interrupted"  # Ctrl-C'd, not SIGKILLed
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("how", ["sigterm-to-the-profile", "ctrl-c-in-its-terminal"])
-def test_a_stopped_profile_stops_its_run_cleanly(tmp_path: Path, how: str) -> None:
-    """A scheduler's SIGTERM to the profile alone, or a terminal's Ctrl-C (SIGINT to its process
-    group): the run under way gets one stop request (its record says interrupted, not cut short by
-    a second), the profile exits 130 and says what it leaves behind."""
-    import os
-    import signal
-    import sys
-
+def _profile_under_way(tmp_path: Path) -> tuple[subprocess.Popen[str], Path]:
+    """A profile (in a process group of its own, as a terminal gives a command) whose first run has
+    written its manifest and has far more window left than any test waits; and its --out."""
     out = tmp_path / "p"
     argv = ["profile", str(SPEC), "--repeats", "1", "--warmup", "64", "--window", "100000000"]
     proc = subprocess.Popen(
@@ -204,12 +200,22 @@ def test_a_stopped_profile_stops_its_run_cleanly(tmp_path: Path, how: str) -> No
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, "UNILAB_STATE_DIR": str(tmp_path / "state")},
-        start_new_session=True,  # a process group of its own, as a terminal gives a command
+        start_new_session=True,
     )
     deadline = time.monotonic() + 600
     while not list((out / "arms").glob("*/*/manifest.json")) and time.monotonic() < deadline:
         assert proc.poll() is None, proc.communicate()
         time.sleep(0.1)
+    return proc, out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["sigterm-to-the-profile", "ctrl-c-in-its-terminal"])
+def test_a_stopped_profile_stops_its_run_cleanly(tmp_path: Path, how: str) -> None:
+    """A scheduler's SIGTERM to the profile alone, or a terminal's Ctrl-C (SIGINT to its process
+    group): the run under way gets one stop request (its record says interrupted, not cut short by
+    a second), the profile exits 130 and says what it leaves behind."""
+    proc, out = _profile_under_way(tmp_path)
     if how == "sigterm-to-the-profile":
         proc.send_signal(signal.SIGTERM)
     else:
@@ -226,27 +232,11 @@ def test_a_stopped_profile_stops_its_run_cleanly(tmp_path: Path, how: str) -> No
 def test_a_profile_killed_outright_takes_its_run_with_it(tmp_path: Path) -> None:
     """Its run sits in a session of its own (so that a Ctrl-C reaches it once, through the profile):
     a SIGKILL of the profile's process group must not leave that run going on alone."""
-    import os
-    import signal
-    import sys
-
-    out = tmp_path / "p"
-    argv = ["profile", str(SPEC), "--repeats", "1", "--warmup", "64", "--window", "100000000"]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "unilab", *argv, "--host-sync-steps", "0", "--out", str(out)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        env={**os.environ, "UNILAB_STATE_DIR": str(tmp_path / "state")},
-        start_new_session=True,
-    )
-    deadline = time.monotonic() + 600
-    while not list((out / "arms").glob("*/*/manifest.json")) and time.monotonic() < deadline:
-        assert proc.poll() is None
-        time.sleep(0.1)
+    proc, out = _profile_under_way(tmp_path)
     (manifest,) = (out / "arms").glob("*/*/manifest.json")
     rank = json.loads(manifest.read_text())["ranks"][0]
     os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait(timeout=30)
+    proc.communicate(timeout=30)
     deadline = time.monotonic() + 30
     alive = [rank["learner_pid"], rank["collector_pid"]]
     while alive and time.monotonic() < deadline:

@@ -8,14 +8,10 @@ import errno
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from unilab import __version__
 from unilab.cli.args import path_arg
 from unilab.errors import UnilabError
-
-if TYPE_CHECKING:
-    from unilab.plan.models import Plan
 
 EXIT_OK, EXIT_ERROR, EXIT_DIFFERENT, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -35,18 +31,9 @@ def _plan_format(fmt: str | None, out: Path | None) -> str:
     return by_ext
 
 
-def _plan_input_files(plan: Plan) -> list[Path]:
-    """The user files a plan depends on, as paths from here (a plan writes them relative to the
-    working directory of `unilab plan` when under it)."""
-    task = plan.task
-    sources = [task.robot.source]
-    if task.reference_motion is not None:
-        sources.append(task.reference_motion.source)
-    return [Path(s).expanduser() for s in sources if s != "builtin" and not s.startswith("builtin:")]
-
-
 def _cmd_plan(args: argparse.Namespace) -> int:
     from unilab.cli.common import check_out_file, plan_from_path, write_atomic
+    from unilab.plan.inputs import planned_input_paths
     from unilab.plan.render import render
 
     fmt = _plan_format(args.format, args.out)
@@ -55,7 +42,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         check_out_file(args.out, inputs, "plan")  # before compiling: refuse early
     plan = plan_from_path(args.spec, args.set, args.host_facts)
     if args.out is not None:  # and the files the plan pins by digest (robot MJCF, motion)
-        check_out_file(args.out, _plan_input_files(plan), "plan")
+        check_out_file(args.out, planned_input_paths(plan.task, Path.cwd()), "plan")
     text = render(plan, fmt)
     if args.out is None:
         sys.stdout.write(text)

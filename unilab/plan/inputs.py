@@ -62,6 +62,11 @@ def _user_files(task: TaskPlan) -> list[tuple[str, str, str]]:
     return files
 
 
+def planned_input_paths(task: TaskPlan, cwd: Path) -> list[Path]:
+    """The user files the plan reads (robot MJCF, motion), as paths from ``cwd``."""
+    return [resolve_input_path(source, cwd) for _, source, _ in _user_files(task)]
+
+
 def planned_task(task: TaskPlan) -> TaskPlan:
     """The task with its file inputs as the plan recorded them (absolute, or relative to the
     working directory the plan was made in), so a saved plan runs the files it names whatever

@@ -150,11 +150,19 @@ def _run_apply(req: ApplyRequest) -> int:
     from unilab.plan.render import render
 
     plan = req.plan
+    # The runtime (torch first: a resume loads its checkpoint with it) imports before anything else.
     # torch's import can swallow a KeyboardInterrupt raised inside it (the stop is then lost and
     # the run goes on; a module left half-imported cannot be imported again): a stop signal that
-    # arrives during the imports below is held and acted on once each is done.
+    # arrives meanwhile is held and acted on once the imports are done.
     with signals_blocked(*STOP_SIGNALS):
-        import torch  # noqa: F401  (first here: a resume loads its checkpoint with it)
+        import torch  # noqa: F401
+
+        if plan.topology.world_size == 1:
+            from unilab.run.rank_run import RankJob, run_rank
+        else:
+            from torch.distributed.launcher.api import elastic_launch  # noqa: F401  (launch_ranks')
+
+            from unilab.run.launch import launch_ranks
     check_planned_inputs(plan.task, Path.cwd(), req.resume_dir)
     checkpoint = None
     made: list[Path] = []  # run.output_dir's directories this run creates, deepest first
@@ -187,8 +195,6 @@ def _run_apply(req: ApplyRequest) -> int:
     try:
         try:
             if plan.topology.world_size == 1:
-                with signals_blocked(*STOP_SIGNALS):  # see the first import of torch above
-                    from unilab.run.rank_run import RankJob, run_rank
                 from unilab.run.rank_env import prepare_rank_env
                 from unilab.run.stop import StopFlag
 
@@ -200,11 +206,6 @@ def _run_apply(req: ApplyRequest) -> int:
                 finally:
                     stop.restore()
             else:
-                with signals_blocked(*STOP_SIGNALS):
-                    from torch.distributed.launcher.api import elastic_launch  # noqa: F401  (launch_ranks')
-
-                    from unilab.run.launch import launch_ranks
-
                 code = launch_ranks(plan, run_dir, checkpoint, req.progress)
         finally:
             # The run is over and recorded: what is left (the directory's fate, the resume line, the
