@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from tests.conftest import ROOT
-from tests.test_apply import _env, _wait_for_checkpoint, marked_pids
+from tests.test_apply import _env, _wait_for_checkpoint, leftover_pids
 
 pytestmark = pytest.mark.slow
 
@@ -67,7 +67,7 @@ def test_two_cpu_ranks_finish_with_identical_parameters(tmp_path: Path) -> None:
     assert m["data_parallel"]["grad_syncs"] > 0 and m["data_parallel"]["wire_dtype"] == "float32"
     assert [rk["collector_cpu_ids_applied"] for rk in m["ranks"]] == [[0], [1]]
     assert len({rk["learner_pid"] for rk in m["ranks"]}) == 2
-    assert marked_pids(mark) == []
+    assert leftover_pids(mark) == []
 
 
 def test_torchrun_entry_runs_two_ranks(tmp_path: Path) -> None:
@@ -147,7 +147,7 @@ def test_sigkill_of_rank1_fails_the_run_naming_it(tmp_path: Path) -> None:
     m = json.loads((run_dir / "manifest.json").read_text())
     assert m["status"] == "failed" and m["first_error"]["where"] == "rank1"
     time.sleep(1.0)
-    assert marked_pids(mark) == []
+    assert leftover_pids(mark) == []
     blob = torch.load(sorted((run_dir / "checkpoints").glob("*.pt"))[-1], weights_only=True)
     assert blob["env_steps"] > 0
 
@@ -170,7 +170,7 @@ def test_ctrl_c_stops_two_ranks_promptly_and_records_the_interruption(tmp_path: 
     assert m["status"] == "interrupted" and m["first_error"] is None
     assert m["data_parallel"]["params_identical"]
     time.sleep(1.0)
-    assert marked_pids(mark) == []
+    assert leftover_pids(mark) == []
 
 
 def _rank_processes(launcher: int) -> list[int]:
@@ -203,7 +203,7 @@ def test_ctrl_c_while_the_ranks_import_torch_prints_no_traceback(tmp_path: Path)
     assert proc.returncode == 130, err
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
     time.sleep(1.0)
-    assert marked_pids(mark) == []
+    assert leftover_pids(mark) == []
 
 
 @pytest.mark.parametrize("delay_s", [0.6, 0.8, 1.0, 1.2])
@@ -224,7 +224,7 @@ def test_ctrl_c_while_the_launcher_imports_torch_stops_the_run(tmp_path: Path, d
     assert proc.returncode == 130, err
     assert "Traceback" not in err and "internal error" not in err, err
     time.sleep(1.0)
-    assert marked_pids(mark) == []
+    assert leftover_pids(mark) == []
 
 
 def test_a_stop_request_to_one_rank_stops_every_rank(tmp_path: Path) -> None:
@@ -240,7 +240,4 @@ def test_a_stop_request_to_one_rank_stops_every_rank(tmp_path: Path) -> None:
     m = json.loads((run_dir / "manifest.json").read_text())
     assert m["status"] == "interrupted" and m["first_error"] is None
     assert m["data_parallel"]["params_identical"]  # both ranks stopped after the same sync
-    deadline = time.monotonic() + 30
-    while marked_pids(mark) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert marked_pids(mark) == []
+    assert leftover_pids(mark, grace=30) == []

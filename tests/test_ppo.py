@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from tests.conftest import ROOT
-from tests.test_apply import _env, _wait_for_checkpoint, apply, marked_pids, only_run_dir, spec_copy
+from tests.test_apply import _env, _wait_for_checkpoint, apply, leftover_pids, only_run_dir, spec_copy
 from unilab.spec.load import load_spec
 from unilab.spec.models import PpoSpec
 from unilab.tasks.declarations import declared_terms
@@ -110,7 +110,7 @@ def test_ppo_single_rank_completes_with_a_valid_manifest(tmp_path: Path) -> None
     assert {"actor_state_dict", "critic_state_dict", "optimizer_state_dict"} <= set(st["ppo"])
     # Empirical normalization (default on) is part of the saved actor.
     assert any("obs_normalizer" in k for k in st["ppo"]["actor_state_dict"])
-    assert marked_pids(mark) == []
+    assert leftover_pids(mark) == []
 
     # The exported policy is rsl-rl's deterministic actor (normalizer included), clipped to [-1, 1]
     # as the runtime clips PPO's actions; onnxruntime gives the same actions as torch.
@@ -163,7 +163,7 @@ def test_ppo_interrupt_and_resume_continues_training(tmp_path: Path) -> None:
     assert 0 < done < total
     last = sorted((run_dir / "checkpoints").glob("*.pt"))[-1]
     interrupted_state = torch.load(last, weights_only=True)["state"]
-    assert marked_pids(mark) == []
+    assert leftover_pids(mark) == []
 
     r = apply(tmp_path, str(run_dir / "plan.toml"), "--resume", str(run_dir))
     assert r.returncode == 0, r.stderr
@@ -215,7 +215,7 @@ def test_ppo_two_cpu_ranks_finish_with_identical_parameters(tmp_path: Path) -> N
     assert dp["params_identical"] and dp["grad_syncs"] == c["updates"] == 6 * GRADIENT_STEPS_PER_ITERATION
     assert dp["wire_bytes_per_sync"]["ppo"] > 0
     assert len({rk["learner_pid"] for rk in m["ranks"]}) == 2
-    assert marked_pids(mark) == []
+    assert leftover_pids(mark) == []
     # The observation normalizer counted every sample of both ranks once (rsl-rl merges the ranks'
     # statistics; gathering the rollouts as well used to count each sample twice).
     state = torch.load(sorted((run_dir / "checkpoints").glob("*.pt"))[-1], weights_only=True)["state"]["ppo"]
