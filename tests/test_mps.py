@@ -58,6 +58,18 @@ def test_start_status_env_stop(fake_path: None, state: Path) -> None:
     assert not probe_service(entry).daemon_alive
 
 
+def test_start_registers_the_pid_of_a_daemon_that_writes_it_after_its_socket(
+    fake_path: None, state: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The daemon's control socket and pid file appear one after the other; `start` waits for both,
+    so the registry can always name the process `unilab mps stop` must reach."""
+    monkeypatch.setenv("FAKE_MPS_PID_LATE_S", "0.5")
+    svc = service.start(host("one_h200"), "0", "g0", state)
+    (entry,) = read_registry(state).services
+    assert entry.daemon_pid is not None and entry.daemon_pid == svc.daemon_pid
+    assert service.stop("g0", state).daemon_pid == entry.daemon_pid
+
+
 def test_plan_uses_a_started_service(fake_path: None, state: Path) -> None:
     from unilab.host.probe import probe_host
     from unilab.plan.compile import compile_plan

@@ -23,6 +23,7 @@ from unilab.mps.service import MpsError
 from unilab.run import mps_attach
 
 FAKE = FAKE_BIN / "nvidia-cuda-mps-control"
+HANG_TIMEOUT_S = 3.0
 
 
 @pytest.fixture
@@ -40,7 +41,9 @@ def hanging_bin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     )
     wrapper.chmod(wrapper.stat().st_mode | stat.S_IXUSR)
     monkeypatch.setenv("PATH", f"{d}{os.pathsep}{os.environ['PATH']}")
-    monkeypatch.setattr(service, "CONTROL_TIMEOUT_S", 0.5)
+    # Short enough for a quick test, long enough for the fake's start (a shell and a Python) on a
+    # loaded machine: the calls that do not hang must not time out.
+    monkeypatch.setattr(service, "CONTROL_TIMEOUT_S", HANG_TIMEOUT_S)
     monkeypatch.setattr(service, "KILL_WAIT_S", 2.0)
     return d
 
@@ -68,7 +71,7 @@ def test_a_hanging_daemon_start_is_a_clear_error(
 ) -> None:
     monkeypatch.setenv("FAKE_MPS_HANG", "daemon")
     t0 = time.monotonic()
-    with pytest.raises(MpsError, match=r"`nvidia-cuda-mps-control -d` for GPU 0 did not finish within 0.5 s") as info:
+    with pytest.raises(MpsError, match=r"`nvidia-cuda-mps-control -d` for GPU 0 did not finish within 3 s") as info:
         service.start(host("one_h200"), "0", "g0", state)
     assert time.monotonic() - t0 < 10
     assert "daemon log" in info.value.fix
@@ -78,7 +81,7 @@ def test_a_hanging_daemon_start_is_a_clear_error(
 def test_a_hanging_quit_is_a_clear_error(hanging_bin: Path, state: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     svc = service.start(host("one_h200"), "0", "g0", state)
     monkeypatch.setenv("FAKE_MPS_HANG", "client")
-    with pytest.raises(MpsError, match=r"`quit` to MPS service 'g0' .* did not finish within 0.5 s") as info:
+    with pytest.raises(MpsError, match=r"`quit` to MPS service 'g0' .* did not finish within 3 s") as info:
         service.stop("g0", state)
     assert f"kill {svc.daemon_pid}" in info.value.fix
     assert [e.name for e in read_registry(state).services] == ["g0"]  # still registered: it still runs

@@ -227,10 +227,16 @@ def start(facts: HostFacts, gpu: str, name: str, state_dir: Path) -> MpsServiceF
                 fix=f"read the daemon log in {dirs.log}",
             )
         try:
-            if not _wait_for(lambda: probe_service(entry).control_socket_exists, START_TIMEOUT_S):
+            # Ready once both its control socket and its pid file exist: the daemon writes them one
+            # after the other, and an entry registered without its pid could not be stopped by pid.
+            def ready() -> bool:
+                facts = probe_service(entry)
+                return facts.control_socket_exists and facts.daemon_pid is not None
+
+            if not _wait_for(ready, START_TIMEOUT_S):
                 raise MpsError(
-                    f"the MPS daemon for GPU {g.index} did not create {dirs.pipe}/control within "
-                    f"{START_TIMEOUT_S:.0f} s",
+                    f"the MPS daemon for GPU {g.index} did not create {dirs.pipe}/control and its pid file "
+                    f"within {START_TIMEOUT_S:.0f} s",
                     fix=f"read the daemon log in {dirs.log}",
                 )
             pid = probe_service(entry).daemon_pid
