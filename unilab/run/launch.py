@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import sys
 from datetime import timedelta
 from multiprocessing import resource_tracker
@@ -23,12 +22,6 @@ from unilab.run.apply import resume_command
 from unilab.run.stop import STOP_SIGNALS, signals_via_helper_thread
 
 COLLECTIVE_TIMEOUT = timedelta(minutes=10)  # a rank's first collective waits for every collector to build
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def check_world_size(plan: Plan, world: int) -> None:
@@ -126,7 +119,9 @@ def launch_ranks(plan: Plan, run_dir: Path, resume_checkpoint: Path | None, prog
         nproc_per_node=plan.topology.world_size,
         run_id=run_dir.name,
         rdzv_backend="c10d",
-        rdzv_endpoint=f"127.0.0.1:{_free_port()}",
+        # Port 0: the rendezvous store binds a free port itself (torchrun's documented single-node
+        # form), with no window in which another process can take a port picked beforehand.
+        rdzv_endpoint="127.0.0.1:0",
         max_restarts=0,
         monitor_interval=0.2,
         start_method="spawn",
@@ -152,7 +147,7 @@ def launch_ranks(plan: Plan, run_dir: Path, resume_checkpoint: Path | None, prog
             # stopped after the same sync and recorded the run as interrupted; that rank left with
             # os._exit(130), which the launcher counts as a failure. It is an interruption.
             return EXIT_INTERRUPTED
-        rank, failure = exc.get_first_failure()
+        rank, failure = _first_failure(exc.failures)
         message = _failure_message(failure)
         _record_failure(run_dir, f"rank{rank}", message)
         raise UnilabError(
@@ -177,6 +172,19 @@ def _quiet_launcher_logs() -> None:
     for name in list(logging.root.manager.loggerDict):
         if name.startswith(("torch.distributed.elastic", "torch.distributed.launcher", "torch.multiprocessing")):
             logging.getLogger(name).setLevel(logging.CRITICAL)
+
+
+def _first_failure(failures: dict[int, Any]) -> tuple[int, Any]:
+    """The failure that caused the others. A rank killed by a signal (the OOM killer, a kill -9)
+    comes first: its peers then fail on the broken collective, and the launcher can see both in one
+    poll, with the same timestamp (torch's `get_first_failure` would then name the lowest rank).
+    Otherwise the earliest failure, as torch orders them."""
+    killed = [(f.timestamp, r) for r, f in failures.items() if f.exitcode is not None and f.exitcode < 0]
+    if killed:
+        rank = min(killed)[1]
+        return rank, failures[rank]
+    rank = min(failures, key=lambda r: (failures[r].timestamp, r))
+    return rank, failures[rank]
 
 
 def _failure_message(failure: Any) -> str:
