@@ -130,3 +130,29 @@ def test_python_m_keeps_the_exit_status_after_a_caught_keyboard_interrupt(tmp_pa
         [sys.executable, "-m", "caught_in_exec"], cwd=tmp_path, capture_output=True, text=True, timeout=120
     )
     assert proc.returncode == code, proc.stderr
+
+
+_INTERRUPTED_IMPORT = """
+import runpy, sys
+
+class InterruptTheCli:  # a Ctrl-C while the CLI module itself imports, the first instants of a command
+    def find_spec(self, name, path=None, target=None):
+        if name == "unilab.cli.main":
+            raise KeyboardInterrupt
+        return None
+
+sys.meta_path.insert(0, InterruptTheCli())
+runpy.run_module("unilab", run_name="__main__")
+"""
+
+
+def test_a_ctrl_c_while_the_cli_imports_is_an_interruption_not_a_traceback(tmp_path: Path) -> None:
+    (tmp_path / "interrupted_import.py").write_text(_INTERRUPTED_IMPORT)
+    proc = subprocess.run(
+        [sys.executable, "-m", "interrupted_import", "plan", "specs/g1.toml"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 130 and proc.stderr == "interrupted\n", proc.stderr

@@ -1,4 +1,3 @@
-from unilab.cli.main import main
-from unilab.exit_status import exit_with
+from unilab.entry import console
 
-exit_with(main())
+console()
