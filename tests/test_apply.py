@@ -395,8 +395,8 @@ def test_sigkill_of_the_collector_fails_fast_and_cleanly(tmp_path: Path) -> None
     collector = json.loads((run_dir / "manifest.json").read_text())["ranks"][0]["collector_pid"]
     os.kill(collector, signal.SIGKILL)
     t0 = time.monotonic()
-    _out, err = proc.communicate(timeout=30)
-    assert time.monotonic() - t0 < 10
+    _out, err = proc.communicate(timeout=60)
+    assert time.monotonic() - t0 < 20  # noticed at once, not after a collective's timeout (minutes)
     assert proc.returncode == 1
     assert "rank0.collector failed" in err and "SIGKILL" in err and "Traceback" not in err
     assert "leaked shared_memory" not in err  # the tracker cleans up after the collector, silently

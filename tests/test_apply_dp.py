@@ -139,8 +139,8 @@ def test_sigkill_of_rank1_fails_the_run_naming_it(tmp_path: Path) -> None:
     rank1 = json.loads((run_dir / "manifest.json").read_text())["ranks"][1]["learner_pid"]
     os.kill(rank1, signal.SIGKILL)
     t0 = time.monotonic()
-    _, err = proc.communicate(timeout=60)
-    assert time.monotonic() - t0 < 30
+    _, err = proc.communicate(timeout=90)
+    assert time.monotonic() - t0 < 45  # noticed at once, not after the collective timeout (10 minutes)
     assert proc.returncode == 1
     assert "rank 1 failed" in err and "SIGKILL" in err and "Traceback" not in err
     assert "torch/distributed" not in err  # one unilab paragraph, not the launcher's log of the traceback
@@ -162,7 +162,7 @@ def test_ctrl_c_stops_two_ranks_promptly_and_records_the_interruption(tmp_path: 
     os.killpg(proc.pid, signal.SIGINT)
     t0 = time.monotonic()
     out, err = proc.communicate(timeout=90)
-    assert time.monotonic() - t0 < 20, err
+    assert time.monotonic() - t0 < 25, err  # the launcher would SIGKILL the ranks after 30 s
     assert proc.returncode == 130, err
     assert "Traceback" not in err and "torch/distributed" not in err
     assert "run interrupted" in out

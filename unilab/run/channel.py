@@ -50,7 +50,9 @@ class TokenWait:
 STAT_SYNCS, STAT_ENV_STEPS, STAT_EPISODES, STAT_RETURN_SUM, STAT_LENGTH_SUM, STAT_NONFINITE, STAT_WAIT_S = range(7)
 STAT_SEQ = 7
 NUM_STATS = 8
-SEQ_READ_TRIES = 2000  # 0.1 ms apart: a counter update takes microseconds
+# A counter update takes microseconds; a reader waits this long for one to end (its writer may be
+# descheduled mid-update on a busy machine) before it takes the copy as a dead collector left it.
+SEQ_READ_TIMEOUT_S = 2.0
 GRAPH_EVIDENCE_BYTES = 64 * 1024
 WARNINGS_BYTES = 4 * 1024
 
@@ -168,10 +170,13 @@ def read_counters(bufs: SharedBuffers) -> tuple[list[float], list[float]]:
     number is even and unchanged over the copy, so an episode count is never paired with the reward
     sums of another sync. A collector that died mid-update leaves the last copy."""
     seq = bufs.stats[STAT_SEQ : STAT_SEQ + 1]
-    for _ in range(SEQ_READ_TRIES):
+    deadline = time.monotonic() + SEQ_READ_TIMEOUT_S
+    while True:
         before = seq.item()
         stats, terms = bufs.stats.tolist(), bufs.episode_terms.tolist()
         if before % 2 == 0 and stats[STAT_SEQ] == before and seq.item() == before:
+            break
+        if time.monotonic() > deadline:
             break
         time.sleep(1e-4)
     return stats, terms
