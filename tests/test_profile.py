@@ -484,7 +484,7 @@ def test_device_synced_phase_times_sync_at_every_boundary(monkeypatch: pytest.Mo
     with collector:
         # A known physics time: each step's physics sleeps planted_s first, so its phase holds at least
         # that (a sleep never ends early) and no other phase comes near it unless the time is misplaced.
-        planted_s = 0.02
+        planted_s = 0.05
         real_step = collector.backend.step
 
         def slow_physics(ctrl: torch.Tensor):
