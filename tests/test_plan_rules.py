@@ -496,6 +496,23 @@ CASES = [
         "--set algo.warmup_env_steps=10000",
     ),
     Case("algo.warmup", "cpu_laptop", {"algo": {"name": "flashsac", "warmup_env_steps": 99_000}}, False),
+    # A run too short to fill one batch: a shorter warm-up alone would meet the check below, so the fix
+    # raises the budget (the warm-up's 313 syncs of 16 envs, then one update: 5,024 env steps) ...
+    Case(
+        "algo.warmup",
+        "cpu_laptop",
+        {"task__num_envs": 16, "run__total_env_steps": 100, "algo": {"name": "sac", "batch_size": 256}},
+        True,
+        "the learner would never update",
+        "raise run.total_env_steps to at least 5024 (a shorter warm-up alone is not enough",
+    ),
+    # ... and following it plans.
+    Case(
+        "algo.warmup",
+        "cpu_laptop",
+        {"task__num_envs": 16, "run__total_env_steps": 5024, "algo": {"name": "sac", "batch_size": 256}},
+        False,
+    ),
     Case(
         "algo.ppo-minibatches",
         "cpu_laptop",

@@ -5,6 +5,7 @@ from __future__ import annotations
 from unilab.errors import Diagnostic, UnilabError
 from unilab.plan.context import Context
 from unilab.plan.rules.registry import Rule, rule
+from unilab.spec.models import FlashSacSpec, SacSpec
 from unilab.tasks.timing import control_dt, nearest_whole_step_seconds, seconds_text, whole_steps
 
 
@@ -204,38 +205,60 @@ def algo_buffer_size(r: Rule, ctx: Context) -> list[Diagnostic]:
 )
 def algo_warmup(r: Rule, ctx: Context) -> list[Diagnostic]:
     algo, total = ctx.spec.algo, ctx.spec.run.total_env_steps
-    if algo.name != "ppo" and algo.warmup_env_steps >= total:
+    if algo.name == "ppo":
+        return []
+    n, world = ctx.spec.task.num_envs, ctx.world_size
+    if algo.warmup_env_steps >= total:
+        # The fix must not lead into the check below: a warm-up short enough, with a batch still to fill.
+        shorter = next((w for w in (total // 10, 0) if _first_update_env_steps(algo, n, world, w) <= total), None)
+        if shorter is not None:
+            fix = (
+                f"lower algo.warmup_env_steps below {total} (e.g. --set algo.warmup_env_steps={shorter}), "
+                "or raise run.total_env_steps"
+            )
+        else:
+            fix = (
+                "raise run.total_env_steps to at least "
+                f"{_first_update_env_steps(algo, n, world, algo.warmup_env_steps)} (a shorter warm-up alone is "
+                f"not enough: one batch of algo.batch_size = {algo.batch_size} must fill the replay first), "
+                "or lower algo.warmup_env_steps and algo.batch_size"
+            )
         return [
             r.diag(
                 f"the random warm-up ({algo.warmup_env_steps:,} env steps) is not shorter than the run "
                 f"({total:,} env steps, run.total_env_steps), so the learner would never update",
-                f"lower algo.warmup_env_steps below {total} (e.g. --set algo.warmup_env_steps={total // 10}), "
-                "or raise run.total_env_steps",
+                fix,
             )
         ]
-    if algo.name != "ppo":
-        # A rank's first update comes at the first sync whose replay holds one batch (an n-step return
-        # holds back the newest n - 1 syncs) and whose warm-up is over, once 1 / updates_per_step such
-        # syncs have added up to one update (unilab.run.offpolicy).
-        n, world = ctx.spec.task.num_envs, ctx.world_size
-        n_step = getattr(algo, "n_step", 1)
-        filled = -(-algo.batch_size // n) + n_step - 1
-        warm = -(-(algo.warmup_env_steps // world) // n)
-        needed_syncs = max(filled, warm) + _syncs_to_first_update(algo.updates_per_step)
+    needed = _first_update_env_steps(algo, n, world, algo.warmup_env_steps)
+    if total < needed:
         syncs = -(-(total // world) // n)
-        if syncs < needed_syncs:
-            return [
-                r.diag(
-                    f"the run ends after {syncs:,} env steps of its {n} envs per rank, before the first gradient "
-                    f"update (after {needed_syncs:,}: one batch of algo.batch_size = {algo.batch_size} in the "
-                    "replay, the warm-up, then 1 / algo.updates_per_step such steps), so the learner would never "
-                    "update",
-                    f"raise run.total_env_steps to at least {needed_syncs * n * world}, or lower "
-                    + ("algo.batch_size" if filled >= warm else "algo.warmup_env_steps"),
-                    "algo.batch_size",
-                )
-            ]
+        batch_bound = _fill_syncs(algo, n) >= -(-(algo.warmup_env_steps // world) // n)
+        return [
+            r.diag(
+                f"the run ends after {syncs:,} env steps of its {n} envs per rank, before the first gradient "
+                f"update (after {needed // (n * world):,}: one batch of algo.batch_size = {algo.batch_size} in "
+                "the replay, the warm-up, then 1 / algo.updates_per_step such steps), so the learner would never "
+                "update",
+                f"raise run.total_env_steps to at least {needed}, or lower "
+                + ("algo.batch_size" if batch_bound else "algo.warmup_env_steps"),
+                "algo.batch_size",
+            )
+        ]
     return []
+
+
+def _fill_syncs(algo: SacSpec | FlashSacSpec, n: int) -> int:
+    """Syncs until a rank's replay holds one batch (an n-step return holds back the newest n - 1)."""
+    return -(-algo.batch_size // n) + getattr(algo, "n_step", 1) - 1
+
+
+def _first_update_env_steps(algo: SacSpec | FlashSacSpec, n: int, world: int, warmup: int) -> int:
+    """The fewest run.total_env_steps with a first gradient update: it comes at the first sync whose
+    replay holds one batch and whose warm-up is over, once 1 / updates_per_step such syncs have
+    added up to one update (unilab.run.offpolicy)."""
+    warm = -(-(warmup // world) // n)
+    return (max(_fill_syncs(algo, n), warm) + _syncs_to_first_update(algo.updates_per_step)) * n * world
 
 
 @rule(
