@@ -76,6 +76,26 @@ def test_a_set_fix_is_a_working_set(bad: str) -> None:
     assert load_spec(G1, [bad, suggestion]).spec is not None  # the later --set wins
 
 
+def test_a_misspelt_name_gets_the_name_it_meant(tmp_path: Path) -> None:
+    (d,) = diags(G1, "sim.backend=warp").values()
+    assert d.fix == 'did you mean "mjwarp"? pass --set sim.backend="mjwarp", or drop that --set'
+    assert load_spec(G1, ["sim.backend=warp", 'sim.backend="mjwarp"']).spec.sim.backend == "mjwarp"
+    bad = tmp_path / "bad.toml"
+    bad.write_text(G1.read_text().replace("[training]", '[training]\ncuda_process_sharing = "MPS"', 1))
+    assert diags(bad)["training.cuda_process_sharing"].fix == (
+        f'did you mean "mps"? set `training.cuda_process_sharing = "mps"` in {bad}'
+    )
+
+
+def test_another_algo_by_name_keeps_the_files_keys_so_the_fix_replaces_the_table() -> None:
+    """`--set algo.name=flashsac` on the SAC spec: SAC's hidden_dims does not fit FlashSAC, and the
+    fix is the table --set that gives FlashSAC's own defaults (as for PPO)."""
+    d = diags(G1, "algo.name=flashsac")["algo.hidden_dims"]
+    assert d.fix.startswith("""pass --set 'algo={name="flashsac"}' instead of --set algo.name=...""")
+    table_set = shlex.split(d.fix.removeprefix("pass --set ").split(" instead", 1)[0])[0]
+    assert load_spec(G1, [table_set]).spec.algo.name == "flashsac"
+
+
 def test_a_key_without_default_gets_its_condition() -> None:
     d = diags(G1, "task.num_envs=0")["task.num_envs"]
     assert d.fix == "pass --set task.num_envs=<a value that is greater than or equal to 1>, or drop that --set"

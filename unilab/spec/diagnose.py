@@ -326,6 +326,31 @@ def _tag_fix(err: Any, where: str, data: dict[str, Any], source: str, overridden
     return f"set `{where}` in {source} to {_one_of(tags) if tags else 'the name of one of its variants'}"
 
 
+def _meant_choice(model: type[BaseModel] | None, field: str, where: str, data: dict[str, Any]) -> str | None:
+    """For a key that takes one of a few names (a Literal), the name a misspelt value meant."""
+    info = model.model_fields.get(field) if model is not None else None
+    if info is None or get_origin(_strip(info.annotation)) is not Literal:
+        return None
+    choices = [c for c in get_args(_strip(info.annotation)) if isinstance(c, str)]
+    node: Any = data
+    for k in where.split("."):
+        node = node.get(k) if isinstance(node, dict) else None
+    return _near(node, choices) if isinstance(node, str) and node not in choices else None
+
+
+def _renamed_table(keys: list[str], data: dict[str, Any], overridden: set[str]) -> tuple[str, str] | None:
+    """(table, new name) when a --set changed the `name` of a table holding this key from the file."""
+    for i in range(len(keys) - 1, 0, -1):
+        table = ".".join(keys[:i])
+        if f"{table}.name" in overridden:
+            node: Any = data
+            for k in keys[:i]:
+                node = node.get(k) if isinstance(node, dict) else None
+            name = node.get("name") if isinstance(node, dict) else None
+            return (table, name) if isinstance(name, str) else None
+    return None
+
+
 def _fix(rule: str, where: str, msg: str, data: dict[str, Any], source: str, overridden: set[str]) -> str:
     keys = [k for k in re.split(r"\[\d+\]|\.", where) if k]
     model = _section(keys, data)
@@ -335,6 +360,14 @@ def _fix(rule: str, where: str, msg: str, data: dict[str, Any], source: str, ove
         (".".join(keys[:i]) for i in range(len(keys) - 1, 0, -1) if ".".join(keys[:i]) in overridden), None
     )
     in_table = f"in your --set '{table_set}={{...}}'" if table_set else ""
+    renamed = _renamed_table(keys, data, overridden)
+    if renamed and not via_set and not table_set:
+        # `--set algo.name=flashsac` on a SAC spec keeps the file's SAC keys: replace the table instead.
+        table, name = renamed
+        return (
+            f"pass --set '{table}={{name={_toml(name)}}}' instead of --set {table}.name=...: a table replaces the "
+            f"whole [{table}] section ({name}'s defaults; add its keys inside the braces)"
+        )
     if rule == "spec.unknown-key":
         # `--set zz.yy=1` makes an unknown table `zz`: the key came from that --set.
         given = next((o for o in sorted(overridden) if o == where or o.startswith(where + ".")), None)
@@ -367,6 +400,13 @@ def _fix(rule: str, where: str, msg: str, data: dict[str, Any], source: str, ove
             )
         return f"add `{keys[-1]} = ...` under {_table_name(keys)} in {source}" + (f" ({what})" if what else "")
     key = ".".join(keys)
+    meant = _meant_choice(model, keys[-1], where, data) if where == key else None
+    if meant is not None:  # `sim.backend = "warp"`: the closest of the names the key takes
+        if via_set:
+            return f"did you mean {_toml(meant)}? pass --set {key}={_toml(meant, compact=True)}, or drop that --set"
+        if table_set:
+            return f"did you mean {_toml(meant)}? {in_table}, set {key.removeprefix(table_set + '.')} = {_toml(meant)}"
+        return f"did you mean {_toml(meant)}? set `{key} = {_toml(meant)}` in {source}"
     want = re.sub(r"^List should have (.*?)(, not \d+)?$", r"has \1", msg.split(" (got ", 1)[0])
     want = want.replace("must be", "is", 1)
     # pydantic's "String should have at least 1 character", "Input should be ...": a value that has / is.
