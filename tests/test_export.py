@@ -83,3 +83,20 @@ def test_a_motion_tracking_export_names_the_clip_it_tracks() -> None:
     }
     kp, low_high = json.loads(meta["unilab.joint_kp"]), json.loads(meta["unilab.target_range"])
     assert len(kp) == len(low_high) == 29 and all(k > 0 for k in kp) and all(lo < hi for lo, hi in low_high)
+
+
+def test_an_export_carries_the_action_scale_the_run_trained_with() -> None:
+    """`task.action_scale` changes what an action means; a deployment must map it the same way."""
+    import json
+
+    from tests.conftest import host
+    from unilab.plan.compile import compile_plan
+    from unilab.run.export import deployment_metadata
+    from unilab.spec.load import load_spec
+
+    scales = {}
+    for factor in ("0.25", "0.5"):
+        loaded = load_spec(SPECS / "g1.toml", [f"task.action_scale={factor}"])
+        plan = compile_plan(loaded.spec, host("cpu_laptop"), loaded.spec_dir)
+        scales[factor] = np.array(json.loads(deployment_metadata(plan)["unilab.action_scale"]))
+    np.testing.assert_allclose(scales["0.5"], 2 * scales["0.25"], rtol=1e-5)

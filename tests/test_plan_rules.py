@@ -440,6 +440,14 @@ CASES = [
     Case(
         "task.options",
         "cpu_laptop",
+        {"task__name": "cartpole", "task__action_scale": 0.5},
+        True,
+        "task.action_scale has no effect on cartpole",
+    ),
+    Case("task.options", "cpu_laptop", {"task__action_scale": 0.5}, False),
+    Case(
+        "task.options",
+        "cpu_laptop",
         {"task__name": "g1_motion_tracking", "task__motion": "builtin:g1_squat", "task__push_interval_s": 3.0},
         False,
     ),

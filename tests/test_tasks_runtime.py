@@ -269,3 +269,20 @@ def test_actions_are_offsets_from_the_standing_pose_scaled_by_effort_over_kp(wal
     default = torch.tensor(g1.default_pose_vector())
     scale = torch.tensor([0.25 * g1.EFFORT_LIMIT[j] / g1.KP[j] for j in g1.JOINT_NAMES])
     assert torch.allclose(ctrl, (default + scale * actions).to(ctrl.dtype), atol=1e-6)
+
+
+def test_task_action_scale_widens_the_targets_window(robot: tuple[str, RobotLayout]) -> None:
+    """`task.action_scale` replaces mjlab's 0.25: the same action in [-1, 1] reaches proportionally
+    farther from the standing pose (a squat's knee is beyond the default window)."""
+    from unilab.robot import g1
+
+    made = _collector(robot, name="g1_walk", action_scale=0.75)
+    c = next(made)
+    try:
+        actions = torch.linspace(-1.0, 1.0, g1.NUM_JOINTS).expand(c.task.num_envs, -1)
+        ctrl = c.task.apply_actions(actions)
+        default = torch.tensor(g1.default_pose_vector())
+        scale = torch.tensor([0.75 * g1.EFFORT_LIMIT[j] / g1.KP[j] for j in g1.JOINT_NAMES])
+        assert torch.allclose(ctrl, (default + scale * actions).to(ctrl.dtype), atol=1e-6)
+    finally:
+        made.close()  # the collector's own cleanup

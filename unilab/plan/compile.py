@@ -191,6 +191,12 @@ def effective_env_steps(spec: Spec, world_size: int) -> int:
     return world_size * -(-share // unit) * unit
 
 
+def _unused_task_keys(task: str) -> set[str]:
+    """Task keys a plan leaves out (null) rather than show a default that does nothing."""
+    unused = set() if task == "g1_walk" else {"commands"}
+    return unused | ({"action_scale"} if task == "cartpole" else set())
+
+
 def compile_plan(spec: Spec, facts: HostFacts, spec_dir: Path) -> Plan:
     ctx = build_context(spec, facts, spec_dir)
     check(ctx)
@@ -210,7 +216,7 @@ def compile_plan(spec: Spec, facts: HostFacts, spec_dir: Path) -> Plan:
         plan=PlanHeader(unilab_version=__version__, spec_digest=spec_digest(spec), host_fingerprint=digest(host_facts)),
         run=RunPlan(**spec.run.model_dump(), effective_env_steps=effective_env_steps(spec, world)),
         task=TaskPlan(
-            **spec.task.model_dump(exclude=set() if spec.task.name == "g1_walk" else {"commands"}),
+            **spec.task.model_dump(exclude=_unused_task_keys(spec.task.name)),
             robot=_robot(ctx),
             reference_motion=_motion(ctx),
             control_dt=round(dt, 9),

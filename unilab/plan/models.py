@@ -61,6 +61,9 @@ class TaskPlan(TaskSpec):
     commands: CommandRanges | None = Field(  # type: ignore[assignment]
         None, description="Velocity command ranges (g1_walk; absent for the other tasks)."
     )
+    action_scale: float | None = Field(  # type: ignore[assignment]
+        None, description="Joint action scale factor (G1 tasks; absent for cartpole)."
+    )
     robot: RobotPlan = Field(description="The robot model the task simulates.")
     reference_motion: MotionPlan | None = Field(
         None, description="The clip a motion-tracking task follows (null for other tasks)."

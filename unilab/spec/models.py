@@ -136,6 +136,13 @@ class TaskSpec(_Section):
     push_interval_s: Annotated[float, Field(gt=0)] | None = Field(
         None, description="Push the robot base every this many seconds (an interval event); unset: no pushes."
     )
+    action_scale: Annotated[float, Field(gt=0, le=10)] = Field(
+        0.25,
+        description="Joint targets are `default pose + action_scale * effort_limit / kp * action`, per joint "
+        "(mjlab's G1 rule at 0.25). The learners' actions lie in [-1, 1] (SAC and FlashSAC squash them, PPO's are "
+        "clipped), so this bounds how far a target moves from the standing pose; the joint range clamps it "
+        "further. G1 tasks; cartpole refuses it.",
+    )
     commands: CommandRanges = Field(default_factory=CommandRanges, description="Velocity command ranges (g1_walk).")
 
 

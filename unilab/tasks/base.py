@@ -46,20 +46,21 @@ def _contiguous(adr: tuple[int, ...]) -> slice | None:
     return None
 
 
-# Joint-space action offsets: ctrl = default_pose + action_scale * action (mjlab's G1 rule:
-# 0.25 * effort_limit / kp per joint).
+# Joint-space action offsets: ctrl = default_pose + action_scale * action, with mjlab's G1 rule
+# `factor * effort_limit / kp` per joint (factor: the spec's task.action_scale, 0.25 by default).
 ACTION_SCALE_FACTOR = 0.25
 
 
-def joint_action_scale(layout: RobotLayout) -> torch.Tensor:
-    """[29] float32 on the CPU, in the layout's joint order: an action of 1 asks for a quarter of
-    the joint's effort limit (the G1's published limit where the model leaves it unlimited)."""
+def joint_action_scale(layout: RobotLayout, factor: float = ACTION_SCALE_FACTOR) -> torch.Tensor:
+    """[29] float32 on the CPU, in the layout's joint order: an action of 1 asks for `factor` of the
+    joint's effort limit (the G1's published limit where the model leaves it unlimited) from the PD
+    loop at the standing pose."""
     effort = [
         e if math.isfinite(e) else g1.EFFORT_LIMIT[j]
         for e, j in zip(layout.effort_limit.tolist(), layout.joint_names, strict=True)
     ]
     kp = torch.tensor(layout.kp, dtype=torch.float32).clamp(min=1e-6)
-    return ACTION_SCALE_FACTOR * torch.tensor(effort, dtype=torch.float32) / kp
+    return factor * torch.tensor(effort, dtype=torch.float32) / kp
 
 
 class Task(ABC):
@@ -117,7 +118,8 @@ class Task(ABC):
         self.default_joint_pos = self.default_qpos[self._qpos_idx].clone()
         self.joint_lower = torch.tensor(layout.joint_range[:, 0], device=dev, dtype=f32)
         self.joint_upper = torch.tensor(layout.joint_range[:, 1], device=dev, dtype=f32)
-        self.action_scale = joint_action_scale(layout).to(dev)
+        factor = spec.action_scale if spec.action_scale is not None else ACTION_SCALE_FACTOR  # None: a cartpole plan
+        self.action_scale = joint_action_scale(layout, factor).to(dev)
 
         self._consts: dict[tuple[float, torch.dtype], torch.Tensor] = {}
         # Persistent buffers.

@@ -76,7 +76,7 @@ def task_robot(r: Rule, ctx: Context) -> list[Diagnostic]:
     "task.options",
     "task",
     "Options a task does not use are not set: velocity commands are g1_walk's; the "
-    "cartpole check task takes no noise, randomization or pushes.",
+    "cartpole check task takes no noise, randomization, pushes or joint action scale.",
 )
 def task_options(r: Rule, ctx: Context) -> list[Diagnostic]:
     t = ctx.spec.task
@@ -90,6 +90,7 @@ def task_options(r: Rule, ctx: Context) -> list[Diagnostic]:
                 ("observation_noise", t.observation_noise),
                 ("domain_randomization", t.domain_randomization),
                 ("push_interval_s", t.push_interval_s is not None),
+                ("action_scale", "action_scale" in t.model_fields_set),
             )
             if on
         ]
