@@ -29,12 +29,12 @@ Choices where the spec has no field or the paper leaves room (each is a default 
 - weights orthogonally initialized (gain 1), then projected; head biases start at zero.
 - learning rates constant (actor_lr, critic_lr, alpha_lr); the reference decays 3e-4 -> 1.5e-4 by
   cosine, which the spec cannot express yet.
-- alpha starts at cfg.alpha_init (0.1); the reference starts at 0.01.
+- alpha starts at cfg.alpha_init and the target critic follows at cfg.tau: 0.01 each by default,
+  as in the reference.
 - entropy target: the differential entropy of a Gaussian with std `target_action_std` per action
   dim, 0.5 * A * log(2 pi e sigma^2) (actions span [-1, 1], so no range term).
-- critic support is [cfg.v_min, cfg.v_max] and the reward scale keeps returns within
-  g_max = min(-v_min, v_max). The reference uses +-5; with the spec's shared default of +-20 the
-  bins are 4x coarser, so `algo.v_min = -5, v_max = 5` is recommended for FlashSAC.
+- critic support is [cfg.v_min, cfg.v_max] (+-5 by default, the reference's) and the reward scale
+  keeps returns within g_max = min(-v_min, v_max).
 - the critic loss is the mean of both members' cross-entropies (reference), not their sum.
 - exploration noise repetition (the reference holds action noise for a zeta-distributed number of
   steps) belongs to the collector and is not implemented: `act` draws fresh noise each call.

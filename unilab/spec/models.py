@@ -227,6 +227,9 @@ class FlashSacSpec(_OffPolicyBase):
     )
     reward_scaling: bool = Field(True, description="Adaptive reward scaling.")
     alpha_init: Annotated[float, Field(gt=0)] = Field(0.01, description="Initial entropy temperature (the paper's).")
+    tau: Annotated[float, Field(gt=0, le=1)] = Field(
+        0.01, description="Polyak averaging rate of the target critic (the paper's)."
+    )
     v_min: float = Field(-5.0, description="Lowest support value of the distributional critic (the paper's).")
     v_max: float = Field(5.0, description="Highest support value of the distributional critic (the paper's).")
     hidden_dims: Widths = Field((256,), min_length=1, max_length=1, description="Residual stream width (one entry).")
