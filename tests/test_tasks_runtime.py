@@ -286,3 +286,26 @@ def test_task_action_scale_widens_the_targets_window(robot: tuple[str, RobotLayo
         assert torch.allclose(ctrl, (default + scale * actions).to(ctrl.dtype), atol=1e-6)
     finally:
         made.close()  # the collector's own cleanup
+
+
+@pytest.mark.parametrize(("name", "joint_vel_noise"), [("g1_walk", 1.5), ("g1_motion_tracking", 0.5)])
+def test_observation_noise_on_joint_velocities_is_the_tasks_own(
+    robot: tuple[str, RobotLayout], name: str, joint_vel_noise: float
+) -> None:
+    """docs/tasks.md: mjlab's velocity task perturbs joint velocities by up to 1.5 rad/s, its
+    tracking task by 0.5."""
+    made = _collector(
+        robot, name=name, motion="builtin:g1_squat" if name != "g1_walk" else None, observation_noise=True
+    )
+    c = next(made)
+    try:
+        task = c.task
+        start = 0
+        for term in task.observations:
+            if term.name == "joint_vel_rel":
+                break
+            start += term.dim
+        amp = task.noise.amplitude[start : start + task.num_actions]
+        assert torch.allclose(amp, torch.full_like(amp, joint_vel_noise))
+    finally:
+        made.close()

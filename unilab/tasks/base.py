@@ -418,9 +418,11 @@ class Task(ABC):
     def term_time_out(self) -> torch.Tensor:
         return self.episode_step >= self._max_steps
 
-    def shared_observations(self) -> list[ObservationTerm]:
+    def shared_observations(self, joint_vel_noise: float) -> list[ObservationTerm]:
+        """Joint state and last action, the tail of both G1 observations (the joint velocity noise
+        differs: mjlab's velocity task uses 1.5, its tracking task 0.5)."""
         return [
             ObservationTerm("joint_pos_rel", self.num_actions, Task.obs_joint_pos_rel, noise=0.01),
-            ObservationTerm("joint_vel_rel", self.num_actions, Task.obs_joint_vel_rel, noise=1.5),
+            ObservationTerm("joint_vel_rel", self.num_actions, Task.obs_joint_vel_rel, noise=joint_vel_noise),
             ObservationTerm("last_action", self.num_actions, Task.obs_last_action),
         ]

@@ -116,7 +116,7 @@ class G1MotionTrackingTask(Task):
             ObservationTerm("motion_anchor_ori_b", 6, G1MotionTrackingTask.obs_anchor_ori_b, noise=0.05),
             ObservationTerm("base_lin_vel", 3, Task.obs_base_lin_vel, noise=0.5),
             ObservationTerm("base_ang_vel", 3, Task.obs_base_ang_vel, noise=0.2),
-            *self.shared_observations(),
+            *self.shared_observations(joint_vel_noise=0.5),
         ]
         self.rewards = [
             RewardTerm("motion_joint_pos", 0.5, G1MotionTrackingTask.rew_joint_pos),

@@ -98,7 +98,7 @@ class G1WalkTask(Task):
             ObservationTerm("base_ang_vel", 3, Task.obs_base_ang_vel, noise=0.2),
             ObservationTerm("projected_gravity", 3, Task.obs_projected_gravity, noise=0.05),
             ObservationTerm("velocity_command", 3, G1WalkTask.obs_velocity_command),
-            *self.shared_observations(),
+            *self.shared_observations(joint_vel_noise=1.5),
         ]
         self.rewards = [
             RewardTerm("track_lin_vel_xy_exp", 1.0, G1WalkTask.rew_track_lin_vel_xy),
