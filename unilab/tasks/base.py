@@ -4,8 +4,9 @@ A task owns persistent buffers (actions, derived state, observation, reward, don
 are allocated once; each lifecycle method updates them in place. The collector
 (``unilab.collect.collector``) calls the methods in this order every env step:
 
-    apply_actions -> [backend.step] -> read_state, advance -> compute_rewards ->
-    compute_terminations -> step_events (commands, interval events) -> compute_observations ->
+    apply_actions -> [backend.step] -> read_state, advance -> compute_terminations ->
+    compute_rewards (the alive bonus reads this step's terminations) -> step_events (commands,
+    interval events) -> compute_observations ->
     [reset of done worlds: reset_targets -> backend.reset -> read_state -> compute_observations]
 
 Nothing here reads a device value back to the host.
