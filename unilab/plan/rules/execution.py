@@ -10,7 +10,8 @@ from unilab.plan.rules.registry import Rule, rule
 @rule(
     "wire.bf16-needs-dp",
     "training.dp_gradient_wire_dtype",
-    "A bfloat16 gradient wire needs more than one rank (an explicit request that would do nothing is refused).",
+    "A bfloat16 gradient wire needs more than one rank (an explicit request that would do nothing is refused) "
+    "and an off-policy learner (PPO's gradients are synchronised inside rsl-rl-lib, in float32).",
 )
 def wire_bf16(r: Rule, ctx: Context) -> list[Diagnostic]:
     if ctx.spec.training.dp_gradient_wire_dtype == "bfloat16" and ctx.world_size == 1:
