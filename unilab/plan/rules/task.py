@@ -209,20 +209,24 @@ def algo_warmup(r: Rule, ctx: Context) -> list[Diagnostic]:
     if algo.name == "ppo":
         return []
     n, world = ctx.spec.task.num_envs, ctx.world_size
+
+    def updates(total: int, warmup: int) -> bool:
+        return _run_syncs(total, n, world) >= _first_update_syncs(algo, n, world, warmup)
+
     if algo.warmup_env_steps >= total:
         # The fix must not lead into the check below: a warm-up short enough, with a batch still to fill.
-        shorter = next((w for w in (total // 10, 0) if _first_update_env_steps(algo, n, world, w) <= total), None)
+        shorter = next((w for w in (total // 10, 0) if updates(total, w)), None)
         if shorter is not None:
             fix = (
                 f"lower algo.warmup_env_steps below {total} (e.g. --set algo.warmup_env_steps={shorter}), "
                 "or raise run.total_env_steps"
             )
         else:
+            enough = _fewest_env_steps(_first_update_syncs(algo, n, world, algo.warmup_env_steps), n, world)
             fix = (
-                "raise run.total_env_steps to at least "
-                f"{_first_update_env_steps(algo, n, world, algo.warmup_env_steps)} (a shorter warm-up alone is "
-                f"not enough: one batch of algo.batch_size = {algo.batch_size} must fill the replay first), "
-                "or lower algo.warmup_env_steps and algo.batch_size"
+                f"raise run.total_env_steps to at least {enough} (a shorter warm-up alone is not enough: one batch "
+                f"of algo.batch_size = {algo.batch_size} must fill the replay first), or lower "
+                "algo.warmup_env_steps and algo.batch_size"
             )
         return [
             r.diag(
@@ -231,17 +235,15 @@ def algo_warmup(r: Rule, ctx: Context) -> list[Diagnostic]:
                 fix,
             )
         ]
-    needed = _first_update_env_steps(algo, n, world, algo.warmup_env_steps)
-    if total < needed:
-        syncs = -(-(total // world) // n)
+    if not updates(total, algo.warmup_env_steps):
+        syncs, needed = _run_syncs(total, n, world), _first_update_syncs(algo, n, world, algo.warmup_env_steps)
         batch_bound = _fill_syncs(algo, n) >= -(-(algo.warmup_env_steps // world) // n)
         return [
             r.diag(
                 f"the run ends after {syncs:,} env steps of its {n} envs per rank, before the first gradient "
-                f"update (after {needed // (n * world):,}: one batch of algo.batch_size = {algo.batch_size} in "
-                "the replay, the warm-up, then 1 / algo.updates_per_step such steps), so the learner would never "
-                "update",
-                f"raise run.total_env_steps to at least {needed}, or lower "
+                f"update (after {needed:,}: one batch of algo.batch_size = {algo.batch_size} in the replay, the "
+                "warm-up, then 1 / algo.updates_per_step such steps), so the learner would never update",
+                f"raise run.total_env_steps to at least {_fewest_env_steps(needed, n, world)}, or lower "
                 + ("algo.batch_size" if batch_bound else "algo.warmup_env_steps"),
                 "algo.batch_size",
             )
@@ -249,17 +251,27 @@ def algo_warmup(r: Rule, ctx: Context) -> list[Diagnostic]:
     return []
 
 
+def _run_syncs(total: int, n: int, world: int) -> int:
+    """Syncs a rank runs: its share of the env steps in whole env steps of its envs, rounded up."""
+    return -(-(total // world) // n)
+
+
+def _fewest_env_steps(syncs: int, n: int, world: int) -> int:
+    """The smallest run.total_env_steps whose ranks run `syncs` syncs (the last one may be partial)."""
+    return world * ((syncs - 1) * n + 1)
+
+
 def _fill_syncs(algo: SacSpec | FlashSacSpec, n: int) -> int:
     """Syncs until a rank's replay holds one batch (an n-step return holds back the newest n - 1)."""
     return -(-algo.batch_size // n) + getattr(algo, "n_step", 1) - 1
 
 
-def _first_update_env_steps(algo: SacSpec | FlashSacSpec, n: int, world: int, warmup: int) -> int:
-    """The fewest run.total_env_steps with a first gradient update: it comes at the first sync whose
-    replay holds one batch and whose warm-up is over, once 1 / updates_per_step such syncs have
-    added up to one update (unilab.run.offpolicy)."""
+def _first_update_syncs(algo: SacSpec | FlashSacSpec, n: int, world: int, warmup: int) -> int:
+    """The sync of a rank's first gradient update: the first whose replay holds one batch and whose
+    warm-up is over, once 1 / updates_per_step such syncs have added up to one update
+    (unilab.run.offpolicy)."""
     warm = -(-(warmup // world) // n)
-    return (max(_fill_syncs(algo, n), warm) + _syncs_to_first_update(algo.updates_per_step)) * n * world
+    return max(_fill_syncs(algo, n), warm) + _syncs_to_first_update(algo.updates_per_step)
 
 
 @rule(
