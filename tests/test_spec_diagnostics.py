@@ -96,6 +96,15 @@ def test_another_algo_by_name_keeps_the_files_keys_so_the_fix_replaces_the_table
     assert load_spec(G1, [table_set]).spec.algo.name == "flashsac"
 
 
+def test_a_set_run_or_task_name_leaves_the_file_keys_fixes_alone(tmp_path: Path) -> None:
+    """run.name and task.name name a run and a task, not a section's model."""
+    bad = tmp_path / "bad.toml"
+    bad.write_text(G1.read_text().replace("num_envs = 64", "num_envs = 0").replace("seed = 0", "sede = 0"))
+    d = diags(bad, "run.name=mine", "task.name=g1_walk")
+    assert "did you mean `run.seed`" in d["run.sede"].fix
+    assert d["task.num_envs"].fix == f"set `task.num_envs` in {bad} to a value that is greater than or equal to 1"
+
+
 def test_a_key_without_default_gets_its_condition() -> None:
     d = diags(G1, "task.num_envs=0")["task.num_envs"]
     assert d.fix == "pass --set task.num_envs=<a value that is greater than or equal to 1>, or drop that --set"

@@ -339,16 +339,12 @@ def _meant_choice(model: type[BaseModel] | None, field: str, where: str, data: d
 
 
 def _renamed_table(keys: list[str], data: dict[str, Any], overridden: set[str]) -> tuple[str, str] | None:
-    """(table, new name) when a --set changed the `name` of a table holding this key from the file."""
-    for i in range(len(keys) - 1, 0, -1):
-        table = ".".join(keys[:i])
-        if f"{table}.name" in overridden:
-            node: Any = data
-            for k in keys[:i]:
-                node = node.get(k) if isinstance(node, dict) else None
-            name = node.get("name") if isinstance(node, dict) else None
-            return (table, name) if isinstance(name, str) else None
-    return None
+    """("algo", new name) when `--set algo.name=...` chose another algorithm for an [algo] key from
+    the file: `name` picks the section's model only there (run.name and task.name do not)."""
+    if len(keys) < 2 or keys[0] != "algo" or keys[1] == "name" or "algo.name" not in overridden:
+        return None
+    name = data.get("algo", {}).get("name") if isinstance(data.get("algo"), dict) else None
+    return ("algo", name) if isinstance(name, str) else None
 
 
 def _fix(rule: str, where: str, msg: str, data: dict[str, Any], source: str, overridden: set[str]) -> str:
