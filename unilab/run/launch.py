@@ -147,7 +147,7 @@ def launch_ranks(plan: Plan, run_dir: Path, resume_checkpoint: Path | None, prog
             # stopped after the same sync and recorded the run as interrupted; that rank left with
             # os._exit(130), which the launcher counts as a failure. It is an interruption.
             return EXIT_INTERRUPTED
-        rank, failure = _first_failure(exc.failures)
+        rank, failure = exc.get_first_failure()
         message = _failure_message(failure)
         _record_failure(run_dir, f"rank{rank}", message)
         raise UnilabError(
@@ -172,19 +172,6 @@ def _quiet_launcher_logs() -> None:
     for name in list(logging.root.manager.loggerDict):
         if name.startswith(("torch.distributed.elastic", "torch.distributed.launcher", "torch.multiprocessing")):
             logging.getLogger(name).setLevel(logging.CRITICAL)
-
-
-def _first_failure(failures: dict[int, Any]) -> tuple[int, Any]:
-    """The failure that caused the others. A rank killed by a signal (the OOM killer, a kill -9)
-    comes first: its peers then fail on the broken collective, and the launcher can see both in one
-    poll, with the same timestamp (torch's `get_first_failure` would then name the lowest rank).
-    Otherwise the earliest failure, as torch orders them."""
-    killed = [(f.timestamp, r) for r, f in failures.items() if f.exitcode is not None and f.exitcode < 0]
-    if killed:
-        rank = min(killed)[1]
-        return rank, failures[rank]
-    rank = min(failures, key=lambda r: (failures[r].timestamp, r))
-    return rank, failures[rank]
 
 
 def _failure_message(failure: Any) -> str:
