@@ -6,7 +6,7 @@ Frozen and free of timestamps: the same spec and facts give byte-identical rende
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -61,7 +61,7 @@ class TaskPlan(TaskSpec):
     commands: CommandRanges | None = Field(  # type: ignore[assignment]
         None, description="Velocity command ranges (g1_walk; absent for the other tasks)."
     )
-    action_scale: float | None = Field(  # type: ignore[assignment]
+    action_scale: Annotated[float, Field(gt=0, le=10)] | None = Field(  # type: ignore[assignment]
         None, description="Joint action scale factor (G1 tasks; absent for cartpole)."
     )
     robot: RobotPlan = Field(description="The robot model the task simulates.")
