@@ -197,7 +197,7 @@ def deployment_metadata(plan: Plan, applied_from: Path | None = None) -> dict[st
     from unilab.plan.inputs import resolve_input_path
     from unilab.robot.inspect import mjcf_matches
     from unilab.robot.model import RobotLayout, load_model
-    from unilab.tasks.base import ACTION_SCALE_FACTOR, joint_action_scale
+    from unilab.tasks.base import joint_action_scale
 
     mjcf = None
     if task.robot.source != "builtin":
@@ -217,7 +217,7 @@ def deployment_metadata(plan: Plan, applied_from: Path | None = None) -> dict[st
     layout = RobotLayout.from_model(load_model(mjcf, plan.sim.timestep))
     meta["unilab.joint_names"] = json.dumps(list(layout.joint_names))
     meta["unilab.default_joint_pos"] = json.dumps([round(float(v), 6) for v in layout.default_joint_pos])
-    scale = joint_action_scale(layout, task.action_scale if task.action_scale is not None else ACTION_SCALE_FACTOR)
+    scale = joint_action_scale(layout, task.action_scale)
     meta["unilab.action_scale"] = json.dumps([round(float(v), 6) for v in scale])
     # The joint PD loop the policy was trained with, and the limits the simulator applied to it
     # (MuJoCo clamps each target to its actuator's control range, each torque to its force

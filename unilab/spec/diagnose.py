@@ -326,25 +326,25 @@ def _tag_fix(err: Any, where: str, data: dict[str, Any], source: str, overridden
     return f"set `{where}` in {source} to {_one_of(tags) if tags else 'the name of one of its variants'}"
 
 
-def _meant_choice(model: type[BaseModel] | None, field: str, where: str, data: dict[str, Any]) -> str | None:
+def _meant_choice(where: str, data: dict[str, Any]) -> str | None:
     """For a key that takes one of a few names (a Literal), the name a misspelt value meant."""
-    info = model.model_fields.get(field) if model is not None else None
-    if info is None or get_origin(_strip(info.annotation)) is not Literal:
+    ann = _strip(_field_type(where, data))
+    if get_origin(ann) is not Literal:
         return None
-    choices = [c for c in get_args(_strip(info.annotation)) if isinstance(c, str)]
+    choices = [c for c in get_args(ann) if isinstance(c, str)]
     node: Any = data
     for k in where.split("."):
         node = node.get(k) if isinstance(node, dict) else None
     return _near(node, choices) if isinstance(node, str) and node not in choices else None
 
 
-def _renamed_table(keys: list[str], data: dict[str, Any], overridden: set[str]) -> tuple[str, str] | None:
-    """("algo", new name) when `--set algo.name=...` chose another algorithm for an [algo] key from
-    the file: `name` picks the section's model only there (run.name and task.name do not)."""
+def _set_algo_name(keys: list[str], data: dict[str, Any], overridden: set[str]) -> str | None:
+    """The algorithm `--set algo.name=...` chose, for an [algo] key from the file: `name` picks the
+    section's model only there (run.name and task.name do not)."""
     if len(keys) < 2 or keys[0] != "algo" or keys[1] == "name" or "algo.name" not in overridden:
         return None
     name = data.get("algo", {}).get("name") if isinstance(data.get("algo"), dict) else None
-    return ("algo", name) if isinstance(name, str) else None
+    return name if isinstance(name, str) else None
 
 
 def _fix(rule: str, where: str, msg: str, data: dict[str, Any], source: str, overridden: set[str]) -> str:
@@ -356,13 +356,12 @@ def _fix(rule: str, where: str, msg: str, data: dict[str, Any], source: str, ove
         (".".join(keys[:i]) for i in range(len(keys) - 1, 0, -1) if ".".join(keys[:i]) in overridden), None
     )
     in_table = f"in your --set '{table_set}={{...}}'" if table_set else ""
-    renamed = _renamed_table(keys, data, overridden)
-    if renamed and not via_set and not table_set:
+    algo = _set_algo_name(keys, data, overridden)
+    if algo and not via_set and not table_set:
         # `--set algo.name=flashsac` on a SAC spec keeps the file's SAC keys: replace the table instead.
-        table, name = renamed
         return (
-            f"pass --set '{table}={{name={_toml(name)}}}' instead of --set {table}.name=...: a table replaces the "
-            f"whole [{table}] section ({name}'s defaults; add its keys inside the braces)"
+            f"pass --set 'algo={{name={_toml(algo)}}}' instead of --set algo.name=...: a table replaces the "
+            f"whole [algo] section ({algo}'s defaults; add its keys inside the braces)"
         )
     if rule == "spec.unknown-key":
         # `--set zz.yy=1` makes an unknown table `zz`: the key came from that --set.
@@ -396,7 +395,7 @@ def _fix(rule: str, where: str, msg: str, data: dict[str, Any], source: str, ove
             )
         return f"add `{keys[-1]} = ...` under {_table_name(keys)} in {source}" + (f" ({what})" if what else "")
     key = ".".join(keys)
-    meant = _meant_choice(model, keys[-1], where, data) if where == key else None
+    meant = _meant_choice(where, data) if where == key else None
     if meant is not None:  # `sim.backend = "warp"`: the closest of the names the key takes
         if via_set:
             return f"did you mean {_toml(meant)}? pass --set {key}={_toml(meant, compact=True)}, or drop that --set"

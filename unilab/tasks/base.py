@@ -52,10 +52,12 @@ def _contiguous(adr: tuple[int, ...]) -> slice | None:
 ACTION_SCALE_FACTOR = 0.25
 
 
-def joint_action_scale(layout: RobotLayout, factor: float = ACTION_SCALE_FACTOR) -> torch.Tensor:
+def joint_action_scale(layout: RobotLayout, factor: float | None = None) -> torch.Tensor:
     """[29] float32 on the CPU, in the layout's joint order: an action of 1 asks for `factor` of the
     joint's effort limit (the G1's published limit where the model leaves it unlimited) from the PD
-    loop at the standing pose."""
+    loop at the standing pose. `factor` None: mjlab's 0.25 (a plan leaves task.action_scale unset
+    only for cartpole)."""
+    factor = ACTION_SCALE_FACTOR if factor is None else factor
     effort = [
         e if math.isfinite(e) else g1.EFFORT_LIMIT[j]
         for e, j in zip(layout.effort_limit.tolist(), layout.joint_names, strict=True)
@@ -119,8 +121,7 @@ class Task(ABC):
         self.default_joint_pos = self.default_qpos[self._qpos_idx].clone()
         self.joint_lower = torch.tensor(layout.joint_range[:, 0], device=dev, dtype=f32)
         self.joint_upper = torch.tensor(layout.joint_range[:, 1], device=dev, dtype=f32)
-        factor = spec.action_scale if spec.action_scale is not None else ACTION_SCALE_FACTOR  # None: a cartpole plan
-        self.action_scale = joint_action_scale(layout, factor).to(dev)
+        self.action_scale = joint_action_scale(layout, spec.action_scale).to(dev)
 
         self._consts: dict[tuple[float, torch.dtype], torch.Tensor] = {}
         # Persistent buffers.

@@ -209,22 +209,19 @@ def algo_warmup(r: Rule, ctx: Context) -> list[Diagnostic]:
     if algo.name == "ppo":
         return []
     n, world = ctx.spec.task.num_envs, ctx.world_size
-
-    def updates(total: int, warmup: int) -> bool:
-        return _run_syncs(total, n, world) >= _first_update_syncs(algo, n, world, warmup)
-
+    syncs, needed = _run_syncs(total, n, world), _first_update_syncs(algo, n, world, algo.warmup_env_steps)
+    fewest = _fewest_env_steps(needed, n, world)  # with this warm-up
     if algo.warmup_env_steps >= total:
         # The fix must not lead into the check below: a warm-up short enough, with a batch still to fill.
-        shorter = next((w for w in (total // 10, 0) if updates(total, w)), None)
+        shorter = next((w for w in (total // 10, 0) if syncs >= _first_update_syncs(algo, n, world, w)), None)
         if shorter is not None:
             fix = (
                 f"lower algo.warmup_env_steps below {total} (e.g. --set algo.warmup_env_steps={shorter}), "
                 "or raise run.total_env_steps"
             )
         else:
-            enough = _fewest_env_steps(_first_update_syncs(algo, n, world, algo.warmup_env_steps), n, world)
             fix = (
-                f"raise run.total_env_steps to at least {enough} (a shorter warm-up alone is not enough: one batch "
+                f"raise run.total_env_steps to at least {fewest} (a shorter warm-up alone is not enough: one batch "
                 f"of algo.batch_size = {algo.batch_size} must fill the replay first), or lower "
                 "algo.warmup_env_steps and algo.batch_size"
             )
@@ -235,15 +232,14 @@ def algo_warmup(r: Rule, ctx: Context) -> list[Diagnostic]:
                 fix,
             )
         ]
-    if not updates(total, algo.warmup_env_steps):
-        syncs, needed = _run_syncs(total, n, world), _first_update_syncs(algo, n, world, algo.warmup_env_steps)
+    if syncs < needed:
         batch_bound = _fill_syncs(algo, n) >= -(-(algo.warmup_env_steps // world) // n)
         return [
             r.diag(
                 f"the run ends after {syncs:,} env steps of its {n} envs per rank, before the first gradient "
                 f"update (after {needed:,}: one batch of algo.batch_size = {algo.batch_size} in the replay, the "
                 "warm-up, then 1 / algo.updates_per_step such steps), so the learner would never update",
-                f"raise run.total_env_steps to at least {_fewest_env_steps(needed, n, world)}, or lower "
+                f"raise run.total_env_steps to at least {fewest}, or lower "
                 + ("algo.batch_size" if batch_bound else "algo.warmup_env_steps"),
                 "algo.batch_size",
             )
