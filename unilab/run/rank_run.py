@@ -98,6 +98,11 @@ def run_rank(job: RankJob, stop: StopFlag) -> int:
 
     def on_started(hello: Any) -> None:
         nonlocal started, att
+        if dp is None and stop():
+            # Stopped while the collector started: nothing ran yet, so, as for a stop before it,
+            # nothing is recorded and apply keeps no run directory (a second Ctrl-C's path below).
+            # Data-parallel ranks decide together after their first sync instead.
+            raise KeyboardInterrupt
         started = True
         if att is not None:
             # The learner's CUDA context (torch creates it lazily, at the first allocation); the
