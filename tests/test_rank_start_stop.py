@@ -3,6 +3,7 @@ no manifest, so `unilab apply` keeps no run directory (as for a stop a moment ea
 
 from __future__ import annotations
 
+import os
 import signal
 from pathlib import Path
 
@@ -27,6 +28,11 @@ def test_a_stop_during_the_collector_start_records_nothing(tmp_path: Path) -> No
     (run_dir / "plan.toml").write_text(render(plan))
     stop = StopFlag()
     stop.signal = signal.SIGTERM  # arrived after the stop handler was installed, before the collector said hello
-    assert run_rank(RankJob(plan, 0, run_dir, progress=False), stop) == EXIT_INTERRUPTED
+    cpus = os.sched_getaffinity(0)
+    try:
+        code = run_rank(RankJob(plan, 0, run_dir, progress=False), stop)
+    finally:
+        os.sched_setaffinity(0, cpus)  # the rank pins its learner (this process) to the plan's CPUs
+    assert code == EXIT_INTERRUPTED
     assert not (run_dir / "manifest.json").exists()
     assert not any((run_dir / "checkpoints").glob("*"))
