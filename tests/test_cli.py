@@ -153,7 +153,7 @@ def test_rules_listing_and_generated_docs_match_code() -> None:
     assert g.returncode == 0, g.stdout + g.stderr
 
 
-@pytest.mark.parametrize("sub", ["plan", "diff", "host", "schema", "rules"])
+@pytest.mark.parametrize("sub", ["plan", "diff", "host", "schema", "rules", "eval"])
 def test_subcommand_help(sub: str) -> None:
     r = unilab(sub, "--help")
     assert r.returncode == 0 and "usage: unilab" in r.stdout

@@ -115,21 +115,23 @@ def test_unreadable_spec_or_plan(tmp_path: Path, saved_plan: Path, cmd: str) -> 
         assert "spec file" not in r.stderr, r.stderr
 
 
-def test_unreadable_run_dir_export(tmp_path: Path, run_dir: Path) -> None:
+@pytest.mark.parametrize("cmd", ["export", "eval"])
+def test_unreadable_run_dir_export(tmp_path: Path, run_dir: Path, cmd: str) -> None:
     run = copy_run(run_dir, tmp_path)
     with mode(run, 0):
-        r = unilab_unprivileged("export", str(run))
+        r = unilab_unprivileged(cmd, str(run))
     assert_io_error(r, str(run), "Permission denied")
 
 
-def test_export_of_a_file_names_the_run_directory(tmp_path: Path, run_dir: Path) -> None:
+@pytest.mark.parametrize("cmd", ["export", "eval"])
+def test_export_of_a_file_names_the_run_directory(tmp_path: Path, run_dir: Path, cmd: str) -> None:
     """A file of a run (its manifest, a checkpoint) is not a run directory; the fix names the one it is in."""
     run = copy_run(run_dir, tmp_path)
     tb = next((run / "tensorboard").rglob("events.out.tfevents.*"))
     for f in (run / "manifest.json", sorted((run / "checkpoints").glob("*.pt"))[-1], tb):
-        r = unilab("export", str(f))
+        r = unilab(cmd, str(f))
         assert_io_error(r, f"{f} is a file")
-        assert f"fix: unilab export {run}" in r.stderr, r.stderr
+        assert f"fix: unilab {cmd} {run}" in r.stderr, r.stderr
 
 
 def test_apply_without_target(tmp_path: Path) -> None:
@@ -168,10 +170,11 @@ def test_binary_plan_file(tmp_path: Path, cmd: str) -> None:
     assert_io_error(r, str(p), "not UTF-8")
 
 
-def test_binary_plan_in_run_dir_export(tmp_path: Path, run_dir: Path) -> None:
+@pytest.mark.parametrize("cmd", ["export", "eval"])
+def test_binary_plan_in_run_dir_export(tmp_path: Path, run_dir: Path, cmd: str) -> None:
     run = copy_run(run_dir, tmp_path)
     (run / "plan.toml").write_bytes(b'plan_id = "x"\n' + bytes(range(128, 256)))
-    r = unilab("export", str(run))
+    r = unilab(cmd, str(run))
     assert_io_error(r, str(run / "plan.toml"))
 
 

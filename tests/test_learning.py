@@ -40,6 +40,19 @@ def test_sac_learns_cartpole_within_three_minutes(tmp_path: Path) -> None:
     first, last = returns[0], json.loads((run_dir / "manifest.json").read_text())["metrics"]["episode_return_mean"]
     print(f"cartpole SAC: first logged return {first:.2f}, final {last:.2f}, {elapsed:.0f} s")
     assert last >= THRESHOLD, f"final mean return {last:.2f} < {THRESHOLD} (first logged {first:.2f})"
+    # `unilab eval` plays the final policy deterministically, one episode per world: it scores too
+    # (an untrained policy's evaluation stays far below, tests/test_eval.py).
+    e = subprocess.run(
+        [sys.executable, "-m", "unilab", "eval", str(run_dir), "--episodes", "16", "--json"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=HANG_TIMEOUT_S,
+    )
+    assert e.returncode == 0, e.stderr
+    evaluated = json.loads(e.stdout)["episode_return"]["mean"]
+    print(f"cartpole SAC: evaluated return {evaluated:.2f}")
+    assert evaluated >= THRESHOLD, f"evaluated mean return {evaluated:.2f} < {THRESHOLD}"
 
 
 def test_ppo_learns_cartpole_within_three_minutes(tmp_path: Path) -> None:

@@ -1,5 +1,6 @@
-"""JSON Schema export (draft 2020-12) of unilab's documents: spec, plan, host facts, manifest.
-The committed copies under schemas/ are checked for drift in CI (`unilab schema --check`)."""
+"""JSON Schema export (draft 2020-12) of unilab's documents: spec, plan, host facts, manifest,
+profile, evaluation report. The committed copies under schemas/ are checked for drift in CI
+(`unilab schema --check`)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ DRAFT = "https://json-schema.org/draft/2020-12/schema"
 
 
 def _documents() -> dict[str, tuple[type[BaseModel], int]]:
+    from unilab.evaluate.models import EVAL_SCHEMA_VERSION, EvalReport
     from unilab.host.facts import HOST_FACTS_SCHEMA_VERSION, HostFacts
     from unilab.manifest.models import MANIFEST_SCHEMA_VERSION, Manifest
     from unilab.plan.models import PLAN_SCHEMA_VERSION, Plan
@@ -25,6 +27,7 @@ def _documents() -> dict[str, tuple[type[BaseModel], int]]:
         "host_facts": (HostFacts, HOST_FACTS_SCHEMA_VERSION),
         "manifest": (Manifest, MANIFEST_SCHEMA_VERSION),
         "profile": (Profile, PROFILE_SCHEMA_VERSION),
+        "eval": (EvalReport, EVAL_SCHEMA_VERSION),
     }
 
 

@@ -195,9 +195,10 @@ def build_parser() -> argparse.ArgumentParser:
             help="compile against facts recorded with `unilab host --json` instead of probing this host",
         )
 
-    from unilab.cli import mps_cmd, profile_cmd, run_cmd
+    from unilab.cli import eval_cmd, mps_cmd, profile_cmd, run_cmd
 
     run_cmd.add_parsers(sub, spec_opts)  # apply (the main job), manifest, export
+    eval_cmd.add_parser(sub)
 
     sp = sub.add_parser(
         "plan",
@@ -247,7 +248,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     sp = sub.add_parser(
         "schema",
-        help="export the JSON schemas (spec, plan, host facts, manifest, profile)",
+        help="export the JSON schemas (spec, plan, host facts, manifest, profile, eval report)",
         description="Write the JSON Schemas (draft 2020-12) of unilab's documents, or check that the "
         "committed ones match the code.",
     )

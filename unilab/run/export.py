@@ -67,7 +67,9 @@ def _unreadable(path: Path, exc: OSError) -> UnilabError:
     )
 
 
-def _read_plan(run_dir: Path) -> Plan:
+def read_run_plan(run_dir: Path, command: str = "export") -> Plan:
+    """The plan of a run directory, refused in one paragraph when there is none (``command``: the
+    `unilab` command the fixes name)."""
     from unilab.plan.render import load_plan
 
     plan_path = run_dir / "plan.toml"
@@ -76,8 +78,8 @@ def _read_plan(run_dir: Path) -> Plan:
             # A file of a run (manifest, checkpoint, tensorboard event file): name the run it is in.
             home = next((d for d in run_dir.parents[:2] if (d / "plan.toml").is_file()), None)
             raise UnilabError(
-                f"{run_dir} is a file; export takes a run directory (RUN_DIR)",
-                fix=f"unilab export {home}"
+                f"{run_dir} is a file; {command} takes a run directory (RUN_DIR)",
+                fix=f"unilab {command} {home}"
                 if home
                 else "pass the directory `unilab apply` printed at the end of the run",
             )
@@ -92,34 +94,58 @@ def _read_plan(run_dir: Path) -> Plan:
     except (UnicodeDecodeError, RecursionError):
         raise UnilabError(
             f"{plan_path} is not a unilab plan (not UTF-8 TOML)",
-            fix="export a run directory written by `unilab apply`; its plan.toml must not be edited",
+            fix=f"{command} a run directory written by `unilab apply`; its plan.toml must not be edited",
         ) from None
 
 
 def load_policy(run_dir: Path, plan: Plan | None = None) -> tuple[nn.Module, int]:
     """The deployable policy of the newest checkpoint in `run_dir`, and its observation size
     (``plan``: the run's plan when the caller already read it)."""
-    plan = plan or _read_plan(run_dir)
+    plan = plan or read_run_plan(run_dir)
     return policy_from_state(plan, newest_state(run_dir, plan))
 
 
 def newest_state(run_dir: Path, plan: Plan) -> dict[str, Any]:
     """The learner state of the newest checkpoint in `run_dir`, checked against the run's plan and
     the digest the run recorded for it."""
-    from unilab.run.checkpoint import check_recorded_digest, list_checkpoints, load_checkpoint
+    return verified_checkpoint(run_dir, plan, run_checkpoint(run_dir, None, "export"))[0]["state"]
 
+
+def run_checkpoint(run_dir: Path, name: Path | None, command: str) -> Path:
+    """The newest checkpoint of `run_dir`, or the one ``name`` gives (a file name in
+    RUN_DIR/checkpoints, or a path to one); ``command``: the `unilab` command the fixes name."""
+    from unilab.run.checkpoint import list_checkpoints
+
+    directory = run_dir / "checkpoints"
     try:
-        os.listdir(run_dir / "checkpoints")  # glob() hides a permission error as "no checkpoint"
+        os.listdir(directory)  # glob() hides a permission error as "no checkpoint"
     except FileNotFoundError:
         pass
     except OSError as exc:
-        raise _unreadable(run_dir / "checkpoints", exc) from None
-    ckpts = list_checkpoints(run_dir / "checkpoints")
-    if not ckpts:
-        raise UnilabError(f"{run_dir}/checkpoints holds no checkpoint", fix="export a run that wrote a checkpoint")
-    state = load_checkpoint(ckpts[-1], plan_id=plan.plan_id)["state"]  # a corrupt file is named as such first
-    check_recorded_digest(run_dir, ckpts[-1])
-    return state
+        raise _unreadable(directory, exc) from None
+    ckpts = list_checkpoints(directory)
+    if name is None:
+        if not ckpts:
+            raise UnilabError(f"{directory} holds no checkpoint", fix=f"{command} a run that wrote a checkpoint")
+        return ckpts[-1]
+    candidates = [name, directory / name.name] if name.name == str(name) else [name]
+    path = next((p for p in candidates if p.is_file()), None)
+    if path is None or path.resolve().parent != directory.resolve():
+        raise UnilabError(
+            f"--checkpoint {name} is not a checkpoint of {run_dir}",
+            detail=f"the run's checkpoints: {', '.join(p.name for p in ckpts) or 'none'}",
+            fix="name one of them (or drop --checkpoint for the newest)",
+        )
+    return path
+
+
+def verified_checkpoint(run_dir: Path, plan: Plan, path: Path) -> tuple[dict[str, Any], str]:
+    """A checkpoint of the run loaded (refused when corrupt or another plan's) and its bytes checked
+    against the sha256 the run recorded; returns the checkpoint and that digest."""
+    from unilab.run.checkpoint import check_recorded_digest, load_checkpoint
+
+    blob = load_checkpoint(path, plan_id=plan.plan_id)  # a corrupt file is named as such first
+    return blob, check_recorded_digest(run_dir, path)
 
 
 def policy_from_state(plan: Plan, state: dict[str, Any]) -> tuple[nn.Module, int]:
@@ -253,7 +279,7 @@ def _finish_model(model_bytes: bytes, obs_dim: int, act_dim: int, metadata: dict
 
 
 def export_onnx(run_dir: Path, out: Path | None) -> Path:
-    plan = _read_plan(run_dir)  # a missing or unreadable run directory is named first
+    plan = read_run_plan(run_dir)  # a missing or unreadable run directory is named first
     out = out or run_dir / "policy.onnx"
     try:
         check_export_out(run_dir, out)  # before building the model: refuse early

@@ -1,0 +1,136 @@
+"""`unilab eval RUN_DIR`: one episode per world with the run's deterministic policy, a report whose
+figures add up, the same figures for the same seed, and a clear refusal for every bad input. That
+it measures the policy (a trained one scores, an untrained one does not) is checked after training
+in tests/test_learning.py."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from tests.conftest import ROOT, SPECS
+
+TINY_SAC = '{name="sac", batch_size=32, hidden_dims=[16], warmup_env_steps=64}'
+
+
+def unilab(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "unilab", *args], capture_output=True, text=True, timeout=300, cwd=cwd)
+
+
+def _refused(r: subprocess.CompletedProcess[str], says: str) -> None:
+    assert r.returncode == 1, r.stderr
+    assert r.stderr.startswith("error: ") and says in r.stderr and "fix: " in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr and r.stdout == ""
+
+
+@pytest.fixture(scope="module")
+def cartpole_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A short cart-pole SAC run that keeps two checkpoints."""
+    out = tmp_path_factory.mktemp("eval") / "runs"
+    r = unilab(
+        "apply", str(SPECS / "cartpole.toml"), "--quiet",
+        "--set", "run.total_env_steps=640", "--set", "run.checkpoint_every_env_steps=320",
+        "--set", f"algo={TINY_SAC}", "--set", f'run.output_dir="{out}"',
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    (run_dir,) = out.iterdir()
+    return run_dir
+
+
+def _report(*args: str) -> dict:
+    r = unilab("eval", *args, "--json")
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+    return json.loads(r.stdout)
+
+
+def test_every_world_plays_one_episode_and_the_figures_add_up(cartpole_run: Path) -> None:
+    rep = _report(str(cartpole_run), "--episodes", "16")
+    schema = json.loads((ROOT / "schemas" / "eval.v1.json").read_text())
+    jsonschema.validate(rep, schema)
+    assert rep["episodes"] == 16 and rep["checkpoint"] == "ckpt-0000000000640.pt"
+    assert rep["checkpoint_env_steps"] == 640 and rep["task"] == "cartpole" and rep["algo"] == "sac"
+    assert rep["ended_by_time_out"] + rep["ended_by_termination"] + rep["ended_non_finite"] == 16
+    length = rep["episode_length"]
+    assert 1 <= length["min"] <= length["mean"] <= length["max"] <= rep["max_episode_steps"]
+    # The worlds keep stepping until the longest episode ends; none plays more than that.
+    assert rep["env_steps"] == 16 * length["max"]
+    # The reward is the sum of its terms, so the mean return is the sum of the terms' means.
+    assert abs(sum(rep["reward_terms"].values()) - rep["episode_return"]["mean"]) < 1e-6
+    assert list(rep["reward_terms"]) == ["upright", "centered", "action_l2"]
+    # 640 env steps of training do not balance the pole (tests/test_learning.py: a trained policy
+    # scores 8 and more, the whole 10 s episode about 12).
+    assert rep["episode_return"]["mean"] < 4.0 and rep["ended_by_termination"] == 16
+
+
+def test_the_same_seed_gives_the_same_figures_and_another_seed_other_resets(cartpole_run: Path) -> None:
+    def figures(seed: str) -> dict:
+        rep = _report(str(cartpole_run), "--episodes", "8", "--seed", seed, "--workers", "1")
+        return {k: v for k, v in rep.items() if k != "wall_s"}
+
+    a, b, c = figures("3"), figures("3"), figures("4")
+    assert a == b
+    assert a["episode_return"] != c["episode_return"]
+
+
+def test_an_older_checkpoint_is_chosen_by_name(cartpole_run: Path) -> None:
+    rep = _report(str(cartpole_run), "--episodes", "2", "--checkpoint", "ckpt-0000000000320.pt")
+    assert rep["checkpoint"] == "ckpt-0000000000320.pt" and rep["checkpoint_env_steps"] == 320
+    text = unilab("eval", str(cartpole_run), "--episodes", "2")
+    assert text.returncode == 0, text.stderr
+    assert "ckpt-0000000000640.pt (640 env steps trained), sac on cartpole" in text.stdout
+    assert "2 episodes, one per world (seed 0)" in text.stdout and "upright" in text.stdout
+
+
+def test_bad_requests_are_refused_in_one_paragraph(cartpole_run: Path, tmp_path: Path) -> None:
+    _refused(unilab("eval", str(cartpole_run), "--checkpoint", "ckpt-9.pt"), "is not a checkpoint of")
+    _refused(unilab("eval", str(cartpole_run), "--episodes", "0"), "--episodes 0 is out of range")
+    _refused(unilab("eval", str(cartpole_run), "--workers", "0"), "--workers 0 is out of range")
+    _refused(unilab("eval", str(tmp_path / "nothing")), "does not exist")
+    _refused(unilab("eval", str(tmp_path)), "not a unilab run directory")
+
+
+def test_a_checkpoint_changed_after_the_run_is_refused(cartpole_run: Path, tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(cartpole_run, run)
+    ckpt = run / "checkpoints" / "ckpt-0000000000640.pt"
+    data = bytearray(ckpt.read_bytes())
+    data[-30] ^= 0xFF  # in the zip's central directory or the data: either way no longer the run's bytes
+    ckpt.write_bytes(bytes(data))
+    r = unilab("eval", str(run))
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    assert "ckpt-0000000000640.pt" in r.stderr and ("sha256" in r.stderr or "corrupt" in r.stderr), r.stderr
+
+
+@pytest.mark.slow
+def test_a_runs_own_motion_file_is_found_where_the_run_was_applied_and_a_changed_one_refused(tmp_path: Path) -> None:
+    """A relative input path in the plan is the working directory's of `unilab apply`: eval run
+    elsewhere finds the file there, and refuses it once it differs from what the run trained on."""
+    applied = tmp_path / "work"
+    applied.mkdir()
+    shutil.copy(ROOT / "unilab" / "assets" / "motions" / "g1_squat.npz", applied / "clip.npz")
+    shutil.copy(SPECS / "g1_motion_tracking.toml", applied / "spec.toml")
+    r = unilab(
+        "apply", "spec.toml", "--quiet", "--set", 'task.motion="clip.npz"', "--set", "task.num_envs=8",
+        "--set", "run.total_env_steps=64", "--set", '''algo={name="ppo", num_steps_per_env=8, hidden_dims=[16]}''',
+        cwd=applied,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    (run_dir,) = (applied / "runs").iterdir()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    ok = unilab("eval", str(run_dir), "--episodes", "4", "--json", cwd=elsewhere)
+    assert ok.returncode == 0, ok.stderr
+    rep = json.loads(ok.stdout)
+    assert rep["task"] == "g1_motion_tracking" and rep["episodes"] == 4
+    assert "motion_joint_pos" in rep["reward_terms"]
+    with (applied / "clip.npz").open("ab") as f:
+        f.write(b"\0")
+    _refused(unilab("eval", str(run_dir), cwd=elsewhere), "task.motion")
+    r = unilab("eval", str(run_dir), cwd=elsewhere)
+    assert str(applied) in r.stderr, r.stderr

@@ -1,0 +1,57 @@
+"""`unilab eval RUN_DIR`."""
+
+from __future__ import annotations
+
+import argparse
+
+from unilab.cli.args import path_arg
+
+DEFAULT_EPISODES = 64
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from unilab.evaluate.rollout import EvalRequest, evaluate, render, report_json
+
+    report = evaluate(
+        EvalRequest(
+            run_dir=args.run_dir,
+            episodes=args.episodes,
+            seed=args.seed,
+            checkpoint=args.checkpoint,
+            workers=args.workers,
+            progress=not args.json,
+        )
+    )
+    print(report_json(report) if args.json else render(report), end="" if args.json else "\n")
+    return 0
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    sp = sub.add_parser(
+        "eval",
+        help="play a run's policy for a number of episodes and report returns",
+        description="Load RUN_DIR's newest checkpoint (or --checkpoint), verified against the digest the run "
+        "recorded, and play its deterministic policy on the run's task: every world plays exactly one "
+        "episode from a reset, on CPU MuJoCo whatever backend the run trained on. Prints the episode "
+        "return, length, how the episodes ended and each reward term; writes nothing.",
+    )
+    sp.add_argument("run_dir", type=path_arg, metavar="RUN_DIR")
+    sp.add_argument(
+        "--episodes",
+        type=int,
+        default=DEFAULT_EPISODES,
+        metavar="N",
+        help=f"episodes to play, one per world (default {DEFAULT_EPISODES})",
+    )
+    sp.add_argument("--seed", type=int, default=0, help="seed of the resets and observation noise (default 0)")
+    sp.add_argument(
+        "--checkpoint",
+        type=path_arg,
+        metavar="FILE",
+        help="a checkpoint of the run, by file name or path (default: the newest)",
+    )
+    sp.add_argument(
+        "--workers", type=int, metavar="N", help="CPU MuJoCo worker processes (default: one per CPU this may use)"
+    )
+    sp.add_argument("--json", action="store_true", help="print the report as JSON (schemas/eval.v1.json)")
+    sp.set_defaults(func=cmd_eval)

@@ -1,0 +1,1 @@
+"""`unilab eval`: a run's policy played deterministically for a fixed number of episodes."""

@@ -1,0 +1,58 @@
+"""The evaluation report `unilab eval --json` prints (schemas/eval.v1.json)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+EVAL_SCHEMA_VERSION = 1
+
+
+class _E(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Stat(_E):
+    mean: float
+    std: float = Field(description="Population standard deviation over the episodes.")
+    min: float
+    max: float
+
+
+class EvalReport(_E):
+    """One evaluation: every world plays exactly one episode from a reset, with the policy's
+    deterministic action (no exploration noise); the task's observation noise and domain
+    randomization stay as the run's plan set them."""
+
+    schema_version: Literal[1] = 1
+    run_dir: str = Field(description="The run directory evaluated, as given.")
+    plan_id: str = Field(description="The run's plan.")
+    task: str
+    algo: str
+    checkpoint: str = Field(description="The checkpoint's file name (in RUN_DIR/checkpoints).")
+    checkpoint_env_steps: int = Field(description="Env steps the run had trained when it saved the checkpoint.")
+    checkpoint_sha256: str = Field(
+        description="Its sha256 (hex), as the run recorded it and as verified before loading."
+    )
+    backend: Literal["mujoco"] = Field(description="Physics backend of the evaluation (CPU MuJoCo).")
+    workers: int = Field(description="CPU MuJoCo worker processes.")
+    seed: int = Field(description="Seed of the task's reset draws and observation noise.")
+    episodes: int = Field(description="Episodes played, one per world.")
+    control_dt: float = Field(description="Seconds per env step.")
+    max_episode_steps: int = Field(description="The task's time limit, in env steps.")
+    episode_return: Stat
+    episode_length: Stat = Field(description="In env steps.")
+    ended_by_time_out: int = Field(
+        description="Episodes cut off by a time-out term, without a failure: the time limit, or for "
+        "g1_motion_tracking the reference clip's end."
+    )
+    ended_by_termination: int = Field(description="Episodes ended by one of the task's terminations (a fall, ...).")
+    ended_non_finite: int = Field(
+        description="Episodes ended because the world's state went non-finite (reset by the collector)."
+    )
+    reward_terms: dict[str, float] = Field(
+        description="Mean per episode of each reward term's sum (as weighted in the reward), in the task's order."
+    )
+    env_steps: int = Field(description="Env steps simulated, over all worlds.")
+    wall_s: float = Field(description="Seconds the episodes took, without the setup.")

@@ -1,0 +1,200 @@
+"""Play a run's policy for a fixed number of episodes and measure them.
+
+Every world plays exactly one episode from a reset, so the episodes are a fair sample of the
+task's reset distribution: counting the first N episodes to end on fewer worlds would favour
+short ones (falls). Actions are the policy's deterministic ones (what `unilab export` deploys);
+the physics is CPU MuJoCo whatever backend the run trained on (the backends agree, see
+tests/test_sim_backends.py), so a GPU run is evaluated on any machine.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from unilab.errors import UnilabError
+from unilab.evaluate.models import EvalReport, Stat
+from unilab.plan.models import Plan
+
+MAX_EPISODES = 65_536  # worlds in one CPU collector; more would only exhaust memory
+
+
+@dataclass(frozen=True)
+class EvalRequest:
+    run_dir: Path
+    episodes: int
+    seed: int = 0
+    checkpoint: Path | None = None  # a file of RUN_DIR/checkpoints; None: the newest
+    workers: int | None = None  # CPU MuJoCo workers; None: one per CPU this process may use
+    progress: bool = True
+
+
+def _input_base(plan: Plan, run_dir: Path) -> Path:
+    """The directory the plan's relative input paths (robot MJCF, motion) resolve against: this
+    one, else the one the run was applied in, whichever holds the files as the run had them."""
+    from unilab.plan.inputs import applied_from, check_planned_inputs, planned_input_paths
+
+    if not planned_input_paths(plan.task, Path.cwd()):
+        return Path.cwd()
+    where = applied_from(run_dir)
+    failures: list[UnilabError] = []
+    for base in dict.fromkeys(b for b in (Path.cwd(), where) if b is not None):
+        try:
+            check_planned_inputs(plan.task, base)
+            return base
+        except UnilabError as exc:
+            failures.append(exc)
+    first = failures[0]  # from the working directory, which is always tried
+    raise UnilabError(
+        first.summary,
+        detail="an evaluation plays the task on the files the run trained on, checked by their digests",
+        fix=f"run `unilab eval` from the directory the run was applied in ({where or 'see its manifest'}), "
+        "with the run's files as they were",
+    )
+
+
+def _stat(values: torch.Tensor) -> Stat:
+    v = values.to(torch.float64)
+    return Stat(mean=float(v.mean()), std=float(v.std(unbiased=False)), min=float(v.min()), max=float(v.max()))
+
+
+class _Progress:
+    """One line on a terminal's stderr, rewritten at most every half second; nothing otherwise."""
+
+    def __init__(self, enabled: bool, episodes: int, max_steps: int) -> None:
+        self.on = enabled and sys.stderr.isatty()
+        self.episodes, self.max_steps = episodes, max_steps
+        self._last = 0.0
+
+    def update(self, step: int, ended: int) -> None:
+        now = time.monotonic()
+        if not self.on or now - self._last < 0.5:
+            return
+        self._last = now
+        sys.stderr.write(f"\reval: step {step:,}/{self.max_steps:,}, {ended:,}/{self.episodes:,} episodes ended")
+        sys.stderr.flush()
+
+    def close(self) -> None:
+        if self.on and self._last:
+            sys.stderr.write("\r\033[K")
+            sys.stderr.flush()
+
+
+def evaluate(req: EvalRequest) -> EvalReport:
+    from unilab.collect.build import build_collector
+    from unilab.plan.inputs import planned_task
+    from unilab.run.checkpoint import env_steps_of
+    from unilab.run.export import policy_from_state, read_run_plan, run_checkpoint, verified_checkpoint
+
+    if not 1 <= req.episodes <= MAX_EPISODES:
+        raise UnilabError(
+            f"--episodes {req.episodes} is out of range", fix=f"pass --episodes between 1 and {MAX_EPISODES:,}"
+        )
+    if req.workers is not None and req.workers < 1:
+        raise UnilabError(f"--workers {req.workers} is out of range", fix="pass --workers 1 or more")
+    run_dir = req.run_dir
+    plan = read_run_plan(run_dir, "eval")  # a missing or unreadable run directory is named first
+    path = run_checkpoint(run_dir, req.checkpoint, "eval")
+    blob, digest = verified_checkpoint(run_dir, plan, path)
+    policy, _ = policy_from_state(plan, blob["state"])
+    base = _input_base(plan, run_dir)
+
+    n = req.episodes
+    task = planned_task(plan.task).model_copy(update={"num_envs": n})
+    sim = plan.sim.model_copy(update={"backend": "mujoco"})
+    workers = max(1, min(req.workers or len(os.sched_getaffinity(0)), n))
+    torch.set_num_threads(1)  # the physics workers take the CPUs; tiny policy batches gain nothing
+    with build_collector(task, sim, spec_dir=base, num_envs=n, workers=workers, seed=req.seed, timing=False) as c:
+        max_steps = c.task.max_episode_steps
+        ret = torch.zeros(n, dtype=torch.float64)
+        length = torch.zeros(n, dtype=torch.int64)
+        terms = torch.zeros(n, len(c.task.reward_names), dtype=torch.float64)
+        live = torch.ones(n, dtype=torch.bool)
+        by_time_out = torch.zeros(n, dtype=torch.bool)
+        by_term = torch.zeros(n, dtype=torch.bool)
+        by_nonfinite = torch.zeros(n, dtype=torch.bool)
+        progress = _Progress(req.progress, n, max_steps)
+        obs = c.reset_all()
+        t0 = time.perf_counter()
+        steps = 0
+        try:
+            # The time limit ends every episode within max_steps env steps; one more is slack.
+            while bool(live.any()) and steps <= max_steps:
+                with torch.no_grad():
+                    actions = policy(obs)
+                obs, reward, terminated, truncated = c.step(actions)
+                steps += 1
+                ret += reward.double() * live
+                terms += c.task.reward_terms.double() * live.unsqueeze(1)
+                length += live
+                nonfinite = c.nonfinite & live
+                ended = (terminated | truncated) & live
+                by_nonfinite |= nonfinite
+                by_term |= terminated & live & ~nonfinite
+                by_time_out |= truncated & live & ~terminated & ~nonfinite
+                live &= ~ended
+                progress.update(steps, n - int(live.sum()))
+        finally:
+            progress.close()
+        wall = time.perf_counter() - t0
+        if bool(live.any()):
+            raise UnilabError(
+                f"{int(live.sum())} of {n} episodes did not end within the task's time limit ({max_steps} steps)",
+                fix="report this with the run's plan.toml: the collector's time limit did not fire",
+            )
+        reward_names = list(c.task.reward_names)
+        env_steps = c.env_steps
+    return EvalReport(
+        run_dir=str(run_dir),
+        plan_id=plan.plan_id,
+        task=plan.task.name,
+        algo=plan.algo.name,
+        checkpoint=path.name,
+        checkpoint_env_steps=int(blob.get("env_steps", env_steps_of(path) or 0)),
+        checkpoint_sha256=digest,
+        backend="mujoco",
+        workers=workers,
+        seed=req.seed,
+        episodes=n,
+        control_dt=plan.task.control_dt,
+        max_episode_steps=max_steps,
+        episode_return=_stat(ret),
+        episode_length=_stat(length),
+        ended_by_time_out=int(by_time_out.sum()),
+        ended_by_termination=int(by_term.sum()),
+        ended_non_finite=int(by_nonfinite.sum()),
+        reward_terms={name: float(v) for name, v in zip(reward_names, terms.mean(dim=0).tolist(), strict=True)},
+        env_steps=env_steps,
+        wall_s=round(wall, 3),
+    )
+
+
+def render(report: EvalReport) -> str:
+    """The report as a user reads it in a terminal."""
+    r, L = report.episode_return, report.episode_length
+    dt = report.control_dt
+    lines = [
+        f"{report.run_dir}: {report.checkpoint} ({report.checkpoint_env_steps:,} env steps trained), "
+        f"{report.algo} on {report.task}",
+        f"{report.episodes} episodes, one per world (seed {report.seed}), deterministic actions, "
+        f"CPU MuJoCo with {report.workers} worker{'s' if report.workers != 1 else ''}, {report.wall_s:.1f} s",
+        f"  return   {r.mean:10.3f} +- {r.std:.3f}  (min {r.min:.3f}, max {r.max:.3f})",
+        f"  length   {L.mean:10.1f} +- {L.std:.1f} steps = {L.mean * dt:.2f} s  "
+        f"(min {L.min:.0f}, max {L.max:.0f}; time limit {report.max_episode_steps})",
+        f"  ended    {report.ended_by_time_out} by time-out (no failure), {report.ended_by_termination} by termination"
+        + (f", {report.ended_non_finite} non-finite" if report.ended_non_finite else ""),
+    ]
+    if report.reward_terms:
+        width = max(len(k) for k in report.reward_terms)
+        lines.append("  reward terms, mean sum per episode:")
+        lines += [f"    {k:<{width}}  {v:10.3f}" for k, v in report.reward_terms.items()]
+    return "\n".join(lines)
+
+
+def report_json(report: EvalReport) -> str:
+    return report.model_dump_json(indent=2) + "\n"
