@@ -96,15 +96,88 @@ def test_bad_requests_are_refused_in_one_paragraph(cartpole_run: Path, tmp_path:
 
 
 def test_a_checkpoint_changed_after_the_run_is_refused(cartpole_run: Path, tmp_path: Path) -> None:
+    """A file that still loads as a checkpoint of the run's plan, but not with the bytes the run
+    recorded, is refused by its digest."""
+    import torch
+
     run = tmp_path / "run"
     shutil.copytree(cartpole_run, run)
     ckpt = run / "checkpoints" / "ckpt-0000000000640.pt"
-    data = bytearray(ckpt.read_bytes())
-    data[-30] ^= 0xFF  # in the zip's central directory or the data: either way no longer the run's bytes
-    ckpt.write_bytes(bytes(data))
+    blob = torch.load(ckpt, weights_only=True)
+    actor = blob["state"]["learner"]["actor"]
+    first = next(iter(actor))
+    actor[first] = actor[first] + 1.0
+    torch.save(blob, ckpt)
     r = unilab("eval", str(run))
-    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
-    assert "ckpt-0000000000640.pt" in r.stderr and ("sha256" in r.stderr or "corrupt" in r.stderr), r.stderr
+    _refused(r, "does not have the sha256 the run recorded")
+    assert "ckpt-0000000000640.pt" in r.stderr
+
+
+def test_a_checkpoint_is_named_among_the_runs_own(cartpole_run: Path, tmp_path: Path) -> None:
+    """--checkpoint takes a checkpoint the run wrote: not its digest file, not a file elsewhere."""
+    sidecar = "ckpt-0000000000640.pt.sha256"
+    assert (cartpole_run / "checkpoints" / sidecar).is_file()
+    _refused(unilab("eval", str(cartpole_run), "--checkpoint", sidecar), "is not a checkpoint of")
+    stray = tmp_path / "ckpt-0000000000640.pt"
+    shutil.copy(cartpole_run / "checkpoints" / "ckpt-0000000000640.pt", stray)
+    _refused(unilab("eval", str(cartpole_run), "--checkpoint", str(stray)), "is not a checkpoint of")
+    by_path = _report(
+        str(cartpole_run),
+        "--episodes",
+        "2",
+        "--checkpoint",
+        str(cartpole_run / "checkpoints" / "ckpt-0000000000320.pt"),
+    )
+    assert by_path["checkpoint"] == "ckpt-0000000000320.pt"
+
+
+@pytest.mark.parametrize(
+    "algo",
+    [
+        '{name="flashsac", batch_size=32, hidden_dims=[16], expansion=2, warmup_env_steps=64}',
+        '{name="ppo", num_steps_per_env=8, hidden_dims=[16]}',
+    ],
+)
+def test_flashsac_and_ppo_runs_are_evaluated_too(tmp_path: Path, algo: str) -> None:
+    out = tmp_path / "runs"
+    r = unilab(
+        "apply", str(SPECS / "cartpole.toml"), "--quiet", "--set", "run.total_env_steps=512",
+        "--set", f"algo={algo}", "--set", f'run.output_dir="{out}"',
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    (run_dir,) = out.iterdir()
+    rep = _report(str(run_dir), "--episodes", "4")
+    assert rep["algo"] == algo.split('"')[1] and rep["episodes"] == 4
+    assert abs(sum(rep["reward_terms"].values()) - rep["episode_return"]["mean"]) < 1e-6
+
+
+def test_mujoco_warnings_are_counted_in_the_episode_they_happen_in() -> None:
+    """CPU MuJoCo resets a diverged world itself and the episode goes on; the report counts the
+    episodes where MuJoCo warned. Here world 0 gets a NaN control at its third step (MuJoCo zeroes
+    it and warns), behind the collector's back."""
+    import torch
+
+    from unilab.collect.build import build_collector
+    from unilab.evaluate.rollout import _play
+    from unilab.spec.models import SimSpec, TaskSpec
+
+    task = TaskSpec(name="cartpole", num_envs=4, episode_length_s=0.2)
+    sim = SimSpec(timestep=0.01, decimation=2, workers=1)
+    with build_collector(task, sim, num_envs=4, workers=1) as c:
+        real_step, calls = c.backend.step, []
+
+        def step(ctrl: torch.Tensor):  # type: ignore[no-untyped-def]
+            calls.append(1)
+            if len(calls) == 3:
+                ctrl = ctrl.clone()
+                ctrl[0] = float("nan")
+            return real_step(ctrl)
+
+        c.backend.step = step  # type: ignore[method-assign]
+        played = _play(c, lambda obs: torch.zeros(obs.shape[0], 1), progress=False)
+    per_episode = played.warnings.sum(axis=1)
+    assert per_episode[0] >= 1 and per_episode[1:].tolist() == [0, 0, 0]
+    assert played.by_time_out.all()  # 10 steps: the pole has not fallen, nothing flagged
 
 
 @pytest.mark.slow

@@ -56,8 +56,11 @@ def test_a_gpu_runs_checkpoint_exports_on_a_cpu(tmp_path: Path) -> None:
     blob = {"learner": state, "obs_dim": 5, "act_dim": 1, "normalizer": {}}
     plan = plan.model_copy(update={"algo": plan.algo.model_copy(update={"normalize_observations": False})})
     policy, obs_dim = policy_from_state(plan, blob)
-    obs = torch.randn(4, 5)
-    assert obs_dim == 5 and torch.equal(policy(obs), torch.tanh(learner.actor(obs)[0]).clamp(-1, 1))
+    # Beyond the normalizer's clip of 10: a run without normalization fed its actor raw observations.
+    obs = 15 * torch.randn(4, 5, generator=torch.Generator().manual_seed(0))
+    assert obs_dim == 5 and torch.equal(policy(obs), torch.tanh(learner.actor(obs)[0]))
+    clipped = torch.tanh(learner.actor(obs.clamp(-10, 10))[0])
+    assert not torch.equal(policy(obs), clipped)  # what export played before it followed training
 
 
 def test_a_motion_tracking_export_names_the_clip_it_tracks() -> None:

@@ -33,7 +33,7 @@ class EvalReport(_E):
     checkpoint: str = Field(description="The checkpoint's file name (in RUN_DIR/checkpoints).")
     checkpoint_env_steps: int = Field(description="Env steps the run had trained when it saved the checkpoint.")
     checkpoint_sha256: str = Field(
-        description="Its sha256 (hex), as the run recorded it and as verified before loading."
+        description="Its sha256 (hex): the run recorded it, and the file still has it."
     )
     backend: Literal["mujoco"] = Field(description="Physics backend of the evaluation (CPU MuJoCo).")
     workers: int = Field(description="CPU MuJoCo worker processes.")
@@ -50,6 +50,13 @@ class EvalReport(_E):
     ended_by_termination: int = Field(description="Episodes ended by one of the task's terminations (a fall, ...).")
     ended_non_finite: int = Field(
         description="Episodes ended because the world's state went non-finite (reset by the collector)."
+    )
+    episodes_with_physics_warnings: int = Field(
+        description="Episodes in which MuJoCo warned (e.g. `bad_qacc`: it reset a diverged world to the model's "
+        "default pose and the episode went on, so its figures include that)."
+    )
+    physics_warnings: dict[str, int] = Field(
+        description="MuJoCo's warnings over the episodes, by kind (only kinds seen)."
     )
     reward_terms: dict[str, float] = Field(
         description="Mean per episode of each reward term's sum (as weighted in the reward), in the task's order."

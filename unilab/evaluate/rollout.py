@@ -12,14 +12,20 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+import numpy as np
 import torch
 
 from unilab.errors import UnilabError
 from unilab.evaluate.models import EvalReport, Stat
 from unilab.plan.models import Plan
+
+if TYPE_CHECKING:
+    from unilab.collect.collector import Collector
 
 MAX_EPISODES = 65_536  # worlds in one CPU collector; more would only exhaust memory
 
@@ -42,14 +48,16 @@ def _input_base(plan: Plan, run_dir: Path) -> Path:
     if not planned_input_paths(plan.task, Path.cwd()):
         return Path.cwd()
     where = applied_from(run_dir)
-    failures: list[UnilabError] = []
+    failures: dict[Path, UnilabError] = {}
     for base in dict.fromkeys(b for b in (Path.cwd(), where) if b is not None):
         try:
             check_planned_inputs(plan.task, base)
             return base
         except UnilabError as exc:
-            failures.append(exc)
-    first = failures[0]  # from the working directory, which is always tried
+            failures[base] = exc
+    # Name the directory that holds the files (they changed there) before one that lacks them.
+    held = [b for b in failures if all(p.exists() for p in planned_input_paths(plan.task, b))]
+    first = failures[held[0] if held else Path.cwd()]
     raise UnilabError(
         first.summary,
         detail="an evaluation plays the task on the files the run trained on, checked by their digests",
@@ -85,18 +93,96 @@ class _Progress:
             sys.stderr.flush()
 
 
+@dataclass
+class _Episodes:
+    """Per world, its first episode: return, length, per-term sums, how it ended, MuJoCo warnings."""
+
+    ret: torch.Tensor
+    length: torch.Tensor
+    terms: torch.Tensor
+    by_time_out: torch.Tensor
+    by_termination: torch.Tensor
+    by_non_finite: torch.Tensor
+    warnings: np.ndarray  # [N, warning kinds]
+    env_steps: int
+    wall_s: float
+
+
+def _play(c: Collector, policy: Callable[[torch.Tensor], torch.Tensor], progress: bool) -> _Episodes:
+    """Step every world until its first episode has ended; later episodes are stepped, not counted."""
+    n, max_steps = c.num_envs, c.task.max_episode_steps
+    ret = torch.zeros(n, dtype=torch.float64)
+    length = torch.zeros(n, dtype=torch.int64)
+    terms = torch.zeros(n, len(c.task.reward_names), dtype=torch.float64)
+    live = torch.ones(n, dtype=torch.bool)
+    by_time_out, by_term, by_nonfinite = (torch.zeros(n, dtype=torch.bool) for _ in range(3))
+    bar = _Progress(progress, n, max_steps)
+    obs = c.reset_all()
+    # MuJoCo resets a diverged world itself (mjWARN_BADQACC) and the episode goes on from the
+    # model's default pose, nothing non-finite to flag: its counters say so. They count per world
+    # from the backend's start, so each episode's share is read as it ends.
+    start_warnings = c.backend.world_warnings()
+    warnings = np.zeros_like(start_warnings)
+    t0 = time.perf_counter()
+    steps = 0
+    try:
+        # The time limit ends every episode within max_steps env steps; one more is slack.
+        while bool(live.any()) and steps <= max_steps:
+            with torch.no_grad():
+                actions = policy(obs)
+            obs, reward, terminated, truncated = c.step(actions)
+            steps += 1
+            # A flagged world's reward is zeroed and its terms may be NaN: neither counts.
+            counted = live & ~c.nonfinite
+            ret += torch.where(counted, reward.double(), 0.0)
+            terms += torch.where(counted.unsqueeze(1), c.task.reward_terms.double(), 0.0)
+            length += live
+            nonfinite = c.nonfinite & live
+            ended = (terminated | truncated | nonfinite) & live
+            by_nonfinite |= nonfinite
+            by_term |= terminated & live & ~nonfinite
+            by_time_out |= truncated & live & ~terminated & ~nonfinite
+            if bool(ended.any()):
+                rows = ended.numpy()
+                warnings[rows] = c.backend.world_warnings()[rows] - start_warnings[rows]
+            live &= ~ended
+            bar.update(steps, n - int(live.sum()))
+    finally:
+        bar.close()
+    wall = time.perf_counter() - t0
+    if bool(live.any()):
+        raise UnilabError(
+            f"{int(live.sum())} of {n} episodes did not end within the task's time limit ({max_steps} steps)",
+            fix="report this with the run's plan.toml: the collector's time limit did not fire",
+        )
+    return _Episodes(ret, length, terms, by_time_out, by_term, by_nonfinite, warnings, c.env_steps, wall)
+
+
+def _check_request(req: EvalRequest) -> int:
+    """Refuse a request out of range; returns the worker count."""
+    if not 1 <= req.episodes <= MAX_EPISODES:
+        raise UnilabError(
+            f"--episodes {req.episodes} is out of range", fix=f"pass --episodes between 1 and {MAX_EPISODES:,}"
+        )
+    if not 0 <= req.seed < 2**31:  # the range of run.seed: the tasks derive their draws from it
+        raise UnilabError(f"--seed {req.seed} is out of range", fix="pass --seed between 0 and 2147483647")
+    cpus = len(os.sched_getaffinity(0))
+    if req.workers is not None and not 1 <= req.workers <= cpus:
+        raise UnilabError(
+            f"--workers {req.workers} is out of range: this process may use {cpus} CPU{'s' if cpus != 1 else ''}",
+            fix=f"pass --workers between 1 and {cpus}, or leave it out (one per CPU)",
+        )
+    return max(1, min(req.workers or cpus, req.episodes))
+
+
 def evaluate(req: EvalRequest) -> EvalReport:
     from unilab.collect.build import build_collector
     from unilab.plan.inputs import planned_task
     from unilab.run.checkpoint import env_steps_of
     from unilab.run.export import policy_from_state, read_run_plan, run_checkpoint, verified_checkpoint
+    from unilab.sim.mujoco_cpu import MujocoCpuBackend
 
-    if not 1 <= req.episodes <= MAX_EPISODES:
-        raise UnilabError(
-            f"--episodes {req.episodes} is out of range", fix=f"pass --episodes between 1 and {MAX_EPISODES:,}"
-        )
-    if req.workers is not None and req.workers < 1:
-        raise UnilabError(f"--workers {req.workers} is out of range", fix="pass --workers 1 or more")
+    workers = _check_request(req)
     run_dir = req.run_dir
     plan = read_run_plan(run_dir, "eval")  # a missing or unreadable run directory is named first
     path = run_checkpoint(run_dir, req.checkpoint, "eval")
@@ -107,48 +193,12 @@ def evaluate(req: EvalRequest) -> EvalReport:
     n = req.episodes
     task = planned_task(plan.task).model_copy(update={"num_envs": n})
     sim = plan.sim.model_copy(update={"backend": "mujoco"})
-    workers = max(1, min(req.workers or len(os.sched_getaffinity(0)), n))
     torch.set_num_threads(1)  # the physics workers take the CPUs; tiny policy batches gain nothing
     with build_collector(task, sim, spec_dir=base, num_envs=n, workers=workers, seed=req.seed, timing=False) as c:
-        max_steps = c.task.max_episode_steps
-        ret = torch.zeros(n, dtype=torch.float64)
-        length = torch.zeros(n, dtype=torch.int64)
-        terms = torch.zeros(n, len(c.task.reward_names), dtype=torch.float64)
-        live = torch.ones(n, dtype=torch.bool)
-        by_time_out = torch.zeros(n, dtype=torch.bool)
-        by_term = torch.zeros(n, dtype=torch.bool)
-        by_nonfinite = torch.zeros(n, dtype=torch.bool)
-        progress = _Progress(req.progress, n, max_steps)
-        obs = c.reset_all()
-        t0 = time.perf_counter()
-        steps = 0
-        try:
-            # The time limit ends every episode within max_steps env steps; one more is slack.
-            while bool(live.any()) and steps <= max_steps:
-                with torch.no_grad():
-                    actions = policy(obs)
-                obs, reward, terminated, truncated = c.step(actions)
-                steps += 1
-                ret += reward.double() * live
-                terms += c.task.reward_terms.double() * live.unsqueeze(1)
-                length += live
-                nonfinite = c.nonfinite & live
-                ended = (terminated | truncated) & live
-                by_nonfinite |= nonfinite
-                by_term |= terminated & live & ~nonfinite
-                by_time_out |= truncated & live & ~terminated & ~nonfinite
-                live &= ~ended
-                progress.update(steps, n - int(live.sum()))
-        finally:
-            progress.close()
-        wall = time.perf_counter() - t0
-        if bool(live.any()):
-            raise UnilabError(
-                f"{int(live.sum())} of {n} episodes did not end within the task's time limit ({max_steps} steps)",
-                fix="report this with the run's plan.toml: the collector's time limit did not fire",
-            )
+        played = _play(c, policy, req.progress)
         reward_names = list(c.task.reward_names)
-        env_steps = c.env_steps
+        max_steps = c.task.max_episode_steps
+    warned = played.warnings.sum(axis=0)
     return EvalReport(
         run_dir=str(run_dir),
         plan_id=plan.plan_id,
@@ -163,14 +213,16 @@ def evaluate(req: EvalRequest) -> EvalReport:
         episodes=n,
         control_dt=plan.task.control_dt,
         max_episode_steps=max_steps,
-        episode_return=_stat(ret),
-        episode_length=_stat(length),
-        ended_by_time_out=int(by_time_out.sum()),
-        ended_by_termination=int(by_term.sum()),
-        ended_non_finite=int(by_nonfinite.sum()),
-        reward_terms={name: float(v) for name, v in zip(reward_names, terms.mean(dim=0).tolist(), strict=True)},
-        env_steps=env_steps,
-        wall_s=round(wall, 3),
+        episode_return=_stat(played.ret),
+        episode_length=_stat(played.length),
+        ended_by_time_out=int(played.by_time_out.sum()),
+        ended_by_termination=int(played.by_termination.sum()),
+        ended_non_finite=int(played.by_non_finite.sum()),
+        episodes_with_physics_warnings=int((played.warnings.sum(axis=1) > 0).sum()),
+        physics_warnings={k: int(v) for k, v in zip(MujocoCpuBackend.warning_names(), warned, strict=True) if v},
+        reward_terms={name: float(v) for name, v in zip(reward_names, played.terms.mean(dim=0).tolist(), strict=True)},
+        env_steps=played.env_steps,
+        wall_s=round(played.wall_s, 3),
     )
 
 
@@ -187,8 +239,14 @@ def render(report: EvalReport) -> str:
         f"  length   {L.mean:10.1f} +- {L.std:.1f} steps = {L.mean * dt:.2f} s  "
         f"(min {L.min:.0f}, max {L.max:.0f}; time limit {report.max_episode_steps})",
         f"  ended    {report.ended_by_time_out} by time-out (no failure), {report.ended_by_termination} by termination"
-        + (f", {report.ended_non_finite} non-finite" if report.ended_non_finite else ""),
+        + (f", {report.ended_non_finite} on non-finite physics" if report.ended_non_finite else ""),
     ]
+    if report.episodes_with_physics_warnings:
+        kinds = ", ".join(f"{k} {v}" for k, v in report.physics_warnings.items())
+        lines.append(
+            f"  physics  MuJoCo warned in {report.episodes_with_physics_warnings} episode(s) ({kinds}); on bad_qacc "
+            "it reset the diverged world to the model's default pose and the episode went on"
+        )
     if report.reward_terms:
         width = max(len(k) for k in report.reward_terms)
         lines.append("  reward terms, mean sum per episode:")

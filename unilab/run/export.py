@@ -46,7 +46,12 @@ def _ppo_policy(plan: Plan, state: dict[str, Any]) -> tuple[nn.Module, int]:
 
 
 class DeployPolicy(nn.Module):
-    def __init__(self, actor: nn.Module, mean: torch.Tensor, inv_std: torch.Tensor, clip: float, flash: bool) -> None:
+    """The actor's tanh of the Gaussian mean, on observations normalized as in training (``clip``:
+    the normalizer's clip; None for a run without normalization, whose actor saw raw observations)."""
+
+    def __init__(
+        self, actor: nn.Module, mean: torch.Tensor, inv_std: torch.Tensor, clip: float | None, flash: bool
+    ) -> None:
         super().__init__()
         self.actor = actor
         self.register_buffer("obs_mean", mean.to(torch.float32).clone())
@@ -55,7 +60,9 @@ class DeployPolicy(nn.Module):
         self.flash = flash
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        x = ((obs - self.obs_mean) * self.obs_inv_std).clamp(-self.clip, self.clip)
+        x = (obs - self.obs_mean) * self.obs_inv_std
+        if self.clip is not None:
+            x = x.clamp(-self.clip, self.clip)
         mean = self.actor(x, False)[0] if self.flash else self.actor(x)[0]
         return torch.tanh(mean)
 
@@ -128,9 +135,13 @@ def run_checkpoint(run_dir: Path, name: Path | None, command: str) -> Path:
         if not ckpts:
             raise UnilabError(f"{directory} holds no checkpoint", fix=f"{command} a run that wrote a checkpoint")
         return ckpts[-1]
-    candidates = [name, directory / name.name] if name.name == str(name) else [name]
-    path = next((p for p in candidates if p.is_file()), None)
-    if path is None or path.resolve().parent != directory.resolve():
+    # By file name, or a path to one of them: only a checkpoint the run wrote (not its .sha256
+    # file, not a file elsewhere that shares a name).
+    if name.name == str(name):
+        path = next((p for p in ckpts if p.name == name.name), None)
+    else:
+        path = next((p for p in ckpts if p.resolve() == name.resolve()), None)
+    if path is None:
         raise UnilabError(
             f"--checkpoint {name} is not a checkpoint of {run_dir}",
             detail=f"the run's checkpoints: {', '.join(p.name for p in ckpts) or 'none'}",
@@ -169,7 +180,8 @@ def policy_from_state(plan: Plan, state: dict[str, Any]) -> tuple[nn.Module, int
     else:
         mean, inv_std = torch.zeros(obs_dim), torch.ones(obs_dim)
     actor = learner.actor.eval()
-    return DeployPolicy(actor, mean, inv_std, norm.clip, flash=plan.algo.name == "flashsac").eval(), obs_dim
+    clip = norm.clip if plan.algo.normalize_observations else None
+    return DeployPolicy(actor, mean, inv_std, clip, flash=plan.algo.name == "flashsac").eval(), obs_dim
 
 
 def observation_metadata(state: dict[str, Any], obs_dim: int) -> dict[str, str]:

@@ -34,6 +34,7 @@ from multiprocessing.connection import Connection
 from multiprocessing.shared_memory import SharedMemory
 from typing import Any
 
+import numpy as np
 import torch
 
 from unilab.errors import UnilabError
@@ -411,17 +412,27 @@ class MujocoCpuBackend:
     def worker_pids(self) -> list[int]:
         return [w.process.pid for w in self._res.workers]
 
-    def diagnostics(self) -> dict[str, Any]:
-        """Layout and MuJoCo warning totals (auto-resets on bad qpos/qvel/qacc, full contact buffers)."""
+    @staticmethod
+    def warning_names() -> list[str]:
+        """MuJoCo's warning kinds, in the column order of ``world_warnings``: `bad_qacc`, ..."""
+        import mujoco
+
+        return [k.removeprefix("mjWARN_").lower() for k in mujoco.mjtWarning.__members__ if k != "mjNWARNING"]
+
+    def world_warnings(self) -> np.ndarray:
+        """MuJoCo's warning counts of each world since the backend started, [num_envs, kinds] (a copy;
+        one command to the workers)."""
         self._check_usable()
         if self._stepper is not None:
             self._stepper.write_warnings()
         else:
             self._command(CMD_WARNINGS, self._res.workers, "warning report")
-        import mujoco
+        return self._arrays["warnings"].copy()
 
-        names = [k.removeprefix("mjWARN_").lower() for k in mujoco.mjtWarning.__members__ if k != "mjNWARNING"]
-        totals = self._arrays["warnings"].sum(axis=0)
+    def diagnostics(self) -> dict[str, Any]:
+        """Layout and MuJoCo warning totals (auto-resets on bad qpos/qvel/qacc, full contact buffers)."""
+        names = self.warning_names()
+        totals = self.world_warnings().sum(axis=0)
         return {
             "backend": "mujoco",
             "workers": self.workers,
