@@ -228,3 +228,17 @@ def test_plan_records_the_env_steps_the_run_collects(dotted, effective) -> None:
     share = plan.run.total_env_steps // w
     # Each rank's figure is the first whole unit at or past its share.
     assert (effective // w) % unit == 0 and share <= effective // w < share + unit
+
+
+def test_the_plan_lists_every_reward_weight_with_the_specs_overrides() -> None:
+    """A reviewer reads every reward weight in the plan, and a changed weight is a changed plan."""
+    from unilab.tasks.declarations import default_reward_weights
+
+    default = _plan()
+    tuned = _plan(task__reward_weights={"alive": 2.0, "base_height": 0.0})
+    defaults = default_reward_weights("g1_walk")
+    assert default.task.reward_weights == defaults
+    assert list(tuned.task.reward_weights) == list(defaults)  # the task's order, every term
+    assert tuned.task.reward_weights == defaults | {"alive": 2.0, "base_height": 0.0}
+    assert tuned.plan_id != default.plan_id
+    assert "[task.reward_weights]" in render(tuned) and "alive = 2.0" in render(tuned)

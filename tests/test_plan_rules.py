@@ -446,6 +446,22 @@ CASES = [
     ),
     Case("task.options", "cpu_laptop", {"task__action_scale": 0.5}, False),
     Case(
+        "task.reward-weights",
+        "cpu_laptop",
+        {"task__reward_weights": {"alive": 1.0, "base_hieght": -20.0}},
+        True,
+        "g1_walk has no reward term 'base_hieght' (did you mean 'base_height'?)",
+        "use one of its terms: track_lin_vel_xy_exp, track_ang_vel_z_exp, upright, base_height",
+    ),
+    Case(
+        "task.reward-weights",
+        "cpu_laptop",
+        {"task__name": "cartpole", "task__reward_weights": {"alive": 1.0}},
+        True,
+        "cartpole has no reward term 'alive'",
+    ),
+    Case("task.reward-weights", "cpu_laptop", {"task__reward_weights": {"alive": 1.0, "base_height": 0.0}}, False),
+    Case(
         "task.options",
         "cpu_laptop",
         {"task__name": "g1_motion_tracking", "task__motion": "builtin:g1_squat", "task__push_interval_s": 3.0},

@@ -288,6 +288,38 @@ def test_task_action_scale_widens_the_targets_window(robot: tuple[str, RobotLayo
         made.close()  # the collector's own cleanup
 
 
+def test_task_reward_weights_scale_their_terms_and_leave_the_others(robot: tuple[str, RobotLayout]) -> None:
+    """`task.reward_weights` changes the named terms' weights only: from the same state and actions,
+    `alive` doubles, `base_height` leaves the reward, every other term is unchanged, and the reward
+    is still the sum of its terms."""
+    from unilab.robot import g1
+
+    def rollout(**fields: object) -> tuple[list[str], torch.Tensor, torch.Tensor]:
+        made = _collector(robot, name="g1_walk", **fields)
+        c = next(made)
+        try:
+            c.reset_all()
+            actions = torch.linspace(-0.5, 0.5, g1.NUM_JOINTS).expand(c.task.num_envs, -1)
+            terms, rewards = [], []
+            for _ in range(5):
+                c.step(actions)
+                terms.append(c.task.reward_terms.clone())
+                rewards.append(c.reward.clone())
+            return list(c.task.reward_names), torch.stack(terms), torch.stack(rewards)
+        finally:
+            made.close()
+
+    names, base, _ = rollout()
+    same_names, tuned, reward = rollout(reward_weights={"alive": 1.0, "base_height": 0.0})
+    assert same_names == names
+    alive, height = names.index("alive"), names.index("base_height")
+    assert torch.allclose(tuned[..., alive], 2.0 * base[..., alive])  # default 0.5
+    assert torch.all(tuned[..., height] == 0) and torch.any(base[..., height] != 0)
+    others = [i for i in range(len(names)) if i not in (alive, height)]
+    assert torch.equal(tuned[..., others], base[..., others])
+    assert torch.allclose(reward, tuned.sum(dim=-1), atol=1e-6)
+
+
 @pytest.mark.parametrize(("name", "joint_vel_noise"), [("g1_walk", 1.5), ("g1_motion_tracking", 0.5)])
 def test_observation_noise_on_joint_velocities_is_the_tasks_own(
     robot: tuple[str, RobotLayout], name: str, joint_vel_noise: float

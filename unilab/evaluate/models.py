@@ -32,9 +32,7 @@ class EvalReport(_E):
     algo: str
     checkpoint: str = Field(description="The checkpoint's file name (in RUN_DIR/checkpoints).")
     checkpoint_env_steps: int = Field(description="Env steps the run had trained when it saved the checkpoint.")
-    checkpoint_sha256: str = Field(
-        description="Its sha256 (hex): the run recorded it, and the file still has it."
-    )
+    checkpoint_sha256: str = Field(description="Its sha256 (hex): the run recorded it, and the file still has it.")
     backend: Literal["mujoco"] = Field(description="Physics backend of the evaluation (CPU MuJoCo).")
     workers: int = Field(description="CPU MuJoCo worker processes.")
     seed: int = Field(description="Seed of the task's reset draws and observation noise.")

@@ -36,6 +36,7 @@ from unilab.plan.rules.execution import nccl_error_handling_conflict
 from unilab.plan.rules.sharing import service_for
 from unilab.spec.load import spec_digest
 from unilab.spec.models import Spec
+from unilab.tasks.declarations import reward_weights
 from unilab.tasks.timing import control_dt, max_episode_steps
 
 
@@ -216,7 +217,8 @@ def compile_plan(spec: Spec, facts: HostFacts, spec_dir: Path) -> Plan:
         plan=PlanHeader(unilab_version=__version__, spec_digest=spec_digest(spec), host_fingerprint=digest(host_facts)),
         run=RunPlan(**spec.run.model_dump(), effective_env_steps=effective_env_steps(spec, world)),
         task=TaskPlan(
-            **spec.task.model_dump(exclude=_unused_task_keys(spec.task.name)),
+            **spec.task.model_dump(exclude=_unused_task_keys(spec.task.name) | {"reward_weights"}),
+            reward_weights=reward_weights(spec.task),
             robot=_robot(ctx),
             reference_motion=_motion(ctx),
             control_dt=round(dt, 9),

@@ -64,6 +64,10 @@ class TaskPlan(TaskSpec):
     action_scale: Annotated[float, Field(gt=0, le=10)] | None = Field(  # type: ignore[assignment]
         None, description="Joint action scale factor (G1 tasks; absent for cartpole)."
     )
+    reward_weights: dict[str, float] = Field(  # type: ignore[assignment]
+        description="Every reward term's weight per second, in the task's order: the task's defaults with the "
+        "spec's `task.reward_weights` applied."
+    )
     robot: RobotPlan = Field(description="The robot model the task simulates.")
     reference_motion: MotionPlan | None = Field(
         None, description="The clip a motion-tracking task follows (null for other tasks)."

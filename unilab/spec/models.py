@@ -144,6 +144,12 @@ class TaskSpec(_Section):
         "further. G1 tasks; cartpole refuses it.",
     )
     commands: CommandRanges = Field(default_factory=CommandRanges, description="Velocity command ranges (g1_walk).")
+    reward_weights: dict[str, Annotated[float, Field(ge=-1e6, le=1e6)]] | None = Field(
+        None,
+        description="Reward term weights by name, per second (the task multiplies by the env step's duration), "
+        "e.g. `{ alive = 1.0, base_height = -20.0 }`; terms not named keep the task's defaults (docs/tasks.md), "
+        "and 0 takes a term out of the reward. The plan lists every term's weight.",
+    )
 
 
 class SimSpec(_Section):

@@ -23,7 +23,7 @@ import torch
 
 from unilab.errors import UnilabError
 from unilab.robot import g1
-from unilab.tasks.declarations import TermDecl
+from unilab.tasks.declarations import TermDecl, reward_weights
 from unilab.tasks.terms import (
     CommandTerm,
     CurriculumTerm,
@@ -31,6 +31,7 @@ from unilab.tasks.terms import (
     ObservationNoiseTerm,
     ObservationTerm,
     RewardTerm,
+    TensorFn,
     TerminationTerm,
 )
 from unilab.tasks.timing import max_episode_steps
@@ -419,6 +420,14 @@ class Task(ABC):
 
     def term_time_out(self) -> torch.Tensor:
         return self.episode_step >= self._max_steps
+
+    def weighted_rewards(self, fns: dict[str, TensorFn]) -> list[RewardTerm]:
+        """The reward terms, in the task's declared order, with their weights: the task's defaults
+        with ``task.reward_weights`` applied (``unilab.tasks.declarations``, which the plan lists)."""
+        weights = reward_weights(self.spec)
+        if list(fns) != list(weights):
+            raise ValueError(f"reward terms {list(fns)} are not the declared {list(weights)}")
+        return [RewardTerm(name, weights[name], fn) for name, fn in fns.items()]
 
     def shared_observations(self, joint_vel_noise: float) -> list[ObservationTerm]:
         """Joint state and last action, the tail of both G1 observations (the joint velocity noise

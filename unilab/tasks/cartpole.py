@@ -20,9 +20,9 @@ import torch
 
 from unilab.tasks.declarations import (
     CARTPOLE_OBSERVATIONS,
-    CARTPOLE_REWARDS,
     CARTPOLE_TERMINATIONS,
     TermDecl,
+    reward_weights,
 )
 from unilab.tasks.terms import ObservationTerm, RewardTerm, TerminationTerm
 from unilab.tasks.timing import max_episode_steps
@@ -59,7 +59,6 @@ def cartpole_xml(timestep: float) -> str:
 
 # Names and order come from the planner-safe inventory (unilab.tasks.declarations).
 OBSERVATIONS = tuple((n, 1) for n in CARTPOLE_OBSERVATIONS)
-REWARDS = tuple(zip(CARTPOLE_REWARDS, (1.0, 0.2, -0.05), strict=True))
 TERMINATIONS = tuple(zip(CARTPOLE_TERMINATIONS, (False, False, True), strict=True))
 
 
@@ -80,7 +79,9 @@ class CartpoleTask:
         self.observations = [
             ObservationTerm(name, dim, getattr(CartpoleTask, f"obs_{name}")) for name, dim in OBSERVATIONS
         ]
-        self.rewards = [RewardTerm(name, w, getattr(CartpoleTask, f"rew_{name}")) for name, w in REWARDS]
+        self.rewards = [
+            RewardTerm(name, w, getattr(CartpoleTask, f"rew_{name}")) for name, w in reward_weights(spec).items()
+        ]
         self.terminations = [
             TerminationTerm(name, getattr(CartpoleTask, f"term_{name}"), time_out=t) for name, t in TERMINATIONS
         ]
@@ -89,7 +90,7 @@ class CartpoleTask:
         self.actions = torch.zeros(n, 1, device=dev)
         self.ctrl = torch.zeros(n, backend.dims.nu, device=dev)
         self.reward_terms = torch.zeros(n, len(self.rewards), device=dev)
-        self._scale = torch.tensor([w * self.step_dt for _, w in REWARDS], device=dev)
+        self._scale = torch.tensor([t.weight * self.step_dt for t in self.rewards], device=dev)
         self.reward = torch.zeros(n, device=dev)
         self.terminated = torch.zeros(n, dtype=torch.bool, device=dev)
         self.truncated = torch.zeros(n, dtype=torch.bool, device=dev)

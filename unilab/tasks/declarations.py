@@ -70,16 +70,19 @@ _WALK_OBSERVATIONS = (
     "joint_vel_rel",
     "last_action",
 )
-_WALK_REWARDS = (
-    "track_lin_vel_xy_exp",
-    "track_ang_vel_z_exp",
-    "upright",
-    "base_height",
-    "joint_torques_l2",
-    "action_rate_l2",
-    "feet_air_time",
-    "alive",
-)
+# Default reward weights, per second (the task multiplies by the env step's duration), in the
+# order the runtime tasks build their reward terms; `task.reward_weights` overrides them by name.
+_WALK_REWARD_WEIGHTS = {
+    "track_lin_vel_xy_exp": 1.0,
+    "track_ang_vel_z_exp": 0.5,
+    "upright": 0.5,
+    "base_height": -10.0,
+    "joint_torques_l2": -1.0e-5,
+    "action_rate_l2": -0.01,
+    "feet_air_time": 0.5,
+    "alive": 0.5,
+}
+_WALK_REWARDS = tuple(_WALK_REWARD_WEIGHTS)
 _WALK_TERMINATIONS = ("fall_base_height", "fall_orientation", "time_out")
 
 _TRACK_OBSERVATIONS = (
@@ -92,15 +95,16 @@ _TRACK_OBSERVATIONS = (
     "joint_vel_rel",
     "last_action",
 )
-_TRACK_REWARDS = (
-    "motion_joint_pos",
-    "motion_anchor_pos",
-    "motion_anchor_ori",
-    "motion_body_pos",
-    "motion_body_ori",
-    "action_rate_l2",
-    "joint_torques_l2",
-)
+_TRACK_REWARD_WEIGHTS = {
+    "motion_joint_pos": 0.5,
+    "motion_anchor_pos": 0.5,
+    "motion_anchor_ori": 0.5,
+    "motion_body_pos": 1.0,
+    "motion_body_ori": 1.0,
+    "action_rate_l2": -0.1,
+    "joint_torques_l2": -1.0e-5,
+}
+_TRACK_REWARDS = tuple(_TRACK_REWARD_WEIGHTS)
 _TRACK_TERMINATIONS = (
     "anchor_height_deviation",
     "anchor_orientation_deviation",
@@ -110,7 +114,33 @@ _TRACK_TERMINATIONS = (
 )
 
 CARTPOLE_OBSERVATIONS = ("cart_pos", "pole_cos", "pole_sin", "cart_vel", "pole_ang_vel")
-CARTPOLE_REWARDS = ("upright", "centered", "action_l2")
+_CARTPOLE_REWARD_WEIGHTS = {"upright": 1.0, "centered": 0.2, "action_l2": -0.05}
+CARTPOLE_REWARDS = tuple(_CARTPOLE_REWARD_WEIGHTS)
+_DEFAULT_REWARD_WEIGHTS = {
+    "g1_walk": _WALK_REWARD_WEIGHTS,
+    "g1_motion_tracking": _TRACK_REWARD_WEIGHTS,
+    "cartpole": _CARTPOLE_REWARD_WEIGHTS,
+}
+
+
+def default_reward_weights(task_name: str) -> dict[str, float]:
+    """Every reward term of the task and its default weight (per second), in the task's order."""
+    if task_name not in _DEFAULT_REWARD_WEIGHTS:
+        raise ValueError(f"unknown task {task_name!r}")  # unreachable: TaskSpec.name is a Literal
+    return dict(_DEFAULT_REWARD_WEIGHTS[task_name])
+
+
+def reward_weights(task: TaskSpec) -> dict[str, float]:
+    """The weight of every reward term: the task's defaults with ``task.reward_weights`` applied.
+    The plan rule `task.reward-weights` refuses a name the task does not have before this runs."""
+    weights = default_reward_weights(task.name)
+    overrides = task.reward_weights or {}
+    unknown = sorted(set(overrides) - set(weights))
+    if unknown:
+        raise ValueError(f"{task.name} has no reward term {unknown[0]!r}")
+    return {name: float(overrides.get(name, w)) for name, w in weights.items()}
+
+
 CARTPOLE_TERMINATIONS = ("pole_fell", "off_rail", "time_out")
 
 

@@ -16,7 +16,7 @@ from unilab.errors import MotionFileError
 from unilab.tasks import quat as Q
 from unilab.tasks.base import Task
 from unilab.tasks.events import shared_events
-from unilab.tasks.terms import CommandTerm, EventTerm, ObservationTerm, RewardTerm, TerminationTerm
+from unilab.tasks.terms import CommandTerm, EventTerm, ObservationTerm, TerminationTerm
 
 if TYPE_CHECKING:
     from unilab.robot.model import RobotLayout
@@ -118,15 +118,17 @@ class G1MotionTrackingTask(Task):
             ObservationTerm("base_ang_vel", 3, Task.obs_base_ang_vel, noise=0.2),
             *self.shared_observations(joint_vel_noise=0.5),
         ]
-        self.rewards = [
-            RewardTerm("motion_joint_pos", 0.5, G1MotionTrackingTask.rew_joint_pos),
-            RewardTerm("motion_anchor_pos", 0.5, G1MotionTrackingTask.rew_anchor_pos),
-            RewardTerm("motion_anchor_ori", 0.5, G1MotionTrackingTask.rew_anchor_ori),
-            RewardTerm("motion_body_pos", 1.0, G1MotionTrackingTask.rew_body_pos),
-            RewardTerm("motion_body_ori", 1.0, G1MotionTrackingTask.rew_body_ori),
-            RewardTerm("action_rate_l2", -0.1, Task.rew_action_rate_l2),
-            RewardTerm("joint_torques_l2", -1.0e-5, Task.rew_joint_torques_l2),
-        ]
+        self.rewards = self.weighted_rewards(
+            {
+                "motion_joint_pos": G1MotionTrackingTask.rew_joint_pos,
+                "motion_anchor_pos": G1MotionTrackingTask.rew_anchor_pos,
+                "motion_anchor_ori": G1MotionTrackingTask.rew_anchor_ori,
+                "motion_body_pos": G1MotionTrackingTask.rew_body_pos,
+                "motion_body_ori": G1MotionTrackingTask.rew_body_ori,
+                "action_rate_l2": Task.rew_action_rate_l2,
+                "joint_torques_l2": Task.rew_joint_torques_l2,
+            }
+        )
         self.terminations = [
             TerminationTerm("anchor_height_deviation", G1MotionTrackingTask.term_anchor_height),
             TerminationTerm("anchor_orientation_deviation", G1MotionTrackingTask.term_anchor_orientation),

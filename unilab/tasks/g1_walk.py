@@ -15,7 +15,7 @@ import torch
 from unilab.robot import g1
 from unilab.tasks.base import Task
 from unilab.tasks.events import shared_events
-from unilab.tasks.terms import CommandTerm, EventTerm, ObservationTerm, RewardTerm, TerminationTerm
+from unilab.tasks.terms import CommandTerm, EventTerm, ObservationTerm, TerminationTerm
 
 TRACKING_STD = 0.5  # m/s and rad/s: exp(-err^2 / std^2)
 UPRIGHT_STD = 0.25  # on the horizontal part of the projected gravity
@@ -100,16 +100,18 @@ class G1WalkTask(Task):
             ObservationTerm("velocity_command", 3, G1WalkTask.obs_velocity_command),
             *self.shared_observations(joint_vel_noise=1.5),
         ]
-        self.rewards = [
-            RewardTerm("track_lin_vel_xy_exp", 1.0, G1WalkTask.rew_track_lin_vel_xy),
-            RewardTerm("track_ang_vel_z_exp", 0.5, G1WalkTask.rew_track_ang_vel_z),
-            RewardTerm("upright", 0.5, G1WalkTask.rew_upright),
-            RewardTerm("base_height", -10.0, G1WalkTask.rew_base_height),
-            RewardTerm("joint_torques_l2", -1.0e-5, Task.rew_joint_torques_l2),
-            RewardTerm("action_rate_l2", -0.01, Task.rew_action_rate_l2),
-            RewardTerm("feet_air_time", 0.5, G1WalkTask.rew_feet_air_time),
-            RewardTerm("alive", 0.5, G1WalkTask.rew_alive),
-        ]
+        self.rewards = self.weighted_rewards(
+            {
+                "track_lin_vel_xy_exp": G1WalkTask.rew_track_lin_vel_xy,
+                "track_ang_vel_z_exp": G1WalkTask.rew_track_ang_vel_z,
+                "upright": G1WalkTask.rew_upright,
+                "base_height": G1WalkTask.rew_base_height,
+                "joint_torques_l2": Task.rew_joint_torques_l2,
+                "action_rate_l2": Task.rew_action_rate_l2,
+                "feet_air_time": G1WalkTask.rew_feet_air_time,
+                "alive": G1WalkTask.rew_alive,
+            }
+        )
         self.terminations = [
             TerminationTerm("fall_base_height", G1WalkTask.term_base_height),
             TerminationTerm("fall_orientation", G1WalkTask.term_orientation),

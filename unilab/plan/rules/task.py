@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import difflib
+
 from unilab.errors import Diagnostic, UnilabError
 from unilab.plan.context import Context
 from unilab.plan.rules.registry import Rule, rule
 from unilab.spec.models import FlashSacSpec, SacSpec
+from unilab.tasks.declarations import default_reward_weights
 from unilab.tasks.timing import control_dt, nearest_whole_step_seconds, seconds_text, whole_steps
 
 
@@ -95,6 +98,30 @@ def task_options(r: Rule, ctx: Context) -> list[Diagnostic]:
             if on
         ]
     return [r.diag(f"task.{k} has no effect on {t.name}", f"remove task.{k}", f"task.{k}") for k in unused]
+
+
+@rule(
+    "task.reward-weights",
+    "task.reward_weights",
+    "Every name in task.reward_weights is a reward term of the task (docs/tasks.md lists them).",
+)
+def task_reward_weights(r: Rule, ctx: Context) -> list[Diagnostic]:
+    t = ctx.spec.task
+    terms = list(default_reward_weights(t.name))
+    out = []
+    for name in t.reward_weights or {}:
+        if name in terms:
+            continue
+        near = difflib.get_close_matches(name, terms, n=1, cutoff=0.6)
+        meant = f" (did you mean {near[0]!r}?)" if near else ""
+        out.append(
+            r.diag(
+                f"{t.name} has no reward term {name!r}{meant}",
+                f"use one of its terms: {', '.join(terms)}",
+                f"task.reward_weights.{name}",
+            )
+        )
+    return out
 
 
 @rule(
