@@ -242,3 +242,36 @@ def test_the_plan_lists_every_reward_weight_with_the_specs_overrides() -> None:
     assert tuned.task.reward_weights == defaults | {"alive": 2.0, "base_height": 0.0}
     assert tuned.plan_id != default.plan_id
     assert "[task.reward_weights]" in render(tuned) and "alive = 2.0" in render(tuned)
+
+
+def test_a_plan_made_before_reward_weights_still_loads_with_its_id(tmp_path: Path) -> None:
+    """Run directories keep their plan: one written before the key existed reads back with the
+    plan_id it was made with (so --resume, eval and export still take it) and runs the defaults."""
+    from unilab.plan.models import Plan
+    from unilab.tasks.declarations import default_reward_weights, reward_weights
+
+    body = _plan().model_dump(mode="json")
+    body["task"].pop("reward_weights")
+    body["plan_id"] = ""
+    old = Plan.model_validate(body)
+    old = old.model_copy(update={"plan_id": compute_plan_id(old)})
+    path = tmp_path / "plan.toml"
+    path.write_text(render(old))
+    loaded = load_plan(path)
+    assert loaded.plan_id == old.plan_id and loaded.task.reward_weights is None
+    assert reward_weights(loaded.task) == default_reward_weights("g1_walk")
+
+
+def test_a_hand_edited_plan_must_weigh_every_reward_term(tmp_path: Path) -> None:
+    from unilab.errors import UnilabError
+    from unilab.plan.models import Plan
+
+    body = _plan().model_dump(mode="json")
+    body["task"]["reward_weights"].pop("alive")
+    body["plan_id"] = ""
+    with pytest.raises(ValueError, match="must name each of g1_walk's reward terms once"):
+        Plan.model_validate(body)
+    path = tmp_path / "plan.toml"
+    path.write_text(render(_plan()).replace("alive = 0.5\n", ""))
+    with pytest.raises(UnilabError, match="reward_weights must name each"):
+        load_plan(path)

@@ -244,3 +244,12 @@ def test_a_home_directory_of_no_user_is_a_spec_error(key: str) -> None:
     d = diags(G1, f'{key}="~{user}/x"')
     assert d[key].rule_id == "spec.value" and f"`~{user}` names no user here" in d[key].condition
     load_spec(G1, [f'{key}="~/x"'])  # the user's own home directory is fine
+
+
+def test_a_reward_weight_is_named_by_the_users_own_term_name() -> None:
+    """Keys of `[task.reward_weights]` are the user's: one spelled like a type (`float`) or not in
+    snake_case is named as written, and each bad weight gets its own diagnostic."""
+    d = diags(G1, 'task.reward_weights={float="x", Feet-air="y", alive=2e7}')
+    assert set(d) == {"task.reward_weights.float", "task.reward_weights.Feet-air", "task.reward_weights.alive"}
+    assert "valid number" in d["task.reward_weights.float"].condition
+    assert "1000000" in d["task.reward_weights.alive"].condition

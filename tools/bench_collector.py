@@ -135,7 +135,8 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     loaded = load_spec(args.spec)
     spec = loaded.spec
-    task = spec.task.model_copy(update={"name": args.task}) if args.task else spec.task
+    # Another task has other reward terms: the spec's weights (named for its own task) do not apply.
+    task = spec.task.model_copy(update={"name": args.task, "reward_weights": None}) if args.task else spec.task
     if task.name == "g1_motion_tracking" and task.motion is None:
         task = task.model_copy(update={"motion": "builtin:g1_squat"})
     workers = args.workers

@@ -64,10 +64,25 @@ class TaskPlan(TaskSpec):
     action_scale: Annotated[float, Field(gt=0, le=10)] | None = Field(  # type: ignore[assignment]
         None, description="Joint action scale factor (G1 tasks; absent for cartpole)."
     )
-    reward_weights: dict[str, float] = Field(  # type: ignore[assignment]
+    reward_weights: dict[str, Annotated[float, Field(ge=-1e6, le=1e6)]] | None = Field(  # type: ignore[assignment]
+        None,
         description="Every reward term's weight per second, in the task's order: the task's defaults with the "
-        "spec's `task.reward_weights` applied."
+        "spec's `task.reward_weights` applied (absent from plans made before the key: the defaults).",
     )
+
+    @model_validator(mode="after")
+    def _every_reward_term(self) -> TaskPlan:
+        """What compile writes, checked again on every plan read: a weight for each of the task's
+        reward terms and no other (a plan edited by hand, its plan_id recomputed, must not run
+        weights it does not show)."""
+        from unilab.tasks.declarations import default_reward_weights
+
+        if self.reward_weights is not None:
+            terms = list(default_reward_weights(self.name))
+            if sorted(self.reward_weights) != sorted(terms):
+                raise ValueError(f"reward_weights must name each of {self.name}'s reward terms once: {terms}")
+        return self
+
     robot: RobotPlan = Field(description="The robot model the task simulates.")
     reference_motion: MotionPlan | None = Field(
         None, description="The clip a motion-tracking task follows (null for other tasks)."

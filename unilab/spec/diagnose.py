@@ -50,6 +50,8 @@ _KEY = re.compile(r"^[a-z_][a-z0-9_]*$")
 # "literal['auto']", "list[union[...]]", or a bare type name. Spec keys are snake_case
 # identifiers, so anything else in a location is such a tag and means nothing to the user.
 _BRANCH_TAGS = frozenset({"int", "float", "str", "bool", "list", "tuple", "dict", "none"})
+# Tables whose keys the user names (`[task.reward_weights]`): a key there is never a branch tag.
+_USER_KEY_TABLES = frozenset({"reward_weights"})
 _ALGO_MODELS: dict[str, type[BaseModel]] = {"sac": SacSpec, "flashsac": FlashSacSpec, "ppo": PpoSpec}
 _TABLE_ERRORS = ("model_type", "model_attributes_type", "dict_type")
 # Pydantic's sequence types; a TOML spec only has lists (arrays), whatever the model holds.
@@ -76,6 +78,8 @@ def _loc(loc: tuple[Any, ...], unknown_key: bool = False) -> str:
     for i, p in enumerate(loc):
         if isinstance(p, int):
             out += f"[{p}]"
+        elif i > 0 and loc[i - 1] in _USER_KEY_TABLES:
+            out += f".{p}"  # a key of the user's own table (a reward term's name), whatever it spells
         elif unknown_key and i == len(loc) - 1:
             out += f".{p}" if out else str(p)  # the user's own (unknown) key, spelled as written
         elif (i == 1 and loc[0] == "algo" and p in _ALGO_MODELS) or not _KEY.match(p) or p in _BRANCH_TAGS:

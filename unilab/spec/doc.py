@@ -43,6 +43,8 @@ def _type_name(tp: Any) -> str:
     if origin in (list, tuple):
         args = [a for a in typing.get_args(tp) if a is not Ellipsis]
         return f"array of {_type_name(args[0])}" if args else "array"
+    if origin is dict:
+        return f"table of {_type_name(typing.get_args(tp)[1])}"
     if isinstance(tp, type) and issubclass(tp, BaseModel):
         return "table"
     return getattr(tp, "__name__", str(tp))
