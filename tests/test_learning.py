@@ -23,6 +23,18 @@ THRESHOLD = 8.0
 HANG_TIMEOUT_S = 900  # far above the ~3 minutes a run takes: only a hung run reaches it
 
 
+def _evaluated_return(run_dir: Path) -> float:
+    """The mean return of `unilab eval` (16 episodes, the deterministic policy)."""
+    e = subprocess.run(
+        [sys.executable, "-m", "unilab", "eval", str(run_dir), "--episodes", "16", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=HANG_TIMEOUT_S,
+    )
+    assert e.returncode == 0, e.stderr
+    return float(json.loads(e.stdout)["episode_return"]["mean"])
+
+
 def test_sac_learns_cartpole_within_three_minutes(tmp_path: Path) -> None:
     t0 = time.monotonic()
     r = subprocess.run(
@@ -42,17 +54,25 @@ def test_sac_learns_cartpole_within_three_minutes(tmp_path: Path) -> None:
     assert last >= THRESHOLD, f"final mean return {last:.2f} < {THRESHOLD} (first logged {first:.2f})"
     # `unilab eval` plays the final policy deterministically, one episode per world: it scores too
     # (an untrained policy's evaluation stays far below, tests/test_eval.py).
-    e = subprocess.run(
-        [sys.executable, "-m", "unilab", "eval", str(run_dir), "--episodes", "16", "--json"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=HANG_TIMEOUT_S,
-    )
-    assert e.returncode == 0, e.stderr
-    evaluated = json.loads(e.stdout)["episode_return"]["mean"]
+    evaluated = _evaluated_return(run_dir)
     print(f"cartpole SAC: evaluated return {evaluated:.2f}")
     assert evaluated >= THRESHOLD, f"evaluated mean return {evaluated:.2f} < {THRESHOLD}"
+    # A new run started from this one's policy (run.init_from) scores at once: 2,000 env steps
+    # from scratch do not balance the pole (the first logged return above).
+    tuned = subprocess.run(
+        [
+            sys.executable, "-m", "unilab", "apply", str(ROOT / "specs/cartpole.toml"), "--quiet",
+            "--set", f'run.init_from="{run_dir}"', "--set", "run.total_env_steps=2000",
+            "--set", "algo.warmup_env_steps=500",  # collected with the loaded policy
+            "--set", 'run.output_dir="tuned"',
+        ],
+        cwd=tmp_path, capture_output=True, text=True, timeout=HANG_TIMEOUT_S,
+    )  # fmt: skip
+    assert tuned.returncode == 0, tuned.stderr
+    (tuned_dir,) = list((tmp_path / "tuned").iterdir())
+    carried = _evaluated_return(tuned_dir)
+    print(f"cartpole SAC: started from it, 2,000 env steps later {carried:.2f}")
+    assert carried >= THRESHOLD, f"a run started from the trained policy returns {carried:.2f} < {THRESHOLD}"
 
 
 def test_ppo_learns_cartpole_within_three_minutes(tmp_path: Path) -> None:

@@ -419,6 +419,9 @@ CASES = [
     Case("task.motion", "cpu_laptop", {"task__name": "g1_motion_tracking", "task__motion": "builtin:g1_squat"}, False),
     Case("task.robot", "cpu_laptop", {"task__robot_mjcf": "no/such/g1.xml"}, True, "not found"),
     Case("task.robot", "cpu_laptop", {}, False),
+    # A real checkpoint, fitting or not: tests/test_init_from.py (it needs a run directory).
+    Case("run.init-from", "cpu_laptop", {"run__init_from": "no/such/run"}, True, "no/such/run does not exist"),
+    Case("run.init-from", "cpu_laptop", {}, False),
     Case(
         "task.options",
         "cpu_laptop",

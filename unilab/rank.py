@@ -40,6 +40,7 @@ def main(argv: list[str] | None = None) -> int:
                 "unilab.rank runs under torchrun (RANK and WORLD_SIZE are not set)",
                 fix="use `unilab apply PLAN.toml` on one node, or launch with torchrun",
             )
+        from unilab.plan.inputs import check_init_from
         from unilab.plan.render import load_plan
         from unilab.run.apply import lock_run_dir, new_run_dir, resolve_resume
         from unilab.run.launch import check_world_size, rank_entry
@@ -49,6 +50,8 @@ def main(argv: list[str] | None = None) -> int:
         rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
         check_world_size(plan, world)  # before rank 0 creates anything
         check_node(plan, rank)
+        if args.resume is None:  # a resumed run continues from its own checkpoint
+            check_init_from(plan.run, Path.cwd())
         run_dir, ckpt = args.run_dir, None
         rank0 = rank == 0
         if args.resume is not None:

@@ -399,7 +399,9 @@ class FlashSacLearner:
             "num_actor_updates": self.num_actor_updates,
         }
 
-    def load_state_dict(self, state: dict[str, object]) -> None:
+    def load_weights(self, state: dict[str, object]) -> None:
+        """What a run started from this checkpoint takes (run.init_from): the networks, the entropy
+        temperature and the reward scale; optimizers, generators and counters stay fresh."""
         if state.get("algo") != "flashsac":
             raise UnilabError(
                 f"checkpoint holds a {state.get('algo')!r} learner, this run uses 'flashsac'",
@@ -410,10 +412,13 @@ class FlashSacLearner:
         self.critic_target.load_state_dict(state["critic_target"])  # type: ignore[arg-type]
         with torch.no_grad():
             self.log_alpha.copy_(state["log_alpha"])  # type: ignore[arg-type]
+        self.reward_scaler.load_state_dict(state["reward_scaler"])  # type: ignore[arg-type]
+
+    def load_state_dict(self, state: dict[str, object]) -> None:
+        self.load_weights(state)
         self.actor_opt.load_state_dict(state["actor_opt"])  # type: ignore[arg-type]
         self.critic_opt.load_state_dict(state["critic_opt"])  # type: ignore[arg-type]
         self.alpha_opt.load_state_dict(state["alpha_opt"])  # type: ignore[arg-type]
-        self.reward_scaler.load_state_dict(state["reward_scaler"])  # type: ignore[arg-type]
         self.update_gen.set_state(state["update_gen"])  # type: ignore[arg-type]
         self.act_gen.set_state(state["act_gen"])  # type: ignore[arg-type]
         self.num_critic_updates = int(state["num_critic_updates"])  # type: ignore[arg-type]

@@ -15,6 +15,7 @@ from unilab.plan.models import (
     EnvVarPlan,
     GraphPlan,
     GraphsPlan,
+    InitFromPlan,
     MotionPlan,
     Plan,
     PlanBody,
@@ -121,6 +122,15 @@ def _motion(ctx: Context) -> MotionPlan | None:
     return MotionPlan(source=source, sha256=info.sha256, num_frames=info.num_frames, fps=info.fps)
 
 
+def _init_from(ctx: Context) -> InitFromPlan | None:
+    src = ctx.init_from
+    if src is None:
+        return None
+    return InitFromPlan(
+        checkpoint=display_path(src.checkpoint), sha256=src.sha256, env_steps=src.env_steps, plan_id=src.plan.plan_id
+    )
+
+
 def _ranks(ctx: Context) -> tuple[list[RankPlan], list[str]]:
     blocks = ctx.cpu_blocks()
     if blocks is None or ctx.devices is None:
@@ -215,7 +225,11 @@ def compile_plan(spec: Spec, facts: HostFacts, spec_dir: Path) -> Plan:
     world = ctx.world_size
     body = PlanBody(
         plan=PlanHeader(unilab_version=__version__, spec_digest=spec_digest(spec), host_fingerprint=digest(host_facts)),
-        run=RunPlan(**spec.run.model_dump(), effective_env_steps=effective_env_steps(spec, world)),
+        run=RunPlan(
+            **spec.run.model_dump(exclude={"init_from"}),
+            init_from=_init_from(ctx),
+            effective_env_steps=effective_env_steps(spec, world),
+        ),
         task=TaskPlan(
             **spec.task.model_dump(exclude=_unused_task_keys(spec.task.name) | {"reward_weights"}),
             reward_weights=reward_weights(spec.task),

@@ -47,6 +47,13 @@ class Context:
 
         return inspect_task_motion(self.spec.task.motion, self.spec_dir, self.robot)
 
+    @cached_property
+    def init_from(self) -> Any:
+        """InitSource of run.init_from (None when unset), or the UnilabError explaining why not."""
+        from unilab.plan.init_from import inspect_init_from
+
+        return inspect_init_from(self.spec.run.init_from, self.spec_dir)
+
     @property
     def world_size(self) -> int:
         return len(self.spec.device_list())

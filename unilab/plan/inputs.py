@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from unilab.errors import UnilabError
 
 if TYPE_CHECKING:
-    from unilab.plan.models import TaskPlan
+    from unilab.plan.models import RunPlan, TaskPlan
 
 
 def resolve_input_path(ref: str, spec_dir: Path) -> Path:
@@ -114,6 +114,31 @@ def check_planned_inputs(task: TaskPlan, cwd: Path, resume_dir: Path | None = No
                 else f"restore {what} as they were when the run started to resume it, or start a new run: "
                 "unilab apply SPEC",
             )
+
+
+def check_init_from(run: RunPlan, cwd: Path) -> None:
+    """Refuse to start a run from a checkpoint (run.init_from) that is gone or changed since the
+    plan was made: the plan records the one it names by its sha256."""
+    from unilab.digests import file_sha256
+
+    init = run.init_from
+    if init is None:
+        return
+    path = resolve_input_path(init.checkpoint, cwd)
+    try:
+        actual = file_sha256(path)
+    except OSError as exc:
+        raise UnilabError(
+            f"run.init_from: the plan's checkpoint {init.checkpoint} cannot be read from {cwd}: {exc.strerror}",
+            detail="relative paths in a plan are taken against the working directory it was made in",
+            fix="run `unilab apply` from that directory, or re-plan: unilab plan SPEC --out PLAN.toml",
+        ) from None
+    if actual != init.sha256:
+        raise UnilabError(
+            f"run.init_from: {init.checkpoint} changed since the plan was made "
+            f"(sha256 {actual[:12]}, planned {init.sha256[:12]})",
+            fix="restore the checkpoint, or re-plan against another one: unilab plan SPEC --out PLAN.toml",
+        )
 
 
 def applied_from(run_dir: Path) -> Path | None:

@@ -43,8 +43,22 @@ class MotionPlan(_P):
     fps: float = Field(description="Its frame rate.")
 
 
+class InitFromPlan(_P):
+    checkpoint: str = Field(
+        description="The checkpoint file the run starts from (relative to the working directory of `unilab plan` "
+        "when under it); apply refuses a file that no longer has this sha256."
+    )
+    sha256: str = Field(description="Its digest, as its run recorded it.")
+    env_steps: int = Field(description="Env steps its run had trained when it saved it.")
+    plan_id: str = Field(description="The plan of the run that wrote it.")
+
+
 class RunPlan(RunSpec):
     """The spec's `[run]` plus the env steps the run will actually collect."""
+
+    init_from: InitFromPlan | None = Field(  # type: ignore[assignment]
+        None, description="The checkpoint whose policy the run starts from (null: a fresh start)."
+    )
 
     effective_env_steps: int = Field(
         description="Env steps an uninterrupted run collects, summed over ranks: each rank's share "

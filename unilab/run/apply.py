@@ -17,7 +17,7 @@ from pathlib import Path
 
 from unilab.atomic import write_text_atomic
 from unilab.errors import EXIT_INTERRUPTED, RUN_FAILED_FIX, RunDiverged, UnilabError
-from unilab.plan.inputs import check_planned_inputs
+from unilab.plan.inputs import check_init_from, check_planned_inputs
 from unilab.plan.models import Plan
 from unilab.run.stop import STOP_SIGNALS, ignore_stop_signals, signals_blocked, stop_signals_restored
 
@@ -164,6 +164,8 @@ def _run_apply(req: ApplyRequest) -> int:
 
             from unilab.run.launch import launch_ranks
     check_planned_inputs(plan.task, Path.cwd(), req.resume_dir)
+    if req.resume_dir is None:  # a resumed run continues from its own checkpoint
+        check_init_from(plan.run, Path.cwd())
     checkpoint = None
     made: list[Path] = []  # run.output_dir's directories this run creates, deepest first
     if req.resume_dir is not None:

@@ -13,6 +13,10 @@ from typing import Any
 import torch
 
 from unilab.atomic import write_atomic
+
+# Re-exported: callers import the checkpoint helpers from here; the planner reads them torch-free.
+from unilab.digests import digest_path, list_checkpoints, recorded_digests
+from unilab.digests import env_steps_of as env_steps_of
 from unilab.errors import UnilabError
 
 CHECKPOINT_FORMAT = 1
@@ -56,38 +60,6 @@ def save_checkpoint(
     return path, digest
 
 
-def digest_path(path: Path) -> Path:
-    """The sha256 file written beside a checkpoint."""
-    return path.with_name(path.name + ".sha256")
-
-
-def recorded_digests(run_dir: Path) -> dict[str, str]:
-    """Checkpoint name -> sha256 as the run recorded it: the run manifest's list, overridden by the
-    digest files beside the checkpoints. Unreadable sources are skipped."""
-    import json
-
-    out: dict[str, str] = {}
-    try:
-        records = json.loads((run_dir / "manifest.json").read_text(encoding="utf-8")).get("checkpoints", [])
-        out.update({Path(c["path"]).name: str(c["sha256"]) for c in records})
-    except (OSError, ValueError, AttributeError, TypeError, KeyError):
-        pass
-    for side in (run_dir / "checkpoints").glob("ckpt-*.pt.sha256"):
-        try:
-            want, _, name = side.read_text(encoding="utf-8").strip().partition("  ")
-        except (OSError, UnicodeDecodeError):
-            continue
-        if name == side.name.removesuffix(".sha256") and len(want) == 64:
-            out[name] = want
-    return out
-
-
-def env_steps_of(path: Path) -> int | None:
-    """The env steps in a checkpoint's name (`ckpt-0000000001600.pt` -> 1600); None for another name."""
-    digits = path.stem.removeprefix("ckpt-")
-    return int(digits) if path.stem.startswith("ckpt-") and digits.isdigit() else None
-
-
 def check_recorded_digest(run_dir: Path, path: Path) -> str:
     """Refuse a checkpoint whose bytes differ from the sha256 the run recorded for it (a file
     changed after the run may still load), or whose digest was not recorded anywhere that can be
@@ -113,11 +85,6 @@ def check_recorded_digest(run_dir: Path, path: Path) -> str:
             f"{run_dir}` checks every checkpoint",
         )
     return got
-
-
-def list_checkpoints(directory: Path) -> list[Path]:
-    """Checkpoints oldest first (the name sorts by env steps)."""
-    return sorted(directory.glob("ckpt-*.pt"))
 
 
 def _first_sentence(text: str, limit: int = 200) -> str:

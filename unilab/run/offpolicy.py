@@ -115,10 +115,12 @@ class OffPolicyRank:
         hooks: RankHooks,
         resume_state: dict[str, Any] | None = None,
         dp: Any = None,  # unilab.run.dp.DpContext, for world size > 1
+        init_state: dict[str, Any] | None = None,  # run.init_from's checkpoint state (a new run only)
     ) -> None:
         self.plan, self.rank, self.hooks, self.dp = plan, rank, hooks, dp
         self.rp = plan.ranks[rank]
         self.resume_state = resume_state
+        self.init_state = init_state
         self.device = torch.device("cuda" if self.rp.device == "cuda" else "cpu")
         self.collector = collector_for(plan, rank, resume_state)
         self.progress = Progress()
@@ -168,6 +170,10 @@ class OffPolicyRank:
             learner.load_state_dict(self.resume_state["learner"])
             normalizer.load_state_dict(self.resume_state["normalizer"])
             prog.restore_counters(self.resume_state["counters"])
+        elif self.init_state is not None:
+            learner.load_weights(self.init_state["learner"])
+            if algo.normalize_observations:
+                normalizer.load_state_dict(self.init_state["normalizer"])
         self.learner, self.normalizer = learner, normalizer
         update = learner.update
         if self.dp is not None:
@@ -179,6 +185,8 @@ class OffPolicyRank:
 
         total = p.run.total_env_steps // p.topology.world_size
         warmup = 0 if self.resume_state is not None else algo.warmup_env_steps // p.topology.world_size
+        # A run started from a checkpoint's policy warms the replay up with that policy's actions.
+        random_warmup = 0 if self.init_state is not None else warmup
         ckpt_every = p.run.checkpoint_every_env_steps
         next_ckpt = (prog.env_steps * p.topology.world_size // ckpt_every + 1) * ckpt_every if ckpt_every else None
         updates_owed = 0.0
@@ -212,7 +220,7 @@ class OffPolicyRank:
                 t0 = time.perf_counter()
                 normalizer.update(self.dp.gather_obs(obs) if self.dp is not None else obs)
                 prog.dp_sync_s += time.perf_counter() - t0 if self.dp is not None else 0.0
-            if prog.env_steps - started_steps < warmup:
+            if prog.env_steps - started_steps < random_warmup:
                 torch.rand(action.shape, generator=action_gen, out=action).mul_(2).sub_(1)
             else:
                 obs_in = normalizer.normalize(obs) if algo.normalize_observations else obs

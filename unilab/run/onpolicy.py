@@ -44,6 +44,7 @@ class OnPolicyRank:
         hooks: RankHooks,
         resume_state: dict[str, Any] | None = None,
         dp: Any = None,  # unilab.run.dp.DpContext, for world size > 1 (collective stop decisions)
+        init_state: dict[str, Any] | None = None,  # run.init_from's checkpoint state (a new run only)
     ) -> None:
         if not isinstance(plan.algo, PpoSpec):
             raise UnilabError(f"internal: OnPolicyRank runs PPO, the plan's algo is {plan.algo.name}")
@@ -51,6 +52,7 @@ class OnPolicyRank:
         self.algo: PpoSpec = plan.algo
         self.rp = plan.ranks[rank]
         self.resume_state = resume_state
+        self.init_state = init_state
         self.device = torch.device("cuda" if self.rp.device == "cuda" else "cpu")
         self.collector = collector_for(plan, rank, resume_state)
         self.progress = Progress()
@@ -135,6 +137,10 @@ class OnPolicyRank:
             runner.alg.load(self.resume_state["ppo"], None, strict=True)
             prog.restore_counters(self.resume_state["counters"])
             self.iterations = int(self.resume_state["iterations"])
+        elif self.init_state is not None:
+            # The actor (its observation normalizer and action noise inside) and the critic; a
+            # fresh optimizer at the plan's learning rate.
+            runner.alg.load(self.init_state["ppo"], {"actor": True, "critic": True}, strict=True)
         runner.sync_replicas()
         # Exploration noise differs per rank (each rank's own seed), and a resumed run draws anew.
         torch.manual_seed(self.rp.seed + 104729 * (1 + self.iterations))

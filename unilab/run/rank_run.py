@@ -63,9 +63,14 @@ def run_rank(job: RankJob, stop: StopFlag) -> int:
     att = job.mps
     if plan.cuda_process_sharing.effective == "mps" and att is None:
         raise UnilabError("internal: an MPS rank must be prepared (unilab.run.rank_env) before CUDA initialises")
-    resume_state = None
+    resume_state = init_state = None
     if job.resume_checkpoint is not None:
         resume_state = load_checkpoint(job.resume_checkpoint, plan_id=plan.plan_id)["state"]
+    elif plan.run.init_from is not None:  # a resumed run continues from its own checkpoint instead
+        from unilab.plan.inputs import resolve_input_path
+
+        init = plan.run.init_from
+        init_state = load_checkpoint(resolve_input_path(init.checkpoint, Path.cwd()), plan_id=init.plan_id)["state"]
 
     rec: RunRecorder | None = None
     events: EventLog | None = None
@@ -142,9 +147,9 @@ def run_rank(job: RankJob, stop: StopFlag) -> int:
     if plan.algo.name == "ppo":  # imported here: rsl-rl takes seconds to import, off-policy runs skip it
         from unilab.run.onpolicy import OnPolicyRank
 
-        runner = OnPolicyRank(plan, rank, hooks, resume_state=resume_state, dp=dp)
+        runner = OnPolicyRank(plan, rank, hooks, resume_state=resume_state, dp=dp, init_state=init_state)
     else:
-        runner = OffPolicyRank(plan, rank, hooks, resume_state=resume_state, dp=dp)
+        runner = OffPolicyRank(plan, rank, hooks, resume_state=resume_state, dp=dp, init_state=init_state)
     status, code, first_error = "failed", EXIT_FAILED, None
     try:
         runner.run()

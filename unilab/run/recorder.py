@@ -198,6 +198,10 @@ class RunRecorder:
             f"{p.algo.name} on {p.task.name}, {p.task.num_envs} envs x {plural(self.world, 'rank')}, "
             f"{p.sim.backend} physics; plan {p.plan_id[:19]}"
         )
+        init = p.run.init_from
+        if init is not None and self.resumed_from is None:
+            self.events.info("started_from", checkpoint=init.checkpoint, sha256=init.sha256, env_steps=init.env_steps)
+            self.line.note(f"starting from the policy of {init.checkpoint} ({init.env_steps:,} env steps trained)")
         for e in evidence:
             self.events.info(
                 "collector_started",

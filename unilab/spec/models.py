@@ -77,11 +77,26 @@ class RunSpec(_Section):
         5.0, description="Interval of the progress line, metrics events and tensorboard scalars."
     )
     checkpoint_keep: Annotated[int, Field(ge=1, le=1000)] = Field(3, description="Newest checkpoints kept on disk.")
+    init_from: str | None = Field(
+        None,
+        min_length=1,
+        description="Start from another run's policy (fine-tuning): its run directory (the newest checkpoint) "
+        "or a checkpoint file in its checkpoints/; a relative path resolves against the spec file's directory. "
+        "The networks, the entropy temperature (PPO: the action noise) and the observation normalizer are loaded; "
+        "optimizers, counters and the replay buffer start fresh, and the warm-up (`algo.warmup_env_steps`) "
+        "collects with the loaded policy instead of random actions. That run must have the same task and network "
+        "shape (rule `run.init-from`).",
+    )
 
     @field_validator("output_dir")
     @classmethod
     def _output_home(cls, v: str, info: ValidationInfo) -> str:
         return _home_resolves(v, info)
+
+    @field_validator("init_from")
+    @classmethod
+    def _init_home(cls, v: str | None, info: ValidationInfo) -> str | None:
+        return v if v is None else _home_resolves(v, info)
 
 
 class CommandRanges(_Section):

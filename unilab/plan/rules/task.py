@@ -254,7 +254,8 @@ def algo_warmup(r: Rule, ctx: Context) -> list[Diagnostic]:
             )
         return [
             r.diag(
-                f"the random warm-up ({algo.warmup_env_steps:,} env steps) is not shorter than the run "
+                f"the {'warm-up' if ctx.spec.run.init_from else 'random warm-up'} ({algo.warmup_env_steps:,} env "
+                "steps) is not shorter than the run "
                 f"({total:,} env steps, run.total_env_steps), so the learner would never update",
                 fix,
             )

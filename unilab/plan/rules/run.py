@@ -1,0 +1,81 @@
+"""Rules on the run's own inputs: the checkpoint it starts from."""
+
+from __future__ import annotations
+
+from unilab.errors import Diagnostic, UnilabError
+from unilab.plan.context import Context
+from unilab.plan.init_from import network_keys
+from unilab.plan.rules.registry import Rule, rule
+
+
+def _toml(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (tuple, list)):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
+    return repr(value) if isinstance(value, str) else str(value)
+
+
+@rule(
+    "run.init-from",
+    "run.init_from",
+    "The checkpoint to start from is a checkpoint of a unilab run directory with the sha256 its run recorded, "
+    "and that run trained the same task with the same algorithm and network shape (hidden widths, critic kind "
+    "and support, observation normalization).",
+)
+def run_init_from(r: Rule, ctx: Context) -> list[Diagnostic]:
+    src = ctx.init_from
+    if src is None:
+        return []
+    if isinstance(src, UnilabError):
+        cond = src.summary.removeprefix("run.init_from: ") + (f" ({src.detail})" if src.detail else "")
+        return [r.diag(cond, src.fix)]
+    theirs, ours = src.plan, ctx.spec
+    where = f"the checkpoint's run ({src.checkpoint.parent.parent.name})"
+    without = "or start without run.init_from"
+    if theirs.task.name != ours.task.name:
+        return [
+            r.diag(
+                f"{where} trained {theirs.task.name}, this spec's task is {ours.task.name}: their observations differ",
+                f'set task.name = "{theirs.task.name}", {without}',
+                "task.name",
+            )
+        ]
+    if theirs.algo.name != ours.algo.name:
+        return [
+            r.diag(
+                f"{where} trained with {theirs.algo.name}, this spec with {ours.algo.name}",
+                f'set algo = {{name = "{theirs.algo.name}"}} with that run\'s network keys, {without}',
+                "algo.name",
+            )
+        ]
+    out = []
+    # Learned, then loaded: a different starting value here could not take effect.
+    carried = "init_noise_std" if ours.algo.name == "ppo" else "alpha_init"
+    mine, saved = getattr(ours.algo, carried), getattr(theirs.algo, carried)
+    if mine != saved:
+        learned = "action noise" if carried == "init_noise_std" else "entropy temperature"
+        out.append(
+            r.diag(
+                f"algo.{carried} is {_toml(mine)} here, {_toml(saved)} in {where}: a run started from its checkpoint "
+                f"continues with the {learned} it learned",
+                (
+                    f"remove algo.{carried} (its default, {_toml(saved)}, is that run's)"
+                    if type(ours.algo).model_fields[carried].default == saved
+                    else f"set algo.{carried} = {_toml(saved)}"
+                )
+                + f", {without}",
+                f"algo.{carried}",
+            )
+        )
+    for key in network_keys(ours.algo.name, getattr(ours.algo, "critic", None)):
+        mine, saved = getattr(ours.algo, key), getattr(theirs.algo, key)
+        if mine != saved:
+            out.append(
+                r.diag(
+                    f"algo.{key} is {_toml(mine)} here, {_toml(saved)} in {where}: the saved networks do not fit",
+                    f"set algo.{key} = {_toml(saved)}, {without}",
+                    f"algo.{key}",
+                )
+            )
+    return out
