@@ -109,27 +109,31 @@ def test_a_checkpoint_changed_after_planning_is_refused_before_the_run_starts(so
     assert not (tmp_path / "runs").exists()
 
 
-def test_a_sac_run_starts_from_the_networks_and_normalizer_with_fresh_counters(source: Path, tmp_path: Path) -> None:
-    """Four syncs of 16 envs with a batch of 32: two or three small updates. The actor is then
-    within a few learning-rate steps of the source's, where a fresh one (another seed: other initial
-    weights) is far from it."""
-    run = _apply(
-        tmp_path / "b",
-        "run.total_env_steps=64", f"algo={TINY_SAC}", "algo.alpha_init=0.05", f'run.init_from="{source}"',
-        "run.seed=1",
-    )  # fmt: skip
-    a, b = _newest(source)["state"], _newest(run)["state"]
+TINY_FLASH = '{name="flashsac", batch_size=32, hidden_dims=[16], expansion=2, warmup_env_steps=0, alpha_init=0.05}'
+
+
+@pytest.mark.parametrize(("algo", "steps"), [(TINY_SAC, 64), (TINY_FLASH, 96)], ids=["sac", "flashsac"])
+def test_a_run_starts_from_the_networks_and_normalizer_with_fresh_counters(
+    tmp_path: Path, algo: str, steps: int
+) -> None:
+    """A few syncs of 16 envs with a batch of 32: a few small updates. Every network (FlashSAC's
+    normalization statistics included) then stays within a tenth of the distance from the source's
+    at which a fresh one (another seed: other initial weights) lies; the temperature and the
+    observation normalizer carry on; counters restart."""
+    sets = (f"algo={algo}", "algo.alpha_init=0.05")
+    source = _apply(tmp_path / "a", "run.total_env_steps=640", *sets)
+    run = _apply(tmp_path / "b", f"run.total_env_steps={steps}", *sets, f'run.init_from="{source}"', "run.seed=1")
+    fresh = _apply(tmp_path / "c", f"run.total_env_steps={steps}", *sets, "run.seed=1")
+    a, b, c = (_newest(d)["state"] for d in (source, run, fresh))
     updates = b["learner"]["num_critic_updates"]
-    assert 1 <= updates <= 3  # its own count, from zero
-    for name, value in a["learner"]["actor"].items():
-        assert (b["learner"]["actor"][name] - value).abs().max() < 0.01 * updates, name
-    fresh = _apply(tmp_path / "c", "run.total_env_steps=64", f"algo={TINY_SAC}", "algo.alpha_init=0.05", "run.seed=1")
-    far = max(
-        (_newest(fresh)["state"]["learner"]["actor"][k] - v).abs().max() for k, v in a["learner"]["actor"].items()
-    )
-    assert far > 0.05
+    assert 1 <= updates <= 4  # its own count, from zero
+    for net in ("actor", "critic", "critic_target"):
+        near = max((b["learner"][net][k].float() - v.float()).abs().max() for k, v in a["learner"][net].items())
+        far = max((c["learner"][net][k].float() - v.float()).abs().max() for k, v in a["learner"][net].items())
+        assert near < 0.1 * far and far > 0.05, (net, near, far)
+    assert abs(float(b["learner"]["log_alpha"]) - float(a["learner"]["log_alpha"])) < 0.01 * updates
     assert b["normalizer"]["count"] > a["normalizer"]["count"]  # carried on, not restarted
-    assert b["counters"]["env_steps"] == 64
+    assert b["counters"]["env_steps"] == steps
     events = [json.loads(x) for x in (run / "events.jsonl").read_text().splitlines()]
     (started,) = [e for e in events if e["event"] == "started_from"]
     assert started["env_steps"] == 640
@@ -143,3 +147,31 @@ def test_a_ppo_run_starts_from_the_actor_with_its_observation_normalizer(tmp_pat
     count = "obs_normalizer.count"
     assert b["ppo"]["actor_state_dict"][count] == a["ppo"]["actor_state_dict"][count] + 128
     assert b["iterations"] == 1  # its own iterations, from zero
+
+
+def test_a_checkpoint_for_another_observation_layout_is_refused_before_the_run_is_recorded() -> None:
+    """What the plan cannot see (a checkpoint of another unilab, another observation layout) is
+    refused against the collector's Hello, before the run directory holds a manifest; a state that
+    does not load names run.init_from, not an internal error."""
+    from types import SimpleNamespace
+
+    from tests.conftest import host
+    from unilab.errors import UnilabError
+    from unilab.plan.compile import compile_plan
+    from unilab.run.init_state import check_init_fits, loading_init
+    from unilab.spec.load import load_spec
+
+    hello = SimpleNamespace(obs_dim=5, act_dim=1, obs_terms=[("cart_pos", 1), ("pole_cos", 1), ("rest", 3)])
+    check_init_fits(None, hello)
+    check_init_fits({"obs_dim": 5, "act_dim": 1, "obs_terms": [["cart_pos", 1], ["pole_cos", 1], ["rest", 3]]}, hello)
+    with pytest.raises(UnilabError, match="takes 6 observations and gives 1 actions"):
+        check_init_fits({"obs_dim": 6, "act_dim": 1}, hello)
+    with pytest.raises(UnilabError, match="another observation layout: pole_cos"):
+        check_init_fits(
+            {"obs_dim": 5, "act_dim": 1, "obs_terms": [["pole_cos", 1], ["cart_pos", 1], ["rest", 3]]}, hello
+        )
+    loaded = load_spec(SPECS / "cartpole.toml")
+    plan = compile_plan(loaded.spec, host("cpu_laptop"), loaded.spec_dir)
+    with pytest.raises(UnilabError, match=r"run\.init_from: .* does not load into this run.s learner: size mismatch"):
+        with loading_init(plan):
+            raise RuntimeError("size mismatch for mlp.0.weight")

@@ -58,18 +58,21 @@ def test_sac_learns_cartpole_within_three_minutes(tmp_path: Path) -> None:
     print(f"cartpole SAC: evaluated return {evaluated:.2f}")
     assert evaluated >= THRESHOLD, f"evaluated mean return {evaluated:.2f} < {THRESHOLD}"
     # A new run started from this one's policy (run.init_from) scores at once: 2,000 env steps
-    # from scratch do not balance the pole (the first logged return above).
+    # from scratch do not balance the pole (the first logged return above). Its warm-up acts with
+    # the loaded policy: random actions drop most poles within 1,000 env steps (62 per env).
     tuned = subprocess.run(
         [
             sys.executable, "-m", "unilab", "apply", str(ROOT / "specs/cartpole.toml"), "--quiet",
             "--set", f'run.init_from="{run_dir}"', "--set", "run.total_env_steps=2000",
-            "--set", "algo.warmup_env_steps=500",  # collected with the loaded policy
+            "--set", "algo.warmup_env_steps=1000",
             "--set", 'run.output_dir="tuned"',
         ],
         cwd=tmp_path, capture_output=True, text=True, timeout=HANG_TIMEOUT_S,
     )  # fmt: skip
     assert tuned.returncode == 0, tuned.stderr
     (tuned_dir,) = list((tmp_path / "tuned").iterdir())
+    fallen = json.loads((tuned_dir / "manifest.json").read_text())["counters"]["episodes"]
+    assert fallen <= 1, f"{fallen} of 16 poles fell during a run started from the trained policy"
     carried = _evaluated_return(tuned_dir)
     print(f"cartpole SAC: started from it, 2,000 env steps later {carried:.2f}")
     assert carried >= THRESHOLD, f"a run started from the trained policy returns {carried:.2f} < {THRESHOLD}"

@@ -401,7 +401,8 @@ class FlashSacLearner:
 
     def load_weights(self, state: dict[str, object]) -> None:
         """What a run started from this checkpoint takes (run.init_from): the networks, the entropy
-        temperature and the reward scale; optimizers, generators and counters stay fresh."""
+        temperature and the reward scale the critic was fitted under (its statistics; the source's
+        unfinished episode returns are dropped); optimizers, generators and counters stay fresh."""
         if state.get("algo") != "flashsac":
             raise UnilabError(
                 f"checkpoint holds a {state.get('algo')!r} learner, this run uses 'flashsac'",
@@ -413,9 +414,11 @@ class FlashSacLearner:
         with torch.no_grad():
             self.log_alpha.copy_(state["log_alpha"])  # type: ignore[arg-type]
         self.reward_scaler.load_state_dict(state["reward_scaler"])  # type: ignore[arg-type]
+        self.reward_scaler.returns = torch.zeros(0, device=self.device)  # this run's episodes are new
 
     def load_state_dict(self, state: dict[str, object]) -> None:
         self.load_weights(state)
+        self.reward_scaler.load_state_dict(state["reward_scaler"])  # type: ignore[arg-type]  (returns too)
         self.actor_opt.load_state_dict(state["actor_opt"])  # type: ignore[arg-type]
         self.critic_opt.load_state_dict(state["critic_opt"])  # type: ignore[arg-type]
         self.alpha_opt.load_state_dict(state["alpha_opt"])  # type: ignore[arg-type]

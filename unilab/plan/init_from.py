@@ -89,5 +89,9 @@ def network_keys(algo_name: str, critic: str | None = None) -> tuple[str, ...]:
         dist = ("num_atoms", "v_min", "v_max") if critic == "c51" else ()
         return ("hidden_dims", "critic", "layer_norm", *dist, "normalize_observations")
     if algo_name == "flashsac":
-        return ("hidden_dims", "num_blocks", "expansion", "num_atoms", "v_min", "v_max", "normalize_observations")
+        # reward_scaling too: the critic's distribution was fitted to returns scaled (or not) so.
+        return (
+            "hidden_dims", "num_blocks", "expansion", "num_atoms", "v_min", "v_max", "reward_scaling",
+            "normalize_observations",
+        )  # fmt: skip
     return ("hidden_dims", "normalize_observations")

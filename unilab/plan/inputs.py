@@ -128,10 +128,18 @@ def check_init_from(run: RunPlan, cwd: Path) -> None:
     try:
         actual = file_sha256(path)
     except OSError as exc:
+        relative = not Path(init.checkpoint).expanduser().is_absolute()
         raise UnilabError(
-            f"run.init_from: the plan's checkpoint {init.checkpoint} cannot be read from {cwd}: {exc.strerror}",
-            detail="relative paths in a plan are taken against the working directory it was made in",
-            fix="run `unilab apply` from that directory, or re-plan: unilab plan SPEC --out PLAN.toml",
+            f"run.init_from: the plan's checkpoint {init.checkpoint} cannot be read"
+            + (f" from {cwd}" if relative else "")
+            + f": {exc.strerror}",
+            detail="relative paths in a plan are taken against the working directory it was made in"
+            if relative and not path.exists()
+            else "",
+            fix="run `unilab apply` from that directory, or re-plan: unilab plan SPEC --out PLAN.toml"
+            if relative and not path.exists()
+            else "restore the checkpoint (its run may have pruned it: run.checkpoint_keep), or re-plan against "
+            "another: unilab plan SPEC --out PLAN.toml",
         ) from None
     if actual != init.sha256:
         raise UnilabError(

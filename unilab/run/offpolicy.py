@@ -28,6 +28,7 @@ from unilab.learn.replay import ReplayBuffer
 from unilab.plan.models import Plan
 from unilab.run import channel as ch
 from unilab.run.collector_client import CollectorStats, RunFailed, collector_for  # noqa: F401  (re-export)
+from unilab.run.init_state import check_init_fits, loading_init
 from unilab.run.learners import make_offpolicy_learner, replay_n_step
 
 
@@ -151,6 +152,7 @@ class OffPolicyRank:
         hello = self.collector.start()
         if self.rp.learner_cpu_ids:  # after the collector started: it must not inherit the learner's CPUs
             os.sched_setaffinity(0, self.rp.learner_cpu_ids)
+        check_init_fits(self.init_state, hello)  # before the run is recorded
         self.hooks.on_started(hello)
         bufs, n = hello.buffers, hello.num_envs
         # Same seed on every rank: with data parallel the replicas must start identical anyway
@@ -171,9 +173,10 @@ class OffPolicyRank:
             normalizer.load_state_dict(self.resume_state["normalizer"])
             prog.restore_counters(self.resume_state["counters"])
         elif self.init_state is not None:
-            learner.load_weights(self.init_state["learner"])
-            if algo.normalize_observations:
-                normalizer.load_state_dict(self.init_state["normalizer"])
+            with loading_init(p):
+                learner.load_weights(self.init_state["learner"])
+                if algo.normalize_observations:
+                    normalizer.load_state_dict(self.init_state["normalizer"])
         self.learner, self.normalizer = learner, normalizer
         update = learner.update
         if self.dp is not None:

@@ -30,6 +30,7 @@ from unilab.errors import RunDiverged, UnilabError
 from unilab.plan.models import Plan
 from unilab.run import channel as ch
 from unilab.run.collector_client import collector_for
+from unilab.run.init_state import check_init_fits, loading_init
 from unilab.run.offpolicy import Progress, RankHooks
 from unilab.run.ppo_runner import RankSyncedMLPModel, UnilabOnPolicyRunner, train_cfg
 from unilab.run.vecenv import CollectorVecEnv, RolloutStopped
@@ -109,6 +110,7 @@ class OnPolicyRank:
         torch.set_num_threads(self.rp.torch_threads)
         self._refuse_unsupported()
         hello = self.collector.start()
+        check_init_fits(self.init_state, hello)  # before the run is recorded
         self.hooks.on_started(hello)
         n = hello.num_envs
         # With data parallel every rank waits for its first observation and the ranks then decide
@@ -140,7 +142,8 @@ class OnPolicyRank:
         elif self.init_state is not None:
             # The actor (its observation normalizer and action noise inside) and the critic; a
             # fresh optimizer at the plan's learning rate.
-            runner.alg.load(self.init_state["ppo"], {"actor": True, "critic": True}, strict=True)
+            with loading_init(p):
+                runner.alg.load(self.init_state["ppo"], {"actor": True, "critic": True}, strict=True)
         runner.sync_replicas()
         # Exploration noise differs per rank (each rank's own seed), and a resumed run draws anew.
         torch.manual_seed(self.rp.seed + 104729 * (1 + self.iterations))

@@ -67,10 +67,9 @@ def run_rank(job: RankJob, stop: StopFlag) -> int:
     if job.resume_checkpoint is not None:
         resume_state = load_checkpoint(job.resume_checkpoint, plan_id=plan.plan_id)["state"]
     elif plan.run.init_from is not None:  # a resumed run continues from its own checkpoint instead
-        from unilab.plan.inputs import resolve_input_path
+        from unilab.run.init_state import read_init_state
 
-        init = plan.run.init_from
-        init_state = load_checkpoint(resolve_input_path(init.checkpoint, Path.cwd()), plan_id=init.plan_id)["state"]
+        init_state = read_init_state(plan)
 
     rec: RunRecorder | None = None
     events: EventLog | None = None
