@@ -35,7 +35,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "episode from a reset, on CPU MuJoCo whatever backend the run trained on. Prints the episode "
         "return, length, how the episodes ended and each reward term; writes nothing.",
     )
-    sp.add_argument("run_dir", type=path_arg, metavar="RUN_DIR")
+    sp.add_argument(
+        "run_dir", type=path_arg, metavar="RUN_DIR", help="a run directory written by `unilab apply` (runs/NAME-TIME)"
+    )
     sp.add_argument(
         "--episodes",
         type=int,
@@ -48,7 +50,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--checkpoint",
         type=path_arg,
         metavar="FILE",
-        help="a checkpoint of the run, by file name or path (default: the newest)",
+        help="a checkpoint of the run still on disk: a file name in RUN_DIR/checkpoints/, or a path to one there "
+        "(default: the newest)",
     )
     sp.add_argument(
         "--workers", type=int, metavar="N", help="CPU MuJoCo worker processes (default: one per CPU this may use)"

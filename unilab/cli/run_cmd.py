@@ -183,7 +183,9 @@ def add_parsers(sub: argparse._SubParsersAction, spec_opts) -> None:
         "its metadata holds the control period and, for the G1, the joint names, standing pose and "
         "action scale (joint targets = default_joint_pos + action_scale * action).",
     )
-    sp.add_argument("run_dir", type=path_arg, metavar="RUN_DIR")
+    sp.add_argument(
+        "run_dir", type=path_arg, metavar="RUN_DIR", help="a run directory written by `unilab apply` (runs/NAME-TIME)"
+    )
     sp.add_argument("--format", choices=("onnx",), default="onnx")
     sp.add_argument(
         "--out",

@@ -62,8 +62,9 @@ class RunSpec(_Section):
         "runs",
         min_length=1,
         description="Directory that holds run directories (`~` is the home directory); a relative path resolves "
-        "against the working directory of `unilab apply` (unlike `task.motion` and `task.robot_mjcf`, inputs "
-        "that resolve against the spec file's directory so that a spec and its files move together).",
+        "against the working directory of `unilab apply` (unlike `task.motion`, `task.robot_mjcf` and "
+        "`run.init_from`, inputs that resolve against the spec file's directory so that a spec and its files move "
+        "together).",
     )
     total_env_steps: Annotated[int, Field(gt=0, le=MAX_COUNT)] = Field(
         description="Environment steps to collect, summed over all envs and ranks; the plan rounds each rank's "
@@ -84,8 +85,9 @@ class RunSpec(_Section):
         "or a checkpoint file in its checkpoints/; a relative path resolves against the spec file's directory. "
         "The networks, the entropy temperature (PPO: the action noise) and the observation normalizer are loaded; "
         "optimizers, counters and the replay buffer start fresh, and the warm-up (`algo.warmup_env_steps`) "
-        "collects with the loaded policy instead of random actions. That run must have the same task and network "
-        "shape (rule `run.init-from`).",
+        "collects with the loaded policy instead of random actions. That run must have the same task, algorithm, "
+        "network shape and `algo.alpha_init` (PPO: `algo.init_noise_std`), which the loaded temperature (noise) "
+        "replaces (rule `run.init-from`).",
     )
 
     @field_validator("output_dir")

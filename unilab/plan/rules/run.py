@@ -20,8 +20,9 @@ def _toml(value: object) -> str:
     "run.init-from",
     "run.init_from",
     "The checkpoint to start from is a checkpoint of a unilab run directory with the sha256 its run recorded, "
-    "and that run trained the same task with the same algorithm and network shape (hidden widths, critic kind "
-    "and support, observation normalization).",
+    "and that run trained the same task with the same algorithm, network shape (hidden widths, critic kind "
+    "and support, FlashSAC's blocks and reward scaling, observation normalization) and `algo.alpha_init` "
+    "(PPO: `algo.init_noise_std`), which the loaded temperature (noise) replaces.",
 )
 def run_init_from(r: Rule, ctx: Context) -> list[Diagnostic]:
     src = ctx.init_from
