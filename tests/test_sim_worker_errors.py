@@ -41,6 +41,25 @@ def test_unilab_debug_adds_the_worker_traceback(monkeypatch: pytest.MonkeyPatch)
     assert rest.startswith("Traceback (most recent call last)") and "RuntimeError" in rest
 
 
+def test_a_worker_that_exited_before_the_next_command_is_named_with_its_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The worker reported its error and exited before the next command reached it (writing that
+    command fails with a broken pipe): its report is still read, not "left no error report"."""
+    monkeypatch.delenv("UNILAB_DEBUG", raising=False)
+    b = MujocoCpuBackend(small_humanoid_xml(), 4, 4, None, workers=2)
+    try:
+        w = b._res.workers[0]
+        os.write(w.cmd_fd, b"x")
+        w.process.join(30)
+        assert w.process.exitcode is not None
+        with pytest.raises(UnilabError) as info:
+            b.step(torch.zeros(4, b.dims.nu))
+    finally:
+        b.close()
+    assert info.value.detail == "worker 0 (worlds 0..1): RuntimeError: unknown command b'x'", info.value.detail
+
+
 def test_error_line_folds_a_multiline_message() -> None:
     line = error_line("worker 3 failed to start", ValueError("bad model\n  at line 2"))
     assert line == "worker 3 failed to start: ValueError: bad model at line 2"

@@ -230,8 +230,8 @@ class MujocoCpuBackend:
             for w in workers:
                 try:
                     os.write(w.cmd_fd, cmd)
-                except BrokenPipeError:
-                    self._fail(w, what, None)
+                except BrokenPipeError:  # it exited already: its error report may be waiting in its reply pipe
+                    self._fail(w, what, self._pending_error(w))
             self._wait(workers, self._step_timeout_s, what)
         except UnilabError:
             raise
