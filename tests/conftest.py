@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +24,11 @@ BASE_SPEC: dict[str, Any] = {
     "task": {"name": "g1_walk", "num_envs": 16},
     "algo": {"name": "sac"},
 }
+
+
+def run_unilab(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """`python -m unilab ARGS` in a subprocess, output captured (a hang fails after 300 s)."""
+    return subprocess.run([sys.executable, "-m", "unilab", *args], capture_output=True, text=True, timeout=300, cwd=cwd)
 
 
 def host(name: str) -> HostFacts:

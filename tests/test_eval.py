@@ -8,19 +8,15 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import jsonschema
 import pytest
 
 from tests.conftest import ROOT, SPECS
+from tests.conftest import run_unilab as unilab
 
 TINY_SAC = '{name="sac", batch_size=32, hidden_dims=[16], warmup_env_steps=64}'
-
-
-def unilab(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "unilab", *args], capture_output=True, text=True, timeout=300, cwd=cwd)
 
 
 def _refused(r: subprocess.CompletedProcess[str], says: str) -> None:

@@ -13,3 +13,10 @@ def path_arg(text: str) -> Path:
     if not text:
         raise argparse.ArgumentTypeError("an empty path")
     return Path(text)
+
+
+def add_run_dir_arg(sp: argparse.ArgumentParser) -> None:
+    """The RUN_DIR positional of the commands that read a finished (or running) run."""
+    sp.add_argument(
+        "run_dir", type=path_arg, metavar="RUN_DIR", help="a run directory written by `unilab apply` (runs/NAME-TIME)"
+    )

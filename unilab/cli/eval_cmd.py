@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from unilab.cli.args import path_arg
+from unilab.cli.args import add_run_dir_arg, path_arg
 
 DEFAULT_EPISODES = 64
 
@@ -35,9 +35,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "episode from a reset, on CPU MuJoCo whatever backend the run trained on. Prints the episode "
         "return, length, how the episodes ended and each reward term; writes nothing.",
     )
-    sp.add_argument(
-        "run_dir", type=path_arg, metavar="RUN_DIR", help="a run directory written by `unilab apply` (runs/NAME-TIME)"
-    )
+    add_run_dir_arg(sp)
     sp.add_argument(
         "--episodes",
         type=int,

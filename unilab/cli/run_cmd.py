@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from unilab.cli.args import path_arg
+from unilab.cli.args import add_run_dir_arg, path_arg
 from unilab.errors import UnilabError
 
 if TYPE_CHECKING:
@@ -183,9 +183,7 @@ def add_parsers(sub: argparse._SubParsersAction, spec_opts) -> None:
         "its metadata holds the control period and, for the G1, the joint names, standing pose and "
         "action scale (joint targets = default_joint_pos + action_scale * action).",
     )
-    sp.add_argument(
-        "run_dir", type=path_arg, metavar="RUN_DIR", help="a run directory written by `unilab apply` (runs/NAME-TIME)"
-    )
+    add_run_dir_arg(sp)
     sp.add_argument("--format", choices=("onnx",), default="onnx")
     sp.add_argument(
         "--out",
