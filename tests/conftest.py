@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -26,9 +27,18 @@ BASE_SPEC: dict[str, Any] = {
 }
 
 
-def run_unilab(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    """`python -m unilab ARGS` in a subprocess, output captured (a hang fails after 300 s)."""
-    return subprocess.run([sys.executable, "-m", "unilab", *args], capture_output=True, text=True, timeout=300, cwd=cwd)
+def run_unilab(
+    *args: str, cwd: Path | None = None, env: dict[str, str | None] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """`python -m unilab ARGS` in a subprocess, output captured (a hang fails after 300 s). ``env``
+    changes this process's environment for it: a value of None removes the variable."""
+    full = None
+    if env is not None:
+        full = {k: v for k, v in os.environ.items() if k not in env}
+        full.update({k: v for k, v in env.items() if v is not None})
+    return subprocess.run(
+        [sys.executable, "-m", "unilab", *args], capture_output=True, text=True, timeout=300, cwd=cwd, env=full
+    )
 
 
 def host(name: str) -> HostFacts:

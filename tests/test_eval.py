@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import jsonschema
@@ -176,6 +177,84 @@ def test_mujoco_warnings_are_counted_in_the_episode_they_happen_in() -> None:
     assert played.by_time_out.all()  # 10 steps: the pole has not fallen, nothing flagged
 
 
+def _video_frames(path: Path) -> tuple[dict, list[bytes]]:
+    import imageio_ffmpeg
+
+    reader = imageio_ffmpeg.read_frames(str(path))
+    meta = next(reader)
+    return meta, list(reader)
+
+
+def test_video_films_the_first_episodes_as_they_were_played(cartpole_run: Path, tmp_path: Path) -> None:
+    """--video adds an MP4 of worlds 0..K-1's episodes (their frames only, every second 50 Hz step)
+    and changes none of the figures."""
+    out = tmp_path / "clip.mp4"
+    plain = _report(str(cartpole_run), "--episodes", "3")
+    rep = _report(str(cartpole_run), "--episodes", "3", "--video", str(out), "--video-episodes", "2")
+    jsonschema.validate(rep, json.loads((ROOT / "schemas" / "eval.v1.json").read_text()))
+    video = rep.pop("video")
+    assert plain.pop("video") is None
+    assert {k: v for k, v in rep.items() if k != "wall_s"} == {k: v for k, v in plain.items() if k != "wall_s"}
+    assert video["path"] == str(out) and video["episodes"] == 2 and video["fps"] == 25.0
+    length = rep["episode_length"]  # cart-pole: 50 Hz control, so one frame per two steps
+    assert 2 * -(-length["min"] // 2) <= video["frames"] <= 2 * -(-length["max"] // 2)
+    meta, frames = _video_frames(out)
+    assert meta["size"] == (640, 480) and meta["fps"] == 25.0 and len(frames) == video["frames"]
+    assert len(set(frames)) > 1, "the pole moves: the frames differ"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["clip.mp4"], "no temporary file is left"
+    text = unilab("eval", str(cartpole_run), "--episodes", "1", "--video", str(out))
+    assert text.returncode == 0, text.stderr
+    assert f"video    {out}: 1 episode," in text.stdout and "at 25 fps (640x480)" in text.stdout
+
+
+def test_bad_video_requests_are_refused_before_anything_is_played(cartpole_run: Path, tmp_path: Path) -> None:
+    run = str(cartpole_run)
+    _refused(unilab("eval", run, "--video", str(tmp_path / "clip.avi")), "must end in .mp4")
+    _refused(unilab("eval", run, "--video", str(tmp_path / "no" / "clip.mp4")), "does not exist")
+    _refused(unilab("eval", run, "--video", str(tmp_path)), "must end in .mp4")
+    _refused(
+        unilab("eval", run, "--episodes", "2", "--video", str(tmp_path / "c.mp4"), "--video-episodes", "3"),
+        "--video-episodes 3 is out of range",
+    )
+    _refused(unilab("eval", run, "--video-episodes", "2"), "--video-episodes needs --video")
+    # No OpenGL platform that works here: glfw without a display, a value MuJoCo rejects.
+    for gl in ("glfw", "no-such-platform"):
+        r = unilab("eval", run, "--video", str(tmp_path / "c.mp4"), env={"MUJOCO_GL": gl, "DISPLAY": None})
+        _refused(r, f"(MUJOCO_GL={gl})")
+        assert "apt install libegl1" in r.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_video_camera_follows_the_robot() -> None:
+    """The G1 fills about as much of the frame 20 m from where it started as it did there."""
+    script = """
+import numpy as np
+from unilab.evaluate.gl import load_mujoco_for_rendering
+load_mujoco_for_rendering()
+import mujoco
+from unilab.evaluate.video import VideoRenderer, render_model
+from unilab.robot.model import RobotLayout, build_model_xml
+model = render_model(build_model_xml(None, 0.005))
+r = VideoRenderer(model)
+qpos = RobotLayout.from_model(model).default_qpos.copy()
+r.renderer.enable_segmentation_rendering()
+for dx, dy in ((0.0, 0.0), (20.0, -7.0)):
+    q = qpos.copy(); q[0] += dx; q[1] += dy
+    r.data.qpos[:] = q
+    mujoco.mj_forward(model, r.data)
+    r.renderer.update_scene(r.data, camera=r.camera)
+    seg = r.renderer.render()
+    geom = seg[..., 1] == int(mujoco.mjtObj.mjOBJ_GEOM)
+    robot = geom & (model.geom_bodyid[np.clip(seg[..., 0], 0, model.ngeom - 1)] != 0)
+    print(robot.mean())
+"""
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    here, away = (float(x) for x in r.stdout.split())
+    assert here > 0.02, "the standing robot takes a visible part of the frame"
+    assert 0.8 < away / here < 1.25
+
+
 @pytest.mark.slow
 def test_a_runs_own_motion_file_is_found_where_the_run_was_applied_and_a_changed_one_refused(tmp_path: Path) -> None:
     """A relative input path in the plan is the working directory's of `unilab apply`: eval run
@@ -193,10 +272,13 @@ def test_a_runs_own_motion_file_is_found_where_the_run_was_applied_and_a_changed
     (run_dir,) = (applied / "runs").iterdir()
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    ok = unilab("eval", str(run_dir), "--episodes", "4", "--json", cwd=elsewhere)
+    ok = unilab("eval", str(run_dir), "--episodes", "4", "--json", "--video", "g1.mp4", cwd=elsewhere)
     assert ok.returncode == 0, ok.stderr
     rep = json.loads(ok.stdout)
     assert rep["task"] == "g1_motion_tracking" and rep["episodes"] == 4
+    # The G1 on film: 50 Hz control filmed at 25 fps, as many frames as the report says.
+    _, frames = _video_frames(elsewhere / "g1.mp4")
+    assert len(frames) == rep["video"]["frames"] >= 1 and rep["video"]["fps"] == 25.0
     assert "motion_joint_pos" in rep["reward_terms"]
     with (applied / "clip.npz").open("ab") as f:
         f.write(b"\0")

@@ -52,25 +52,25 @@ def write_text_atomic(path: Path, text: str, what: str, fix: str = RUN_FILE_FIX)
     write_atomic(path, lambda f: f.write(text.encode("utf-8")), what, fix)
 
 
-def check_out_path(out: Path, example: str) -> None:
-    """Refuse an --out that cannot become a file: a directory, or one in a missing directory.
-    ``example`` is a file name to suggest in place of a directory."""
+def check_out_path(out: Path, example: str, flag: str = "--out") -> None:
+    """Refuse an output path (``flag``, e.g. --out) that cannot become a file: a directory, or one in a
+    missing directory. ``example`` is a file name to suggest in place of a directory."""
     if out.is_symlink():  # replacing it would replace the link, not write through it
         raise UnilabError(
-            f"--out {out} is a symbolic link; unilab replaces files whole, so it would replace the link",
-            fix=f"pass the file it points to (--out {out.resolve()}) or another name",
+            f"{flag} {out} is a symbolic link; unilab replaces files whole, so it would replace the link",
+            fix=f"pass the file it points to ({flag} {out.resolve()}) or another name",
         )
     if out.is_dir():
-        raise UnilabError(f"--out {out} is a directory", fix=f"pass a file name, e.g. --out {out / example}")
+        raise UnilabError(f"{flag} {out} is a directory", fix=f"pass a file name, e.g. {flag} {out / example}")
     if out.exists() and not out.is_file():
         raise UnilabError(
-            f"--out {out} is not a regular file (a device, pipe or socket); unilab would replace it with one",
-            fix=f"pass a regular file name, e.g. --out {example}",
+            f"{flag} {out} is not a regular file (a device, pipe or socket); unilab would replace it with one",
+            fix=f"pass a regular file name, e.g. {flag} {example}",
         )
     if out.parent.exists() and not out.parent.is_dir():
         raise UnilabError(
             f"cannot write {out}: {out.parent} is a file, not a directory",
-            fix=f"pass a file name in an existing directory, e.g. --out {out.parent.parent / example}",
+            fix=f"pass a file name in an existing directory, e.g. {flag} {out.parent.parent / example}",
         )
     if not out.parent.is_dir():
         raise UnilabError(

@@ -10,6 +10,10 @@ DEFAULT_EPISODES = 64
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
+    if args.video is not None:
+        from unilab.evaluate.gl import load_mujoco_for_rendering
+
+        load_mujoco_for_rendering()  # before anything else imports MuJoCo without a usable platform
     from unilab.evaluate.rollout import EvalRequest, evaluate, render, report_json
 
     report = evaluate(
@@ -20,6 +24,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
             checkpoint=args.checkpoint,
             workers=args.workers,
             progress=not args.json,
+            video=args.video,
+            video_episodes=args.video_episodes,
         )
     )
     print(report_json(report) if args.json else render(report), end="" if args.json else "\n")
@@ -33,7 +39,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         description="Load RUN_DIR's newest checkpoint (or --checkpoint), verified against the digest the run "
         "recorded, and play its deterministic policy on the run's task: every world plays exactly one "
         "episode from a reset, on CPU MuJoCo whatever backend the run trained on. Prints the episode "
-        "return, length, how the episodes ended and each reward term; writes nothing.",
+        "return, length, how the episodes ended and each reward term; writes nothing but the --video file.",
     )
     add_run_dir_arg(sp)
     sp.add_argument(
@@ -53,6 +59,20 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     sp.add_argument(
         "--workers", type=int, metavar="N", help="CPU MuJoCo worker processes (default: one per CPU this may use)"
+    )
+    sp.add_argument(
+        "--video",
+        type=path_arg,
+        metavar="FILE.mp4",
+        help="also film the first episode (or --video-episodes) into an MP4 file: 640x480, at most 30 frames per "
+        "second, the camera following the robot; rendered with MuJoCo offscreen (MUJOCO_GL, default egl)",
+    )
+    sp.add_argument(
+        "--video-episodes",
+        type=int,
+        default=1,
+        metavar="K",
+        help="film the episodes of worlds 0 to K-1, one after the other (default 1)",
     )
     sp.add_argument("--json", action="store_true", help="print the report as JSON (schemas/eval.v1.json)")
     sp.set_defaults(func=cmd_eval)

@@ -20,6 +20,18 @@ class Stat(_E):
     max: float
 
 
+class EvalVideo(_E):
+    """The video `unilab eval --video FILE` wrote."""
+
+    path: str = Field(description="The MP4 file, as given.")
+    episodes: int = Field(description="Episodes filmed, one after the other: those of worlds 0 to episodes - 1.")
+    frames: int
+    fps: float = Field(description="Frames per second: the control rate, or a whole fraction of it up to 30.")
+    width: int
+    height: int
+    render_s: float = Field(description="Seconds rendering and encoding took.")
+
+
 class EvalReport(_E):
     """One evaluation: every world plays exactly one episode from a reset, with the policy's
     deterministic action (no exploration noise); the task's observation noise and domain
@@ -61,3 +73,4 @@ class EvalReport(_E):
     )
     env_steps: int = Field(description="Env steps simulated, over all worlds.")
     wall_s: float = Field(description="Seconds the episodes took, without the setup.")
+    video: EvalVideo | None = Field(default=None, description="The video written with --video, if any.")

@@ -21,11 +21,13 @@ import numpy as np
 import torch
 
 from unilab.errors import UnilabError
-from unilab.evaluate.models import EvalReport, Stat
+from unilab.evaluate.models import EvalReport, EvalVideo, Stat
 from unilab.plan.models import Plan
 
 if TYPE_CHECKING:
     from unilab.collect.collector import Collector
+    from unilab.evaluate.video import ClipRecorder, VideoRenderer
+    from unilab.spec.models import SimSpec, TaskSpec
 
 MAX_EPISODES = 65_536  # worlds in one CPU collector; more would only exhaust memory
 
@@ -38,6 +40,8 @@ class EvalRequest:
     checkpoint: Path | None = None  # a file of RUN_DIR/checkpoints; None: the newest
     workers: int | None = None  # CPU MuJoCo workers; None: one per CPU this process may use
     progress: bool = True
+    video: Path | None = None  # an .mp4 file to film episodes into
+    video_episodes: int = 1  # the episodes of worlds 0..video_episodes-1
 
 
 def _input_base(plan: Plan, run_dir: Path) -> Path:
@@ -108,8 +112,14 @@ class _Episodes:
     wall_s: float
 
 
-def _play(c: Collector, policy: Callable[[torch.Tensor], torch.Tensor], progress: bool) -> _Episodes:
-    """Step every world until its first episode has ended; later episodes are stepped, not counted."""
+def _play(
+    c: Collector,
+    policy: Callable[[torch.Tensor], torch.Tensor],
+    progress: bool,
+    recorder: ClipRecorder | None = None,
+) -> _Episodes:
+    """Step every world until its first episode has ended; later episodes are stepped, not counted.
+    ``recorder`` gets the filmed worlds' joint states during their first episode."""
     n, max_steps = c.num_envs, c.task.max_episode_steps
     ret = torch.zeros(n, dtype=torch.float64)
     length = torch.zeros(n, dtype=torch.int64)
@@ -118,6 +128,8 @@ def _play(c: Collector, policy: Callable[[torch.Tensor], torch.Tensor], progress
     by_time_out, by_term, by_nonfinite = (torch.zeros(n, dtype=torch.bool) for _ in range(3))
     bar = _Progress(progress, n, max_steps)
     obs = c.reset_all()
+    if recorder is not None:
+        recorder.record(c.backend.state.qpos, 0, live)
     # MuJoCo resets a diverged world itself (mjWARN_BADQACC) and the episode goes on from the
     # model's default pose, nothing non-finite to flag: its counters say so. They count per world
     # from the backend's start, so each episode's share is read as it ends.
@@ -142,6 +154,8 @@ def _play(c: Collector, policy: Callable[[torch.Tensor], torch.Tensor], progress
             by_nonfinite |= nonfinite
             by_term |= terminated & live & ~nonfinite
             by_time_out |= truncated & live & ~terminated & ~nonfinite
+            if recorder is not None:  # a world that just ended shows its next episode's reset: not filmed
+                recorder.record(c.backend.state.qpos, steps, live & ~ended)
             if bool(ended.any()):
                 rows = ended.numpy()
                 warnings[rows] = c.backend.world_warnings()[rows] - start_warnings[rows]
@@ -172,6 +186,19 @@ def _check_request(req: EvalRequest) -> int:
             f"--workers {req.workers} is out of range: this process may use {cpus} CPU{'s' if cpus != 1 else ''}",
             fix=f"pass --workers between 1 and {cpus}, or leave it out (one per CPU)",
         )
+    if req.video is None and req.video_episodes != 1:
+        raise UnilabError(
+            "--video-episodes needs --video FILE", fix="add --video eval.mp4, or leave out --video-episodes"
+        )
+    if req.video is not None:
+        from unilab.evaluate.video import check_video_path
+
+        if not 1 <= req.video_episodes <= req.episodes:
+            raise UnilabError(
+                f"--video-episodes {req.video_episodes} is out of range: {req.episodes} episode(s) are played",
+                fix=f"pass --video-episodes between 1 and {req.episodes} (or more --episodes)",
+            )
+        check_video_path(req.video)
     return max(1, min(req.workers or cpus, req.episodes))
 
 
@@ -193,11 +220,24 @@ def evaluate(req: EvalRequest) -> EvalReport:
     n = req.episodes
     task = planned_task(plan.task).model_copy(update={"num_envs": n})
     sim = plan.sim.model_copy(update={"backend": "mujoco"})
+    renderer = _open_renderer(task, sim, base) if req.video is not None else None  # a GL failure refuses first
+    recorder = None
+    if renderer is not None:
+        from unilab.evaluate.video import ClipRecorder, frame_stride
+
+        recorder = ClipRecorder(req.video_episodes, frame_stride(plan.task.control_dt))
     torch.set_num_threads(1)  # the physics workers take the CPUs; tiny policy batches gain nothing
-    with build_collector(task, sim, spec_dir=base, num_envs=n, workers=workers, seed=req.seed, timing=False) as c:
-        played = _play(c, policy, req.progress)
-        reward_names = list(c.task.reward_names)
-        max_steps = c.task.max_episode_steps
+    try:
+        with build_collector(task, sim, spec_dir=base, num_envs=n, workers=workers, seed=req.seed, timing=False) as c:
+            played = _play(c, policy, req.progress, recorder)
+            reward_names = list(c.task.reward_names)
+            max_steps = c.task.max_episode_steps
+        video = None
+        if renderer is not None and recorder is not None and req.video is not None:
+            video = _film(renderer, recorder, req.video, plan.task.control_dt, req.progress)
+    finally:
+        if renderer is not None:
+            renderer.close()
     warned = played.warnings.sum(axis=0)
     return EvalReport(
         run_dir=str(run_dir),
@@ -223,6 +263,30 @@ def evaluate(req: EvalRequest) -> EvalReport:
         reward_terms={name: float(v) for name, v in zip(reward_names, played.terms.mean(dim=0).tolist(), strict=True)},
         env_steps=played.env_steps,
         wall_s=round(played.wall_s, 3),
+        video=video,
+    )
+
+
+def _open_renderer(task: TaskSpec, sim: SimSpec, base: Path) -> VideoRenderer:
+    from unilab.collect.build import compose_robot
+    from unilab.evaluate.video import VideoRenderer, render_model
+
+    return VideoRenderer(render_model(compose_robot(task, sim, base).xml))
+
+
+def _film(renderer: VideoRenderer, recorder: ClipRecorder, path: Path, control_dt: float, progress: bool) -> EvalVideo:
+    from unilab.evaluate.video import HEIGHT, WIDTH, write_video
+
+    fps = 1.0 / (control_dt * recorder.stride)
+    written = write_video(renderer, recorder.frames, fps, path, progress)
+    return EvalVideo(
+        path=str(path),
+        episodes=recorder.worlds,
+        frames=written.frames,
+        fps=round(fps, 6),
+        width=WIDTH,
+        height=HEIGHT,
+        render_s=round(written.render_s, 3),
     )
 
 
@@ -246,6 +310,12 @@ def render(report: EvalReport) -> str:
         lines.append(
             f"  physics  MuJoCo warned in {report.episodes_with_physics_warnings} episode(s) ({kinds}); on bad_qacc "
             "it reset the diverged world to the model's default pose and the episode went on"
+        )
+    if report.video is not None:
+        v = report.video
+        lines.append(
+            f"  video    {v.path}: {v.episodes} episode{'s' if v.episodes != 1 else ''}, {v.frames:,} frames at "
+            f"{v.fps:g} fps ({v.width}x{v.height}), rendered in {v.render_s:.1f} s"
         )
     if report.reward_terms:
         width = max(len(k) for k in report.reward_terms)

@@ -1,0 +1,191 @@
+"""Render evaluation episodes to an MP4 file.
+
+The rollout records each filmed world's joint state (``qpos``) as its episode goes; the frames are
+rendered afterwards from a copy of the model in this process (``mj_forward`` then MuJoCo's
+offscreen renderer), so filming never touches the physics being measured. The encoder is the
+ffmpeg binary that imageio-ffmpeg ships: nothing to install on the system but an OpenGL library
+for the renderer (EGL by default, ``MUJOCO_GL`` decides).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import mujoco
+import numpy as np
+import torch
+
+from unilab.atomic import check_out_path
+from unilab.errors import UnilabError
+from unilab.evaluate.gl import GL_FIX, gl_setting
+
+WIDTH, HEIGHT = 640, 480  # MuJoCo's default offscreen buffer, so any user MJCF renders at this size
+MAX_FPS = 30.0  # a 50 Hz control rate is filmed at 25 frames per second: every second step
+
+
+def check_video_path(path: Path) -> None:
+    """Refuse a --video path that could not be written, before any episode is played."""
+    if path.suffix.lower() != ".mp4":
+        raise UnilabError(
+            f"--video {path}: unilab writes MP4 video (H.264), so the file name must end in .mp4",
+            fix=f"pass --video {path.with_suffix('.mp4')}",
+        )
+    check_out_path(path, "eval.mp4", flag="--video")
+    if not os.access(path.parent, os.W_OK):
+        raise UnilabError(
+            f"cannot write {path}: directory {path.parent} is not writable by this user",
+            fix="pass --video with a file in a directory you can write",
+        )
+
+
+def frame_stride(control_dt: float) -> int:
+    """Film every n-th env step, so that a video plays at no more than MAX_FPS."""
+    return max(1, math.ceil((1.0 / control_dt) / MAX_FPS - 1e-9))
+
+
+@dataclass
+class ClipRecorder:
+    """The joint states of worlds 0..worlds-1 during their first episode, every ``stride``-th step."""
+
+    worlds: int
+    stride: int
+    frames: list[list[np.ndarray]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.frames = [[] for _ in range(self.worlds)]
+
+    def record(self, qpos: torch.Tensor, step: int, filming: torch.Tensor) -> None:
+        """``qpos`` [N, nq] after ``step`` env steps of the episode; ``filming`` [N] marks the worlds
+        whose first episode is still going (a world that just ended shows its next reset)."""
+        if step % self.stride:
+            return
+        for w in range(self.worlds):
+            if bool(filming[w]):
+                self.frames[w].append(qpos[w].numpy().astype(np.float64))
+
+    @property
+    def total_frames(self) -> int:
+        return sum(len(f) for f in self.frames)
+
+
+def render_model(model_xml: str) -> mujoco.MjModel:
+    """The physics model of the run plus a sky (the physics' own model has none: it is not part of
+    what the run simulated, and its digest stays the run's)."""
+    spec = mujoco.MjSpec.from_string(model_xml)
+    sky = spec.add_texture(name="unilab_video_sky", type=mujoco.mjtTexture.mjTEXTURE_SKYBOX)
+    sky.builtin = mujoco.mjtBuiltin.mjBUILTIN_GRADIENT
+    sky.rgb1, sky.rgb2 = [0.35, 0.5, 0.7], [0.05, 0.07, 0.1]
+    sky.width, sky.height = 256, 1536
+    model = spec.compile()
+    if model.nlight == 0:  # the cart-pole's model has none: the headlight alone leaves it dark
+        light = spec.worldbody.add_light()
+        light.name, light.pos, light.dir = "unilab_video_light", [0.0, -1.0, 3.0], [0.0, 0.3, -1.0]
+        light.type = mujoco.mjtLightType.mjLIGHT_DIRECTIONAL
+        model = spec.compile()
+    return model
+
+
+class VideoRenderer:
+    """An offscreen renderer for ``model`` with a camera that follows the robot's floating base (a
+    fixed camera on the whole model for a robot without one, the cart-pole)."""
+
+    def __init__(self, model: mujoco.MjModel) -> None:
+        self.model = model
+        self.data = mujoco.MjData(model)
+        try:
+            with warnings.catch_warnings():  # glfw warns before it fails; the refusal below says it all
+                warnings.simplefilter("ignore")
+                self.renderer = mujoco.Renderer(model, HEIGHT, WIDTH)
+        except Exception as exc:  # any GL failure (a missing library, no display) is the same refusal
+            raise UnilabError(
+                f"MuJoCo cannot render here (MUJOCO_GL={gl_setting()}): {_first_line(exc)}",
+                detail="--video renders the episodes offscreen with OpenGL; nothing was played or written",
+                fix=GL_FIX,
+            ) from exc
+        # The floor's mirror image costs a fifth of a software-rendered frame and shows nothing;
+        # shadows stay (they show when a foot is down).
+        self.renderer.scene.flags[mujoco.mjtRndFlag.mjRND_REFLECTION] = 0
+        self.camera = mujoco.MjvCamera()
+        extent = float(model.stat.extent)
+        free = np.flatnonzero(model.jnt_type == mujoco.mjtJoint.mjJNT_FREE)
+        if free.size:
+            self.camera.type = mujoco.mjtCamera.mjCAMERA_TRACKING
+            self.camera.trackbodyid = int(model.jnt_bodyid[free[0]])
+            self.camera.azimuth, self.camera.elevation = 135.0, -15.0
+            self.camera.distance = 2.2 * extent  # the G1 (extent 1.4 m) at about 3 m
+        else:
+            self.camera.type = mujoco.mjtCamera.mjCAMERA_FREE
+            self.camera.lookat[:] = model.stat.center
+            self.camera.azimuth, self.camera.elevation = 90.0, -10.0
+            self.camera.distance = 1.2 * extent  # the whole model in view
+
+    def frame(self, qpos: np.ndarray) -> np.ndarray:
+        """An RGB image [HEIGHT, WIDTH, 3] of the model posed at ``qpos``."""
+        self.data.qpos[:] = qpos
+        mujoco.mj_forward(self.model, self.data)
+        self.renderer.update_scene(self.data, camera=self.camera)
+        return self.renderer.render()
+
+    def close(self) -> None:
+        self.renderer.close()
+
+
+@dataclass(frozen=True)
+class WrittenVideo:
+    frames: int
+    fps: float
+    render_s: float
+
+
+def write_video(
+    renderer: VideoRenderer, clips: list[list[np.ndarray]], fps: float, path: Path, progress: bool
+) -> WrittenVideo:
+    """Render the clips one after the other into ``path``: written whole under a temporary name and
+    renamed, so an interrupted or failed encoding leaves no half a video."""
+    import imageio_ffmpeg
+
+    total = sum(len(c) for c in clips)
+    tmp = path.with_name(f".{path.stem}.{os.getpid()}.partial.mp4")
+    show = progress and sys.stderr.isatty()
+    t0 = last = time.perf_counter()
+    done = 0
+    try:
+        writer = imageio_ffmpeg.write_frames(
+            str(tmp), (WIDTH, HEIGHT), fps=fps, quality=7, macro_block_size=16, ffmpeg_log_level="error"
+        )
+        writer.send(None)  # starts ffmpeg
+        try:
+            for clip in clips:
+                for qpos in clip:
+                    writer.send(renderer.frame(qpos))
+                    done += 1
+                    if show and time.perf_counter() - last >= 0.5:
+                        last = time.perf_counter()
+                        sys.stderr.write(f"\rrendering {path.name}: frame {done:,}/{total:,}")
+                        sys.stderr.flush()
+        finally:
+            writer.close()
+        os.replace(tmp, path)
+    except (OSError, RuntimeError) as exc:  # ffmpeg gone, disk full, ...
+        raise UnilabError(
+            f"cannot write the video {path}: {_first_line(exc)}",
+            detail="the evaluation's figures are unaffected; no partial video was left",
+            fix="free disk space or pass --video with a file elsewhere, and rerun",
+        ) from exc
+    finally:
+        tmp.unlink(missing_ok=True)
+        if show and done:
+            sys.stderr.write("\r\033[K")
+            sys.stderr.flush()
+    return WrittenVideo(frames=total, fps=fps, render_s=time.perf_counter() - t0)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return text.splitlines()[0]
