@@ -225,18 +225,23 @@ def test_bad_video_requests_are_refused_before_anything_is_played(cartpole_run: 
     assert list(tmp_path.iterdir()) == []
 
 
-def test_the_video_camera_follows_the_robot() -> None:
-    """The G1 fills about as much of the frame 20 m from where it started as it did there."""
+def test_the_video_camera_follows_the_robot_and_draws_a_tracked_reference() -> None:
+    """The G1 fills about as much of the frame 20 m from where it started as it did there; a
+    reference pose (g1_motion_tracking's) is drawn as a green ghost beside it."""
     script = """
 import numpy as np
 from unilab.evaluate.gl import load_mujoco_for_rendering
 load_mujoco_for_rendering()
 import mujoco
-from unilab.evaluate.video import VideoRenderer, render_model
+from unilab.evaluate.video import Frame, VideoRenderer, render_model
 from unilab.robot.model import RobotLayout, build_model_xml
 model = render_model(build_model_xml(None, 0.005))
 r = VideoRenderer(model)
 qpos = RobotLayout.from_model(model).default_qpos.copy()
+beside = qpos.copy(); beside[0] += 0.5
+for ref in (None, beside):
+    img = r.frame(Frame(qpos, ref)).astype(int)
+    print(((img[..., 1] > img[..., 0] + 30) & (img[..., 1] > img[..., 2])).mean())
 r.renderer.enable_segmentation_rendering()
 for dx, dy in ((0.0, 0.0), (20.0, -7.0)):
     q = qpos.copy(); q[0] += dx; q[1] += dy
@@ -250,7 +255,8 @@ for dx, dy in ((0.0, 0.0), (20.0, -7.0)):
 """
     r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
-    here, away = (float(x) for x in r.stdout.split())
+    green_alone, green_with_ghost, here, away = (float(x) for x in r.stdout.split())
+    assert green_alone == 0.0 and green_with_ghost > 0.01
     assert here > 0.02, "the standing robot takes a visible part of the frame"
     assert 0.8 < away / here < 1.25
 

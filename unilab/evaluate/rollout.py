@@ -128,8 +128,9 @@ def _play(
     by_time_out, by_term, by_nonfinite = (torch.zeros(n, dtype=torch.bool) for _ in range(3))
     bar = _Progress(progress, n, max_steps)
     obs = c.reset_all()
+    reference = _reference_of(c)
     if recorder is not None:
-        recorder.record(c.backend.state.qpos, 0, live)
+        recorder.record(c.backend.state.qpos, 0, live, reference())
     # MuJoCo resets a diverged world itself (mjWARN_BADQACC) and the episode goes on from the
     # model's default pose, nothing non-finite to flag: its counters say so. They count per world
     # from the backend's start, so each episode's share is read as it ends.
@@ -155,7 +156,7 @@ def _play(
             by_term |= terminated & live & ~nonfinite
             by_time_out |= truncated & live & ~terminated & ~nonfinite
             if recorder is not None:  # a world that just ended shows its next episode's reset: not filmed
-                recorder.record(c.backend.state.qpos, steps, live & ~ended)
+                recorder.record(c.backend.state.qpos, steps, live & ~ended, reference())
             if bool(ended.any()):
                 rows = ended.numpy()
                 warnings[rows] = c.backend.world_warnings()[rows] - start_warnings[rows]
@@ -170,6 +171,16 @@ def _play(
             fix="report this with the run's plan.toml: the collector's time limit did not fire",
         )
     return _Episodes(ret, length, terms, by_time_out, by_term, by_nonfinite, warnings, c.env_steps, wall)
+
+
+def _reference_of(c: Collector) -> Callable[[], torch.Tensor | None]:
+    """The pose a tracking task follows at each world's current step ([N, nq]), for the video."""
+    from unilab.tasks.g1_motion_tracking import G1MotionTrackingTask
+
+    task = c.task
+    if isinstance(task, G1MotionTrackingTask):
+        return task.reference_qpos
+    return lambda: None
 
 
 def _check_request(req: EvalRequest) -> int:

@@ -27,6 +27,7 @@ from unilab.evaluate.gl import GL_FIX, gl_setting
 
 WIDTH, HEIGHT = 640, 480  # MuJoCo's default offscreen buffer, so any user MJCF renders at this size
 MAX_FPS = 30.0  # a 50 Hz control rate is filmed at 25 frames per second: every second step
+GHOST_RGBA = (0.3, 0.85, 0.4, 0.35)  # the tracked reference pose
 
 
 def check_video_path(path: Path) -> None:
@@ -49,25 +50,35 @@ def frame_stride(control_dt: float) -> int:
     return max(1, math.ceil((1.0 / control_dt) / MAX_FPS - 1e-9))
 
 
+@dataclass(frozen=True)
+class Frame:
+    qpos: np.ndarray  # [nq] the robot
+    reference: np.ndarray | None  # [nq] the pose the task tracks at this step, drawn as a ghost; None: none
+
+
 @dataclass
 class ClipRecorder:
     """The joint states of worlds 0..worlds-1 during their first episode, every ``stride``-th step."""
 
     worlds: int
     stride: int
-    frames: list[list[np.ndarray]] = field(default_factory=list)
+    frames: list[list[Frame]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.frames = [[] for _ in range(self.worlds)]
 
-    def record(self, qpos: torch.Tensor, step: int, filming: torch.Tensor) -> None:
+    def record(
+        self, qpos: torch.Tensor, step: int, filming: torch.Tensor, reference: torch.Tensor | None = None
+    ) -> None:
         """``qpos`` [N, nq] after ``step`` env steps of the episode; ``filming`` [N] marks the worlds
-        whose first episode is still going (a world that just ended shows its next reset)."""
+        whose first episode is still going (a world that just ended shows its next reset);
+        ``reference`` [N, nq], if given, is the pose the task tracks."""
         if step % self.stride:
             return
         for w in range(self.worlds):
             if bool(filming[w]):
-                self.frames[w].append(qpos[w].numpy().astype(np.float64))
+                ref = None if reference is None else reference[w].numpy().astype(np.float64)
+                self.frames[w].append(Frame(qpos[w].numpy().astype(np.float64), ref))
 
     @property
     def total_frames(self) -> int:
@@ -98,6 +109,7 @@ class VideoRenderer:
     def __init__(self, model: mujoco.MjModel) -> None:
         self.model = model
         self.data = mujoco.MjData(model)
+        self._ghost: tuple[mujoco.MjData, mujoco.MjvOption, mujoco.MjvPerturb] | None = None
         try:
             with warnings.catch_warnings():  # glfw warns before it fails; the refusal below says it all
                 warnings.simplefilter("ignore")
@@ -125,12 +137,31 @@ class VideoRenderer:
             self.camera.azimuth, self.camera.elevation = 90.0, -10.0
             self.camera.distance = 1.2 * extent  # the whole model in view
 
-    def frame(self, qpos: np.ndarray) -> np.ndarray:
-        """An RGB image [HEIGHT, WIDTH, 3] of the model posed at ``qpos``."""
-        self.data.qpos[:] = qpos
+    def frame(self, frame: Frame) -> np.ndarray:
+        """An RGB image [HEIGHT, WIDTH, 3] of the model posed at ``frame.qpos``, with the reference
+        pose, if any, as a translucent green ghost."""
+        self.data.qpos[:] = frame.qpos
         mujoco.mj_forward(self.model, self.data)
         self.renderer.update_scene(self.data, camera=self.camera)
+        if frame.reference is not None:
+            self._add_ghost(frame.reference)
         return self.renderer.render()
+
+    def _add_ghost(self, qpos: np.ndarray) -> None:
+        if self._ghost is None:
+            self._ghost = (mujoco.MjData(self.model), mujoco.MjvOption(), mujoco.MjvPerturb())
+        data, option, perturb = self._ghost
+        data.qpos[:] = qpos
+        mujoco.mj_kinematics(self.model, data)
+        scene = self.renderer.scene
+        first = scene.ngeom
+        # The robot's geoms only (dynamic: on moving bodies), not the floor or the sky.
+        mujoco.mjv_addGeoms(self.model, data, option, perturb, mujoco.mjtCatBit.mjCAT_DYNAMIC, scene)
+        for i in range(first, scene.ngeom):
+            scene.geoms[i].rgba[:] = GHOST_RGBA
+            scene.geoms[i].matid = -1
+            scene.geoms[i].transparent = 1  # set from the alpha by mjv_addGeoms, before the colour changed
+            scene.geoms[i].castshadow = 0
 
     def close(self) -> None:
         self.renderer.close()
@@ -144,7 +175,7 @@ class WrittenVideo:
 
 
 def write_video(
-    renderer: VideoRenderer, clips: list[list[np.ndarray]], fps: float, path: Path, progress: bool
+    renderer: VideoRenderer, clips: list[list[Frame]], fps: float, path: Path, progress: bool
 ) -> WrittenVideo:
     """Render the clips one after the other into ``path``: written whole under a temporary name and
     renamed, so an interrupted or failed encoding leaves no half a video."""
@@ -162,8 +193,8 @@ def write_video(
         writer.send(None)  # starts ffmpeg
         try:
             for clip in clips:
-                for qpos in clip:
-                    writer.send(renderer.frame(qpos))
+                for frame in clip:
+                    writer.send(renderer.frame(frame))
                     done += 1
                     if show and time.perf_counter() - last >= 0.5:
                         last = time.perf_counter()

@@ -153,6 +153,16 @@ class G1MotionTrackingTask(Task):
         self.ref_key_rel.copy_(self.m_key_rel[f])
         self.ref_key_quat_perm.copy_(self.m_key_quat_perm[f])
 
+    def reference_qpos(self) -> torch.Tensor:
+        """[N, nq]: the clip's pose at each world's current frame, as a robot state (the base from the
+        clip's base body), for drawing the reference beside the robot (`unilab eval --video`)."""
+        f, b = self.motion_frame, self._base - 1
+        qpos = self.default_qpos.expand(self.num_envs, -1).clone()
+        qpos[:, self._base_pos] = self.m_body_pos[f, b]
+        qpos[:, self._base_quat] = self.m_body_quat[f, b]
+        qpos[:, self._qpos_idx] = self.m_joint_pos[f]
+        return qpos
+
     def resample_phase(self, mask: torch.Tensor) -> None:
         # Any frame that leaves at least one step before the clip ends.
         new = (self.rand(self.num_envs) * (self.num_frames - 1)).long()
