@@ -185,9 +185,14 @@ def _video_frames(path: Path) -> tuple[dict, list[bytes]]:
     return meta, list(reader)
 
 
+def _frames_of(length: int, stride: int) -> int:
+    """Frames filmed of an episode of ``length`` steps: its reset, every stride-th step, its end."""
+    return length // stride + 1 + (1 if length % stride else 0)
+
+
 def test_video_films_the_first_episodes_as_they_were_played(cartpole_run: Path, tmp_path: Path) -> None:
-    """--video adds an MP4 of worlds 0..K-1's episodes (their frames only, every second 50 Hz step)
-    and changes none of the figures."""
+    """--video adds an MP4 of worlds 0..K-1's episodes, one after the other, and changes none of
+    the figures."""
     out = tmp_path / "clip.mp4"
     plain = _report(str(cartpole_run), "--episodes", "3")
     rep = _report(str(cartpole_run), "--episodes", "3", "--video", str(out), "--video-episodes", "2")
@@ -196,8 +201,13 @@ def test_video_films_the_first_episodes_as_they_were_played(cartpole_run: Path, 
     assert plain.pop("video") is None
     assert {k: v for k, v in rep.items() if k != "wall_s"} == {k: v for k, v in plain.items() if k != "wall_s"}
     assert video["path"] == str(out) and video["episodes"] == 2 and video["fps"] == 25.0
-    length = rep["episode_length"]  # cart-pole: 50 Hz control, so one frame per two steps
-    assert 2 * -(-length["min"] // 2) <= video["frames"] <= 2 * -(-length["max"] // 2)
+    # Cart-pole: 50 Hz control filmed every second step; the first clip's end is held half a second.
+    clips = video["clips"]
+    assert [c["world"] for c in clips] == [0, 1] and clips[0]["start_s"] == 0.0
+    first = _frames_of(clips[0]["episode_length"], 2)
+    assert clips[1]["start_s"] == (first - 1 + 12) / 25.0
+    assert video["frames"] == first - 1 + 12 + _frames_of(clips[1]["episode_length"], 2)
+    assert sum(c["episode_length"] for c in clips) <= 2 * rep["episode_length"]["max"]
     meta, frames = _video_frames(out)
     assert meta["size"] == (640, 480) and meta["fps"] == 25.0 and len(frames) == video["frames"]
     assert len(set(frames)) > 1, "the pole moves: the frames differ"
@@ -205,6 +215,89 @@ def test_video_films_the_first_episodes_as_they_were_played(cartpole_run: Path, 
     text = unilab("eval", str(cartpole_run), "--episodes", "1", "--video", str(out))
     assert text.returncode == 0, text.stderr
     assert f"video    {out}: 1 episode," in text.stdout and "at 25 fps (640x480)" in text.stdout
+    assert "world 0:" in text.stdout and "ended by termination" in text.stdout
+
+
+def test_the_filmed_frames_are_each_episodes_own_from_its_reset_to_its_end() -> None:
+    """Per filmed world: the reset state first, then every stride-th step, then the state the
+    episode ended in (a fall is filmed), never the next episode's reset."""
+    import torch
+
+    from unilab.collect.build import build_collector
+    from unilab.evaluate.rollout import _play
+    from unilab.evaluate.video import ClipRecorder
+    from unilab.spec.models import SimSpec, TaskSpec
+
+    task = TaskSpec(name="cartpole", num_envs=4, episode_length_s=0.6)
+    sim = SimSpec(timestep=0.01, decimation=2, workers=1)
+    with build_collector(task, sim, num_envs=4, workers=1, seed=5) as c:
+        resets: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []  # (mask, state before, after)
+        real_reset = c.backend.reset
+
+        def reset(mask, qpos, qvel):  # type: ignore[no-untyped-def]
+            before = c.backend.state.qpos.clone()
+            state = real_reset(mask, qpos, qvel)
+            resets.append((mask.clone(), before, state.qpos.clone()))
+            return state
+
+        c.backend.reset = reset  # type: ignore[method-assign]
+        recorder = ClipRecorder(worlds=3, stride=3)
+
+        def policy(obs: torch.Tensor) -> torch.Tensor:
+            """Balance the pole (the cart pushed under its lean), except world 1's: pushed off."""
+            a = torch.clamp(10 * obs[:, 2:3] + 2 * obs[:, 4:5], -1, 1)
+            a[1] = 1.0
+            return a
+
+        played = _play(c, policy, False, recorder)
+    lengths = played.length[:3].tolist()
+    assert bool(played.by_time_out[0]) and bool(played.by_termination[1]) and lengths[1] % 3, lengths
+    for w in range(3):
+        frames = recorder.frames[w]
+        assert len(frames) == _frames_of(lengths[w], 3), (w, lengths[w], len(frames))
+        assert all(f.reference is None for f in frames)
+        qpos = [torch.from_numpy(f.qpos).float() for f in frames]
+        assert torch.equal(qpos[0], resets[0][2][w]), "the first frame is the reset state"
+        ended_at = next(before for mask, before, _ in resets[1:] if bool(mask[w]))
+        assert torch.equal(qpos[-1], ended_at[w]), "the last frame is the state the episode ended in"
+
+
+class _FlatRenderer:
+    """Stands in for VideoRenderer (no OpenGL): a grey image per frame; ``stop_at`` raises Ctrl-C."""
+
+    def __init__(self, stop_at: int | None = None) -> None:
+        self.calls, self.stop_at = 0, stop_at
+
+    def frame(self, frame: object) -> object:
+        import numpy as np
+
+        self.calls += 1
+        if self.calls == self.stop_at:
+            raise KeyboardInterrupt
+        return np.full((480, 640, 3), 10 * self.calls % 256, dtype=np.uint8)
+
+
+def test_a_video_is_written_whole_or_not_at_all(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Frames counted back from the file must be the frames sent (ffmpeg's exit status is not
+    checked by imageio-ffmpeg); Ctrl-C mid-way leaves nothing; a good video is renamed into place."""
+    import imageio_ffmpeg
+    import numpy as np
+
+    from unilab.errors import UnilabError
+    from unilab.evaluate.video import Frame, write_video
+
+    clips = [[Frame(np.zeros(2), None)] * 3, [Frame(np.zeros(2), None)] * 2]
+    out = tmp_path / "v.mp4"
+    written = write_video(_FlatRenderer(), clips, 25.0, out, progress=False)  # type: ignore[arg-type]
+    assert written.frames == 3 + 11 + 2 and written.starts == [0, 14]
+    assert imageio_ffmpeg.count_frames_and_secs(str(out))[0] == 16
+    with pytest.raises(KeyboardInterrupt):
+        write_video(_FlatRenderer(stop_at=4), clips, 25.0, tmp_path / "w.mp4", progress=False)  # type: ignore[arg-type]
+    real_count = imageio_ffmpeg.count_frames_and_secs
+    monkeypatch.setattr(imageio_ffmpeg, "count_frames_and_secs", lambda p: (real_count(p)[0] - 1, 0.0))
+    with pytest.raises(UnilabError, match="the encoder wrote 15 of 16 frames"):
+        write_video(_FlatRenderer(), clips, 25.0, tmp_path / "x.mp4", progress=False)  # type: ignore[arg-type]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["v.mp4"]
 
 
 def test_bad_video_requests_are_refused_before_anything_is_played(cartpole_run: Path, tmp_path: Path) -> None:
@@ -219,7 +312,13 @@ def test_bad_video_requests_are_refused_before_anything_is_played(cartpole_run: 
     _refused(unilab("eval", run, "--video-episodes", "2"), "--video-episodes needs --video")
     # No OpenGL platform that works here: glfw without a display, a value MuJoCo rejects.
     for gl in ("glfw", "no-such-platform"):
-        r = unilab("eval", run, "--video", str(tmp_path / "c.mp4"), env={"MUJOCO_GL": gl, "DISPLAY": None})
+        r = unilab(
+            "eval",
+            run,
+            "--video",
+            str(tmp_path / "c.mp4"),
+            env={"MUJOCO_GL": gl, "DISPLAY": None, "WAYLAND_DISPLAY": None},
+        )
         _refused(r, f"(MUJOCO_GL={gl})")
         assert "apt install libegl1" in r.stderr
     assert list(tmp_path.iterdir()) == []

@@ -12,7 +12,7 @@ from typing import IO
 from unilab.errors import UnilabError
 
 
-def _fsync_dir(path: Path) -> None:
+def fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -32,7 +32,7 @@ def write_atomic(path: Path, write: Callable[[IO[bytes]], None], what: str, fix:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-        _fsync_dir(path.parent)
+        fsync_dir(path.parent)
     except OSError as exc:
         tmp.unlink(missing_ok=True)
         why = "the disk is full" if exc.errno == errno.ENOSPC else (exc.strerror or str(exc))

@@ -70,7 +70,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     sp.add_argument(
         "--video-episodes",
         type=int,
-        default=1,
         metavar="K",
         help="film the episodes of worlds 0 to K-1, one after the other (default 1)",
     )

@@ -26,6 +26,8 @@ from unilab.collect.timing import PhaseTimer, PhaseTiming
 from unilab.errors import UnilabError
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from unilab.sim.contract import PhysicsBackend, PhysicsState
     from unilab.tasks.base import Task
 
@@ -76,6 +78,9 @@ class Collector:
         self.timer = PhaseTimer(enabled=timing)
         self.steps = 0
         self.env_steps = 0
+        # Called every step with (state, done) once the step's rewards and ends are known, before the
+        # ended worlds are reset: the only moment their final state can be seen (eval --video).
+        self.before_reset: Callable[[PhysicsState, torch.Tensor], None] | None = None
 
         # Experimental update-state graph ("cuda_graph", or "eager_twin" to test its logic on a CPU).
         self.update_graph = None
@@ -131,6 +136,8 @@ class Collector:
             any_done = not self._host_done_check or bool(done.any())
             self._episode_metrics(done, any_done)
             timer.lap(ph["metrics"])
+        if self.before_reset is not None:
+            self.before_reset(state, done)
 
         if any_done:
             qpos, qvel = task.reset_targets(done)

@@ -1,8 +1,9 @@
 """MuJoCo's OpenGL platform for offscreen rendering (`unilab eval --video`).
 
-MuJoCo picks the platform once, when it is first imported, from ``MUJOCO_GL``; an unusable value
-or a missing library breaks that import itself, so it is done here first, where the failure can be
-named.
+MuJoCo picks the platform once, when it is first imported, from ``MUJOCO_GL``. An invalid value, or
+a platform library that fails to load, breaks that import itself, so it is done here first, where
+the failure can be named; a platform that loads but cannot open a context (glfw without a display)
+fails later, when the renderer is made (unilab.evaluate.video.VideoRenderer).
 """
 
 from __future__ import annotations
@@ -12,9 +13,10 @@ import os
 from unilab.errors import UnilabError
 
 GL_FIX = (
-    "install an OpenGL library MuJoCo can render with headless: EGL (`apt install libegl1`, with MUJOCO_GL=egl, "
-    "the default here) or OSMesa (`apt install libosmesa6`, then rerun with MUJOCO_GL=osmesa); on a desktop "
-    "MUJOCO_GL=glfw also works. Or leave out --video"
+    "install an OpenGL library MuJoCo can render with headless: EGL (on Debian or Ubuntu "
+    "`apt install libegl1 libegl-mesa0 libgl1-mesa-dri`; MUJOCO_GL=egl is the default here) or OSMesa "
+    "(`apt install libosmesa6`, then rerun with MUJOCO_GL=osmesa); on a desktop MUJOCO_GL=glfw also works. "
+    "Or leave out --video"
 )
 
 

@@ -20,16 +20,29 @@ class Stat(_E):
     max: float
 
 
+class VideoClip(_E):
+    """One filmed episode."""
+
+    world: int
+    start_s: float = Field(description="Where the episode starts in the video, in seconds.")
+    episode_length: int = Field(description="In env steps.")
+    episode_return: float
+    ended: Literal["time_out", "termination", "non_finite"]
+
+
 class EvalVideo(_E):
     """The video `unilab eval --video FILE` wrote."""
 
     path: str = Field(description="The MP4 file, as given.")
     episodes: int = Field(description="Episodes filmed, one after the other: those of worlds 0 to episodes - 1.")
-    frames: int
+    frames: int = Field(
+        description="Frames in the file: per episode its reset, every n-th step and its final state; the last "
+        "frame of each episode but the last is held for half a second."
+    )
     fps: float = Field(description="Frames per second: the control rate, or a whole fraction of it up to 30.")
     width: int
     height: int
-    render_s: float = Field(description="Seconds rendering and encoding took.")
+    clips: list[VideoClip]
 
 
 class EvalReport(_E):

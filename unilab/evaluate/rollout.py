@@ -21,12 +21,13 @@ import numpy as np
 import torch
 
 from unilab.errors import UnilabError
-from unilab.evaluate.models import EvalReport, EvalVideo, Stat
+from unilab.evaluate.models import EvalReport, EvalVideo, Stat, VideoClip
 from unilab.plan.models import Plan
 
 if TYPE_CHECKING:
     from unilab.collect.collector import Collector
     from unilab.evaluate.video import ClipRecorder, VideoRenderer
+    from unilab.sim.contract import PhysicsState
     from unilab.spec.models import SimSpec, TaskSpec
 
 MAX_EPISODES = 65_536  # worlds in one CPU collector; more would only exhaust memory
@@ -41,7 +42,7 @@ class EvalRequest:
     workers: int | None = None  # CPU MuJoCo workers; None: one per CPU this process may use
     progress: bool = True
     video: Path | None = None  # an .mp4 file to film episodes into
-    video_episodes: int = 1  # the episodes of worlds 0..video_episodes-1
+    video_episodes: int | None = None  # the episodes of worlds 0..video_episodes-1; None: 1 with --video
 
 
 def _input_base(plan: Plan, run_dir: Path) -> Path:
@@ -128,9 +129,8 @@ def _play(
     by_time_out, by_term, by_nonfinite = (torch.zeros(n, dtype=torch.bool) for _ in range(3))
     bar = _Progress(progress, n, max_steps)
     obs = c.reset_all()
-    reference = _reference_of(c)
     if recorder is not None:
-        recorder.record(c.backend.state.qpos, 0, live, reference())
+        _film_episodes(c, recorder, live)
     # MuJoCo resets a diverged world itself (mjWARN_BADQACC) and the episode goes on from the
     # model's default pose, nothing non-finite to flag: its counters say so. They count per world
     # from the backend's start, so each episode's share is read as it ends.
@@ -155,8 +155,6 @@ def _play(
             by_nonfinite |= nonfinite
             by_term |= terminated & live & ~nonfinite
             by_time_out |= truncated & live & ~terminated & ~nonfinite
-            if recorder is not None:  # a world that just ended shows its next episode's reset: not filmed
-                recorder.record(c.backend.state.qpos, steps, live & ~ended, reference())
             if bool(ended.any()):
                 rows = ended.numpy()
                 warnings[rows] = c.backend.world_warnings()[rows] - start_warnings[rows]
@@ -173,14 +171,22 @@ def _play(
     return _Episodes(ret, length, terms, by_time_out, by_term, by_nonfinite, warnings, c.env_steps, wall)
 
 
-def _reference_of(c: Collector) -> Callable[[], torch.Tensor | None]:
-    """The pose a tracking task follows at each world's current step ([N, nq]), for the video."""
+def _film_episodes(c: Collector, recorder: ClipRecorder, live: torch.Tensor) -> None:
+    """Record the reset state now and, every step, the state before the ended worlds are reset
+    (``live`` is _play's mask of worlds still in their first episode, updated in place)."""
     from unilab.tasks.g1_motion_tracking import G1MotionTrackingTask
 
     task = c.task
-    if isinstance(task, G1MotionTrackingTask):
-        return task.reference_qpos
-    return lambda: None
+    reference = task.reference_qpos if isinstance(task, G1MotionTrackingTask) else lambda: None
+    recorder.record(c.backend.state.qpos, 0, live, reference=reference())
+    step = 0
+
+    def record(state: PhysicsState, done: torch.Tensor) -> None:
+        nonlocal step
+        step += 1
+        recorder.record(state.qpos, step, live, ending=done, reference=reference())
+
+    c.before_reset = record
 
 
 def _check_request(req: EvalRequest) -> int:
@@ -197,14 +203,14 @@ def _check_request(req: EvalRequest) -> int:
             f"--workers {req.workers} is out of range: this process may use {cpus} CPU{'s' if cpus != 1 else ''}",
             fix=f"pass --workers between 1 and {cpus}, or leave it out (one per CPU)",
         )
-    if req.video is None and req.video_episodes != 1:
+    if req.video is None and req.video_episodes is not None:
         raise UnilabError(
             "--video-episodes needs --video FILE", fix="add --video eval.mp4, or leave out --video-episodes"
         )
     if req.video is not None:
         from unilab.evaluate.video import check_video_path
 
-        if not 1 <= req.video_episodes <= req.episodes:
+        if not 1 <= (req.video_episodes or 1) <= req.episodes:
             raise UnilabError(
                 f"--video-episodes {req.video_episodes} is out of range: {req.episodes} episode(s) are played",
                 fix=f"pass --video-episodes between 1 and {req.episodes} (or more --episodes)",
@@ -231,12 +237,12 @@ def evaluate(req: EvalRequest) -> EvalReport:
     n = req.episodes
     task = planned_task(plan.task).model_copy(update={"num_envs": n})
     sim = plan.sim.model_copy(update={"backend": "mujoco"})
-    renderer = _open_renderer(task, sim, base) if req.video is not None else None  # a GL failure refuses first
-    recorder = None
-    if renderer is not None:
+    renderer = recorder = None
+    if req.video is not None:
         from unilab.evaluate.video import ClipRecorder, frame_stride
 
-        recorder = ClipRecorder(req.video_episodes, frame_stride(plan.task.control_dt))
+        renderer = _open_renderer(task, sim, base)  # before anything is played: a GL failure refuses first
+        recorder = ClipRecorder(req.video_episodes or 1, frame_stride(plan.task.control_dt))
     torch.set_num_threads(1)  # the physics workers take the CPUs; tiny policy batches gain nothing
     try:
         with build_collector(task, sim, spec_dir=base, num_envs=n, workers=workers, seed=req.seed, timing=False) as c:
@@ -245,7 +251,7 @@ def evaluate(req: EvalRequest) -> EvalReport:
             max_steps = c.task.max_episode_steps
         video = None
         if renderer is not None and recorder is not None and req.video is not None:
-            video = _film(renderer, recorder, req.video, plan.task.control_dt, req.progress)
+            video = _film(renderer, recorder, played, req.video, plan.task.control_dt, req.progress)
     finally:
         if renderer is not None:
             renderer.close()
@@ -280,16 +286,31 @@ def evaluate(req: EvalRequest) -> EvalReport:
 
 def _open_renderer(task: TaskSpec, sim: SimSpec, base: Path) -> VideoRenderer:
     from unilab.collect.build import compose_robot
+    from unilab.evaluate.gl import load_mujoco_for_rendering
+
+    load_mujoco_for_rendering()  # for a caller that is not the CLI (which did it before importing MuJoCo)
     from unilab.evaluate.video import VideoRenderer, render_model
 
     return VideoRenderer(render_model(compose_robot(task, sim, base).xml))
 
 
-def _film(renderer: VideoRenderer, recorder: ClipRecorder, path: Path, control_dt: float, progress: bool) -> EvalVideo:
+def _film(
+    renderer: VideoRenderer, recorder: ClipRecorder, played: _Episodes, path: Path, control_dt: float, progress: bool
+) -> EvalVideo:
     from unilab.evaluate.video import HEIGHT, WIDTH, write_video
 
     fps = 1.0 / (control_dt * recorder.stride)
     written = write_video(renderer, recorder.frames, fps, path, progress)
+    clips = [
+        VideoClip(
+            world=w,
+            start_s=round(start / fps, 3),
+            episode_length=int(played.length[w]),
+            episode_return=float(played.ret[w]),
+            ended=_how_it_ended(played, w),
+        )
+        for w, start in enumerate(written.starts)
+    ]
     return EvalVideo(
         path=str(path),
         episodes=recorder.worlds,
@@ -297,8 +318,14 @@ def _film(renderer: VideoRenderer, recorder: ClipRecorder, path: Path, control_d
         fps=round(fps, 6),
         width=WIDTH,
         height=HEIGHT,
-        render_s=round(written.render_s, 3),
+        clips=clips,
     )
+
+
+def _how_it_ended(played: _Episodes, w: int) -> str:
+    if bool(played.by_non_finite[w]):
+        return "non_finite"
+    return "termination" if bool(played.by_termination[w]) else "time_out"
 
 
 def render(report: EvalReport) -> str:
@@ -326,8 +353,13 @@ def render(report: EvalReport) -> str:
         v = report.video
         lines.append(
             f"  video    {v.path}: {v.episodes} episode{'s' if v.episodes != 1 else ''}, {v.frames:,} frames at "
-            f"{v.fps:g} fps ({v.width}x{v.height}), rendered in {v.render_s:.1f} s"
+            f"{v.fps:g} fps ({v.width}x{v.height})"
         )
+        lines += [
+            f"    at {c.start_s:6.1f} s  world {c.world}: {c.episode_length} steps, return {c.episode_return:.3f}, "
+            f"ended by {c.ended.replace('_', ' ')}"
+            for c in v.clips
+        ]
     if report.reward_terms:
         width = max(len(k) for k in report.reward_terms)
         lines.append("  reward terms, mean sum per episode:")

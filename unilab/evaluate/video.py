@@ -21,7 +21,7 @@ import mujoco
 import numpy as np
 import torch
 
-from unilab.atomic import check_out_path
+from unilab.atomic import check_out_path, fsync_dir
 from unilab.errors import UnilabError
 from unilab.evaluate.gl import GL_FIX, gl_setting
 
@@ -33,9 +33,10 @@ GHOST_RGBA = (0.3, 0.85, 0.4, 0.35)  # the tracked reference pose
 def check_video_path(path: Path) -> None:
     """Refuse a --video path that could not be written, before any episode is played."""
     if path.suffix.lower() != ".mp4":
+        suggestion = path.with_suffix(".mp4") if path.name else Path("eval.mp4")
         raise UnilabError(
             f"--video {path}: unilab writes MP4 video (H.264), so the file name must end in .mp4",
-            fix=f"pass --video {path.with_suffix('.mp4')}",
+            fix=f"pass --video {suggestion}",
         )
     check_out_path(path, "eval.mp4", flag="--video")
     if not os.access(path.parent, os.W_OK):
@@ -58,31 +59,33 @@ class Frame:
 
 @dataclass
 class ClipRecorder:
-    """The joint states of worlds 0..worlds-1 during their first episode, every ``stride``-th step."""
+    """The states of worlds 0..worlds-1 during their first episode: the reset, every ``stride``-th
+    step after it, and the final state (the fall itself, for an episode that ends in one)."""
 
     worlds: int
     stride: int
-    frames: list[list[Frame]] = field(default_factory=list)
+    frames: list[list[Frame]] = field(init=False)
 
     def __post_init__(self) -> None:
         self.frames = [[] for _ in range(self.worlds)]
 
     def record(
-        self, qpos: torch.Tensor, step: int, filming: torch.Tensor, reference: torch.Tensor | None = None
+        self,
+        qpos: torch.Tensor,
+        step: int,
+        filming: torch.Tensor,
+        ending: torch.Tensor | None = None,
+        reference: torch.Tensor | None = None,
     ) -> None:
-        """``qpos`` [N, nq] after ``step`` env steps of the episode; ``filming`` [N] marks the worlds
-        whose first episode is still going (a world that just ended shows its next reset);
-        ``reference`` [N, nq], if given, is the pose the task tracks."""
-        if step % self.stride:
-            return
+        """``qpos`` [N, nq] after ``step`` env steps of the episode, before any reset; ``filming``
+        [N] marks the worlds whose first episode is still going, ``ending`` [N] those whose episode
+        ends with this step; ``reference`` [N, nq], if given, is the pose the task tracks."""
         for w in range(self.worlds):
-            if bool(filming[w]):
-                ref = None if reference is None else reference[w].numpy().astype(np.float64)
-                self.frames[w].append(Frame(qpos[w].numpy().astype(np.float64), ref))
-
-    @property
-    def total_frames(self) -> int:
-        return sum(len(f) for f in self.frames)
+            if not bool(filming[w]) or (step % self.stride and (ending is None or not bool(ending[w]))):
+                continue
+            # Copies: ``qpos`` is the physics' shared memory, overwritten by the next step.
+            ref = None if reference is None else reference[w].numpy().astype(np.float64)
+            self.frames[w].append(Frame(qpos[w].numpy().astype(np.float64), ref))
 
 
 def render_model(model_xml: str) -> mujoco.MjModel:
@@ -167,46 +170,53 @@ class VideoRenderer:
         self.renderer.close()
 
 
-@dataclass(frozen=True)
-class WrittenVideo:
-    frames: int
-    fps: float
-    render_s: float
-
-
 def write_video(
     renderer: VideoRenderer, clips: list[list[Frame]], fps: float, path: Path, progress: bool
 ) -> WrittenVideo:
-    """Render the clips one after the other into ``path``: written whole under a temporary name and
-    renamed, so an interrupted or failed encoding leaves no half a video."""
+    """Render the clips one after the other into ``path``, each clip's last frame held for half a
+    second before the next begins. The file is written under a temporary name, its frames counted
+    back, and only then renamed: a failed or interrupted encoding leaves no video, never a
+    truncated one."""
     import imageio_ffmpeg
 
-    total = sum(len(c) for c in clips)
+    hold = max(1, round(fps / 2))
+    total = sum(len(c) for c in clips) + (hold - 1) * (len(clips) - 1)  # each held frame is sent hold times
     tmp = path.with_name(f".{path.stem}.{os.getpid()}.partial.mp4")
     show = progress and sys.stderr.isatty()
-    t0 = last = time.perf_counter()
+    last = time.perf_counter()
+    starts: list[int] = []
     done = 0
     try:
         writer = imageio_ffmpeg.write_frames(
             str(tmp), (WIDTH, HEIGHT), fps=fps, quality=7, macro_block_size=16, ffmpeg_log_level="error"
         )
-        writer.send(None)  # starts ffmpeg
         try:
-            for clip in clips:
-                for frame in clip:
-                    writer.send(renderer.frame(frame))
-                    done += 1
+            writer.send(None)  # starts ffmpeg
+            for i, clip in enumerate(clips):
+                starts.append(done)
+                for j, frame in enumerate(clip):
+                    image = renderer.frame(frame)
+                    for _ in range(hold if j == len(clip) - 1 and i < len(clips) - 1 else 1):
+                        writer.send(image)
+                        done += 1
                     if show and time.perf_counter() - last >= 0.5:
                         last = time.perf_counter()
                         sys.stderr.write(f"\rrendering {path.name}: frame {done:,}/{total:,}")
                         sys.stderr.flush()
         finally:
             writer.close()
+        written, _ = imageio_ffmpeg.count_frames_and_secs(str(tmp))
+        if written != total:
+            raise OSError(f"the encoder wrote {written} of {total} frames")
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
         os.replace(tmp, path)
-    except (OSError, RuntimeError) as exc:  # ffmpeg gone, disk full, ...
+        fsync_dir(path.parent)
+    except (OSError, RuntimeError) as exc:  # ffmpeg failed or was killed, the disk is full, ...
         raise UnilabError(
             f"cannot write the video {path}: {_first_line(exc)}",
-            detail="the evaluation's figures are unaffected; no partial video was left",
+            detail="ffmpeg's own message, if any, is printed above; the evaluation's figures are unaffected, "
+            "and no partial video was left",
             fix="free disk space or pass --video with a file elsewhere, and rerun",
         ) from exc
     finally:
@@ -214,7 +224,13 @@ def write_video(
         if show and done:
             sys.stderr.write("\r\033[K")
             sys.stderr.flush()
-    return WrittenVideo(frames=total, fps=fps, render_s=time.perf_counter() - t0)
+    return WrittenVideo(frames=total, starts=starts)
+
+
+@dataclass(frozen=True)
+class WrittenVideo:
+    frames: int
+    starts: list[int]  # the frame at which each clip starts
 
 
 def _first_line(exc: BaseException) -> str:
