@@ -64,14 +64,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--video",
         type=path_arg,
         metavar="FILE.mp4",
-        help="also film the first episode (or --video-episodes) into an MP4 file: 640x480, at most 30 frames per "
-        "second, the camera following the robot; rendered with MuJoCo offscreen (MUJOCO_GL, default egl)",
+        help="also film world 0's episode (worlds 0..K-1 with --video-episodes) into an MP4 file: 640x480, at most "
+        "30 frames per second, the camera following the robot; rendered with MuJoCo offscreen (MUJOCO_GL, "
+        "default egl); an existing file is replaced",
     )
     sp.add_argument(
         "--video-episodes",
         type=int,
         metavar="K",
-        help="film the episodes of worlds 0 to K-1, one after the other (default 1)",
+        help="with --video: film the episodes of worlds 0 to K-1, one after the other (default 1, at most --episodes)",
     )
     sp.add_argument("--json", action="store_true", help="print the report as JSON (schemas/eval.v1.json)")
     sp.set_defaults(func=cmd_eval)
