@@ -1,8 +1,9 @@
-"""Learning curves: train `g1_walk` with SAC and with FlashSAC for the same env-step budget through
-real `unilab apply` runs, print the mean episode return at fixed env-step marks, and save the
-curves as a PNG.
+"""Learning curves: train a spec (default `specs/g1.toml`) through real `unilab apply` runs, per
+algorithm and seed, for the same env-step budget; print the mean training episode return at fixed
+env-step marks and a deterministic `unilab eval` of each final policy, and save the curves as a PNG.
 
-    python tools/bench_learning.py [--spec specs/g1.toml] [--env-steps 200000] [--out docs/learning.png]
+    python tools/bench_learning.py [--spec specs/g1.toml] [--env-steps N] [--seeds 0,1]
+                                   [--algo spec|NAME|TABLE ...] [--out docs/learning.png]
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import json
 import subprocess
 import sys
 import tempfile
+import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -22,14 +24,17 @@ def algo_table(algo: str) -> str:
     return algo if algo.startswith("{") else f'{{name="{algo}"}}'
 
 
-def run(spec: Path, algo: str, env_steps: int, extra: list[str]) -> list[tuple[int, float]]:
+def run(spec: Path, algo: str, seed: int, env_steps: int, extra: list[str]) -> tuple[list[tuple[int, float]], Path]:
+    """The (env steps, mean episode return) curve of one run, and its run directory."""
     out = Path(tempfile.mkdtemp(prefix="bench_learning_"))
     sets = [
-        f"algo={algo_table(algo)}",
+        f"run.seed={seed}",
         f"run.total_env_steps={env_steps}",
         f'run.output_dir="{out}"',
         "run.log_every_seconds=5.0",
     ]
+    if algo != "spec":
+        sets.append(f"algo={algo_table(algo)}")
     cmd = [sys.executable, "-m", "unilab", "apply", str(spec), "--quiet"]
     for s in sets:
         cmd += ["--set", s]
@@ -38,11 +43,18 @@ def run(spec: Path, algo: str, env_steps: int, extra: list[str]) -> list[tuple[i
     subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True, text=True)
     (run_dir,) = [p for p in out.iterdir() if p.is_dir()]
     events = [json.loads(x) for x in (run_dir / "events.jsonl").read_text().splitlines()]
-    return [
+    curve = [
         (e["env_steps"], e["episode_return"])
         for e in events
         if e["event"] == "iteration" and e.get("episode_return") is not None
     ]
+    return curve, run_dir
+
+
+def evaluate(run_dir: Path, episodes: int = 32) -> dict:
+    """`unilab eval RUN_DIR --json` of the run's final policy (deterministic actions)."""
+    cmd = [sys.executable, "-m", "unilab", "eval", str(run_dir), "--episodes", str(episodes), "--json"]
+    return json.loads(subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True, text=True).stdout)
 
 
 def at(curve: list[tuple[int, float]], step: int) -> float | None:
@@ -54,39 +66,52 @@ def at(curve: list[tuple[int, float]], step: int) -> float | None:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--spec", type=Path, default=ROOT / "specs" / "g1.toml")
-    ap.add_argument("--env-steps", type=int, default=200_000)
+    ap.add_argument("--env-steps", type=int, help="env steps per run (default: the spec's run.total_env_steps)")
+    ap.add_argument("--seeds", default="0", help="comma-separated run.seed values, one run each (default 0)")
     ap.add_argument(
         "--algo",
         action="append",
         dest="algos",
-        metavar="NAME|TABLE",
-        help="an algorithm name or an inline TOML [algo] table (repeatable); default: the spec's "
-        "SAC and a CPU-sized FlashSAC",
+        metavar="spec|NAME|TABLE",
+        help="`spec` (the spec's own [algo]), an algorithm name or an inline TOML [algo] table "
+        "(repeatable); default: spec",
     )
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="extra overrides for both runs")
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "learning.png")
     args = ap.parse_args()
-    algos = args.algos or [
-        '{name="sac", alpha_init=0.001}',
-        '{name="flashsac", batch_size=512, hidden_dims=[128], expansion=2}',
-    ]
-    curves = {a: run(args.spec, a, args.env_steps, args.set) for a in algos}
-    marks = [args.env_steps * k // 4 for k in range(1, 5)]
-    print("mean episode return at env steps: " + "  ".join(f"{m:>9,}" for m in marks))
-    for algo, curve in curves.items():
+    algos = args.algos or ["spec"]
+    seeds = [int(x) for x in args.seeds.split(",")]
+    env_steps = args.env_steps or int(tomllib.loads(args.spec.read_text())["run"]["total_env_steps"])
+    curves: dict[str, list[tuple[int, float]]] = {}
+    evals: dict[str, dict] = {}
+    for algo in algos:
+        for seed in seeds:
+            label = f"{algo.replace('name=', '')} seed {seed}"
+            curves[label], run_dir = run(args.spec, algo, seed, env_steps, args.set)
+            evals[label] = evaluate(run_dir)
+    marks = [env_steps * k // 4 for k in range(1, 5)]
+    print("mean training episode return at env steps: " + "  ".join(f"{m:>9,}" for m in marks))
+    for label, curve in curves.items():
         vals = ["       --" if at(curve, m) is None else f"{at(curve, m):9.2f}" for m in marks]
-        print(f"{algo}\n{'':<33}" + "  ".join(vals))
+        print(f"{label:<42}" + "  ".join(vals))
+    print("eval of the final policy (unilab eval --episodes 32, deterministic):")
+    for label, rep in evals.items():
+        r, n = rep["episode_return"], rep["episode_length"]
+        print(
+            f"{label:<42} return {r['mean']:.2f} +- {r['std']:.2f}, length {n['mean']:.0f} steps, "
+            f"{rep['ended_by_time_out']}/{rep['episodes']} to the time limit"
+        )
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4))
-    for algo, curve in curves.items():
-        ax.plot([s for s, _ in curve], [r for _, r in curve], label=algo.replace("name=", ""))
+    for label, curve in curves.items():
+        ax.plot([s for s, _ in curve], [r for _, r in curve], label=label)
     ax.set_xlabel("env steps")
     ax.set_ylabel("mean episode return")
-    ax.set_title(f"g1_walk ({args.spec.name}), same budget per algorithm")
+    ax.set_title(f"{args.spec.name}: training episode return, {env_steps:,} env steps per run")
     ax.legend()
     ax.grid(alpha=0.3)
     fig.tight_layout()
