@@ -1,6 +1,8 @@
-"""Learning curves: train a spec (default `specs/g1.toml`) through real `unilab apply` runs, per
-algorithm and seed, for the same env-step budget; print the mean training episode return at fixed
-env-step marks and a deterministic `unilab eval` of each final policy, and save the curves as a PNG.
+"""Learning curves through real `unilab apply` runs, per algorithm and seed.
+
+Trains a spec (default `specs/g1.toml`) for the same env-step budget per run; prints the mean
+training episode return at fixed env-step marks and a deterministic `unilab eval` of each final
+policy, and saves the curves as a PNG.
 
     python tools/bench_learning.py [--spec specs/g1.toml] [--env-steps N] [--seeds 0,1]
                                    [--algo spec|NAME|TABLE ...] [--out docs/learning.png]
@@ -40,7 +42,7 @@ def run(spec: Path, algo: str, seed: int, env_steps: int, extra: list[str]) -> t
         cmd += ["--set", s]
     for s in extra:
         cmd += ["--set", s]
-    subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True, text=True)
+    _run(cmd)
     (run_dir,) = [p for p in out.iterdir() if p.is_dir()]
     events = [json.loads(x) for x in (run_dir / "events.jsonl").read_text().splitlines()]
     curve = [
@@ -54,7 +56,15 @@ def run(spec: Path, algo: str, seed: int, env_steps: int, extra: list[str]) -> t
 def evaluate(run_dir: Path, episodes: int = 32) -> dict:
     """`unilab eval RUN_DIR --json` of the run's final policy (deterministic actions)."""
     cmd = [sys.executable, "-m", "unilab", "eval", str(run_dir), "--episodes", str(episodes), "--json"]
-    return json.loads(subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True, text=True).stdout)
+    return json.loads(_run(cmd))
+
+
+def _run(cmd: list[str]) -> str:
+    """A unilab command's stdout; its own error message, not a CalledProcessError, on failure."""
+    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit(f"{' '.join(cmd[2:4])} failed (exit {r.returncode}):\n{r.stderr.strip()}")
+    return r.stdout
 
 
 def at(curve: list[tuple[int, float]], step: int) -> float | None:
@@ -76,17 +86,21 @@ def main() -> int:
         help="`spec` (the spec's own [algo]), an algorithm name or an inline TOML [algo] table "
         "(repeatable); default: spec",
     )
-    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="extra overrides for both runs")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="extra overrides for every run")
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "learning.png")
     args = ap.parse_args()
     algos = args.algos or ["spec"]
     seeds = [int(x) for x in args.seeds.split(",")]
-    env_steps = args.env_steps or int(tomllib.loads(args.spec.read_text())["run"]["total_env_steps"])
+    spec = tomllib.loads(args.spec.read_text())
+    env_steps = args.env_steps or int(spec["run"]["total_env_steps"])
+    if any(s.startswith("run.total_env_steps=") for s in args.set):
+        sys.exit("pass the budget as --env-steps N, not --set run.total_env_steps (the marks follow --env-steps)")
     curves: dict[str, list[tuple[int, float]]] = {}
     evals: dict[str, dict] = {}
     for algo in algos:
         for seed in seeds:
-            label = f"{algo.replace('name=', '')} seed {seed}"
+            shown = f"{spec['algo']['name']} (the spec's)" if algo == "spec" else algo.replace("name=", "")
+            label = f"{shown} seed {seed}"
             curves[label], run_dir = run(args.spec, algo, seed, env_steps, args.set)
             evals[label] = evaluate(run_dir)
     marks = [env_steps * k // 4 for k in range(1, 5)]

@@ -10,10 +10,6 @@ DEFAULT_EPISODES = 64
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    if args.video is not None:
-        from unilab.evaluate.gl import load_mujoco_for_rendering
-
-        load_mujoco_for_rendering()  # before anything else imports MuJoCo without a usable platform
     from unilab.evaluate.rollout import EvalRequest, evaluate, render, report_json
 
     report = evaluate(

@@ -15,13 +15,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 import torch
 
 from unilab.errors import UnilabError
 from unilab.evaluate.models import EvalReport, EvalVideo, Stat, VideoClip
+from unilab.evaluate.video_request import check_video_request
 from unilab.plan.models import Plan
 
 if TYPE_CHECKING:
@@ -174,23 +175,22 @@ def _play(
 def _film_episodes(c: Collector, recorder: ClipRecorder, live: torch.Tensor) -> None:
     """Record the reset state now and, every step, the state before the ended worlds are reset
     (``live`` is _play's mask of worlds still in their first episode, updated in place)."""
-    from unilab.tasks.g1_motion_tracking import G1MotionTrackingTask
-
-    task = c.task
-    reference = task.reference_qpos if isinstance(task, G1MotionTrackingTask) else lambda: None
-    recorder.record(c.backend.state.qpos, 0, live, reference=reference())
+    k = recorder.worlds
+    recorder.record(c.backend.state.qpos, 0, live, reference=c.task.reference_qpos(k))
     step = 0
 
     def record(state: PhysicsState, done: torch.Tensor) -> None:
         nonlocal step
         step += 1
-        recorder.record(state.qpos, step, live, ending=done, reference=reference())
+        recorder.record(state.qpos, step, live, ending=done, reference=c.task.reference_qpos(k))
+        if not bool((live[:k] & ~done[:k]).any()):
+            c.before_reset = None  # every filmed episode has ended
 
     c.before_reset = record
 
 
-def _check_request(req: EvalRequest) -> int:
-    """Refuse a request out of range; returns the worker count."""
+def _check_request(req: EvalRequest) -> tuple[int, int]:
+    """Refuse a request out of range; returns the worker count and the episodes to film."""
     if not 1 <= req.episodes <= MAX_EPISODES:
         raise UnilabError(
             f"--episodes {req.episodes} is out of range", fix=f"pass --episodes between 1 and {MAX_EPISODES:,}"
@@ -203,30 +203,22 @@ def _check_request(req: EvalRequest) -> int:
             f"--workers {req.workers} is out of range: this process may use {cpus} CPU{'s' if cpus != 1 else ''}",
             fix=f"pass --workers between 1 and {cpus}, or leave it out (one per CPU)",
         )
-    if req.video is None and req.video_episodes is not None:
-        raise UnilabError(
-            "--video-episodes needs --video FILE", fix="add --video eval.mp4, or leave out --video-episodes"
-        )
-    if req.video is not None:
-        from unilab.evaluate.video import check_video_path
-
-        if not 1 <= (req.video_episodes or 1) <= req.episodes:
-            raise UnilabError(
-                f"--video-episodes {req.video_episodes} is out of range: {req.episodes} episode(s) are played",
-                fix=f"pass --video-episodes between 1 and {req.episodes} (or more --episodes)",
-            )
-        check_video_path(req.video)
-    return max(1, min(req.workers or cpus, req.episodes))
+    filmed = check_video_request(req.video, req.video_episodes, req.episodes)
+    return max(1, min(req.workers or cpus, req.episodes)), filmed
 
 
 def evaluate(req: EvalRequest) -> EvalReport:
+    workers, filmed = _check_request(req)
+    if filmed:
+        from unilab.evaluate.gl import load_mujoco_for_rendering
+
+        load_mujoco_for_rendering()  # before the imports below bring MuJoCo in with no platform chosen
     from unilab.collect.build import build_collector
     from unilab.plan.inputs import planned_task
     from unilab.run.checkpoint import env_steps_of
     from unilab.run.export import policy_from_state, read_run_plan, run_checkpoint, verified_checkpoint
     from unilab.sim.mujoco_cpu import MujocoCpuBackend
 
-    workers = _check_request(req)
     run_dir = req.run_dir
     plan = read_run_plan(run_dir, "eval")  # a missing or unreadable run directory is named first
     path = run_checkpoint(run_dir, req.checkpoint, "eval")
@@ -238,11 +230,11 @@ def evaluate(req: EvalRequest) -> EvalReport:
     task = planned_task(plan.task).model_copy(update={"num_envs": n})
     sim = plan.sim.model_copy(update={"backend": "mujoco"})
     renderer = recorder = None
-    if req.video is not None:
+    if filmed:
         from unilab.evaluate.video import ClipRecorder, frame_stride
 
         renderer = _open_renderer(task, sim, base)  # before anything is played: a GL failure refuses first
-        recorder = ClipRecorder(req.video_episodes or 1, frame_stride(plan.task.control_dt))
+        recorder = ClipRecorder(filmed, frame_stride(plan.task.control_dt))
     torch.set_num_threads(1)  # the physics workers take the CPUs; tiny policy batches gain nothing
     try:
         with build_collector(task, sim, spec_dir=base, num_envs=n, workers=workers, seed=req.seed, timing=False) as c:
@@ -250,7 +242,7 @@ def evaluate(req: EvalRequest) -> EvalReport:
             reward_names = list(c.task.reward_names)
             max_steps = c.task.max_episode_steps
         video = None
-        if renderer is not None and recorder is not None and req.video is not None:
+        if renderer is not None and recorder is not None and req.video is not None:  # (narrows the types)
             video = _film(renderer, recorder, played, req.video, plan.task.control_dt, req.progress)
     finally:
         if renderer is not None:
@@ -286,9 +278,6 @@ def evaluate(req: EvalRequest) -> EvalReport:
 
 def _open_renderer(task: TaskSpec, sim: SimSpec, base: Path) -> VideoRenderer:
     from unilab.collect.build import compose_robot
-    from unilab.evaluate.gl import load_mujoco_for_rendering
-
-    load_mujoco_for_rendering()  # for a caller that is not the CLI (which did it before importing MuJoCo)
     from unilab.evaluate.video import VideoRenderer, render_model
 
     return VideoRenderer(render_model(compose_robot(task, sim, base).xml))
@@ -322,7 +311,7 @@ def _film(
     )
 
 
-def _how_it_ended(played: _Episodes, w: int) -> str:
+def _how_it_ended(played: _Episodes, w: int) -> Literal["time_out", "termination", "non_finite"]:
     if bool(played.by_non_finite[w]):
         return "non_finite"
     return "termination" if bool(played.by_termination[w]) else "time_out"

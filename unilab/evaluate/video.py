@@ -16,34 +16,21 @@ import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import mujoco
 import numpy as np
-import torch
 
-from unilab.atomic import check_out_path, fsync_dir
+from unilab.atomic import fsync_dir
 from unilab.errors import UnilabError
 from unilab.evaluate.gl import GL_FIX, gl_setting
 
-WIDTH, HEIGHT = 640, 480  # MuJoCo's default offscreen buffer, so any user MJCF renders at this size
+if TYPE_CHECKING:
+    import torch
+
+WIDTH, HEIGHT = 640, 480  # MuJoCo's default offscreen buffer (render_model makes sure of it)
 MAX_FPS = 30.0  # a 50 Hz control rate is filmed at 25 frames per second: every second step
 GHOST_RGBA = (0.3, 0.85, 0.4, 0.35)  # the tracked reference pose
-
-
-def check_video_path(path: Path) -> None:
-    """Refuse a --video path that could not be written, before any episode is played."""
-    if path.suffix.lower() != ".mp4":
-        suggestion = path.with_suffix(".mp4") if path.name else Path("eval.mp4")
-        raise UnilabError(
-            f"--video {path}: unilab writes MP4 video (H.264), so the file name must end in .mp4",
-            fix=f"pass --video {suggestion}",
-        )
-    check_out_path(path, "eval.mp4", flag="--video")
-    if not os.access(path.parent, os.W_OK):
-        raise UnilabError(
-            f"cannot write {path}: directory {path.parent} is not writable by this user",
-            fix="pass --video with a file in a directory you can write",
-        )
 
 
 def frame_stride(control_dt: float) -> int:
@@ -79,9 +66,11 @@ class ClipRecorder:
     ) -> None:
         """``qpos`` [N, nq] after ``step`` env steps of the episode, before any reset; ``filming``
         [N] marks the worlds whose first episode is still going, ``ending`` [N] those whose episode
-        ends with this step; ``reference`` [N, nq], if given, is the pose the task tracks."""
+        ends with this step; ``reference`` [worlds, nq], if given, is the pose the task tracks."""
+        filming_now = filming[: self.worlds].tolist()
+        ending_now = ending[: self.worlds].tolist() if ending is not None else [False] * self.worlds
         for w in range(self.worlds):
-            if not bool(filming[w]) or (step % self.stride and (ending is None or not bool(ending[w]))):
+            if not filming_now[w] or (step % self.stride and not ending_now[w]):
                 continue
             # Copies: ``qpos`` is the physics' shared memory, overwritten by the next step.
             ref = None if reference is None else reference[w].numpy().astype(np.float64)
@@ -96,6 +85,9 @@ def render_model(model_xml: str) -> mujoco.MjModel:
     sky.builtin = mujoco.mjtBuiltin.mjBUILTIN_GRADIENT
     sky.rgb1, sky.rgb2 = [0.35, 0.5, 0.7], [0.05, 0.07, 0.1]
     sky.width, sky.height = 256, 1536
+    # A user's MJCF may ask for a smaller offscreen buffer than the video's frames.
+    spec.visual.global_.offwidth = max(spec.visual.global_.offwidth, WIDTH)
+    spec.visual.global_.offheight = max(spec.visual.global_.offheight, HEIGHT)
     model = spec.compile()
     if model.nlight == 0:  # the cart-pole's model has none: the headlight alone leaves it dark
         light = spec.worldbody.add_light()

@@ -385,6 +385,11 @@ class Task(ABC):
     def reset_task_buffers(self, mask: torch.Tensor) -> None:  # noqa: B027  (an optional hook)
         """Task-specific per-episode buffers of the masked worlds."""
 
+    def reference_qpos(self, worlds: int) -> torch.Tensor | None:
+        """[worlds, nq]: the pose worlds 0..worlds-1 are told to track now, as a robot state, for
+        drawing it beside the robot (`unilab eval --video`); None for a task that tracks no pose."""
+        return None
+
     def after_reset(self, mask: torch.Tensor, state: PhysicsState) -> None:
         """Called once the backend has reset the masked worlds."""
         self.read_state(state)

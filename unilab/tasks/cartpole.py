@@ -145,6 +145,10 @@ class CartpoleTask:
         torch.cat([t.fn(self) for t in self.observations], dim=1, out=self.obs)
         return self.obs
 
+    def reference_qpos(self, worlds: int) -> torch.Tensor | None:
+        """The cart-pole tracks no pose (see Task.reference_qpos)."""
+        return None
+
     def reset_targets(self, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         n = self.num_envs
         noise = (torch.rand(n, 4, device=self.device, generator=self.generator) * 2 - 1) * RESET_NOISE

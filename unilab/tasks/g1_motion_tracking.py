@@ -153,15 +153,19 @@ class G1MotionTrackingTask(Task):
         self.ref_key_rel.copy_(self.m_key_rel[f])
         self.ref_key_quat_perm.copy_(self.m_key_quat_perm[f])
 
-    def reference_qpos(self) -> torch.Tensor:
-        """[N, nq]: the clip's pose at each world's current frame, as a robot state (the base from the
-        clip's base body), for drawing the reference beside the robot (`unilab eval --video`)."""
-        f, b = self.motion_frame, self._base - 1
-        qpos = self.default_qpos.expand(self.num_envs, -1).clone()
-        qpos[:, self._base_pos] = self.m_body_pos[f, b]
-        qpos[:, self._base_quat] = self.m_body_quat[f, b]
+    def reference_qpos(self, worlds: int) -> torch.Tensor:
+        """The clip's pose at each world's current frame (see Task.reference_qpos)."""
+        f = self.motion_frame[:worlds]
+        qpos = self.default_qpos.expand(len(f), -1).clone()
+        self._clip_base_pose(qpos, f)
         qpos[:, self._qpos_idx] = self.m_joint_pos[f]
         return qpos
+
+    def _clip_base_pose(self, qpos: torch.Tensor, f: torch.Tensor) -> None:
+        """The floating base of ``qpos`` [len(f), nq] set to the clip's base body at frames ``f``."""
+        b = self._base - 1
+        qpos[:, self._base_pos] = self.m_body_pos[f, b]
+        qpos[:, self._base_quat] = self.m_body_quat[f, b]
 
     def resample_phase(self, mask: torch.Tensor) -> None:
         # Any frame that leaves at least one step before the clip ends.
@@ -184,9 +188,8 @@ class G1MotionTrackingTask(Task):
         n, f, b = self.num_envs, self.motion_frame, self._base - 1
         qpos, qvel = self.reset_qpos, self.reset_qvel
         qpos.copy_(self.default_qpos.expand(n, -1))
-        qpos[:, self._base_pos] = self.m_body_pos[f, b]
+        self._clip_base_pose(qpos, f)
         quat = self.m_body_quat[f, b]
-        qpos[:, self._base_quat] = quat
         joints = self.m_joint_pos[f] + self.uniform(-RESET_JOINT_NOISE, RESET_JOINT_NOISE, n, self.num_actions)
         qpos.index_copy_(1, self._qpos_idx, torch.clamp(joints, self.joint_lower, self.joint_upper))
         qvel.zero_()
