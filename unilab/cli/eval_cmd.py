@@ -68,7 +68,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--video-episodes",
         type=int,
         metavar="K",
-        help="with --video: film the episodes of worlds 0 to K-1, one after the other (default 1, at most --episodes)",
+        help="with --video: film the episodes of worlds 0 to K-1, one after the other (default 1; at most 64 "
+        "and --episodes)",
     )
     sp.add_argument("--json", action="store_true", help="print the report as JSON (schemas/eval.v1.json)")
     sp.set_defaults(func=cmd_eval)
