@@ -499,6 +499,8 @@ def test_what_a_run_prints_without_quiet(tmp_path: Path) -> None:
     out = loud.stdout.splitlines()
     assert out[0].startswith("run succeeded: 3,0") and out[-1].startswith("run directory: runs/cartpole")
     assert "last mean episode return" in loud.stdout
+    run_dir_text = out[-1].removeprefix("run directory: ")
+    assert out[-2] == f"next: unilab eval {run_dir_text} --video {run_dir_text}/eval.mp4   (score and film the policy)"
     # Each iteration record breaks the episodes' return into its reward terms (they add up to it)
     # and says how many episodes terminated rather than timed out.
     run_dir = tmp_path / out[-1].removeprefix("run directory: ")

@@ -249,6 +249,8 @@ def summarize(rec: RunRecorder, status: str) -> None:
             f"last mean episode return {m.metrics.episode_return_mean:.2f}, "
             f"length {m.metrics.episode_length_mean:.0f} steps"
         )
+    if status == "succeeded" and m.checkpoints:
+        print(f"next: unilab eval {rec.run_dir} --video {rec.run_dir / 'eval.mp4'}   (score and film the policy)")
     print(f"run directory: {rec.run_dir}")
     for kind, n in m.backend.physics_warnings.items():
         fix = physics_warning_fix(kind, rec.plan.sim.njmax, rec.plan.sim.nconmax)
