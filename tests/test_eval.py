@@ -261,6 +261,34 @@ def test_the_filmed_frames_are_each_episodes_own_from_its_reset_to_its_end() -> 
         assert torch.equal(qpos[-1], ended_at[w]), "the last frame is the state the episode ended in"
 
 
+def test_a_walking_robots_frames_carry_its_command_and_velocity() -> None:
+    """g1_walk's frames hold the episode's velocity command and the base's velocity, for the arrows."""
+    import numpy as np
+    import torch
+
+    from unilab.collect.build import build_collector
+    from unilab.evaluate.rollout import _play
+    from unilab.evaluate.video import ClipRecorder
+    from unilab.spec.models import SimSpec, TaskSpec
+
+    task = TaskSpec(name="g1_walk", num_envs=2, episode_length_s=0.1)
+    with build_collector(task, SimSpec(workers=1), num_envs=2, workers=1) as c:
+        recorder = ClipRecorder(worlds=2, stride=1)
+        seen: list[torch.Tensor] = []  # what the policy was told: the command is an observation term
+
+        def policy(obs: torch.Tensor) -> torch.Tensor:
+            seen.append(obs[:, c.task.observation_layout()["velocity_command"]].clone())
+            return torch.zeros(obs.shape[0], 29)
+
+        _play(c, policy, False, recorder)
+    for w in range(2):
+        frames = recorder.frames[w]
+        assert len(frames) == 6  # the reset and 5 steps of 20 ms
+        told = seen[0][w].numpy()
+        assert all(f.command is not None and np.allclose(f.command, told) for f in frames), (w, told)
+        assert all(f.velocity is not None and f.velocity.shape == (3,) and f.reference is None for f in frames)
+
+
 class _FlatRenderer:
     """Stands in for VideoRenderer (no OpenGL): a grey image per frame; ``stop_at`` raises Ctrl-C."""
 
@@ -326,7 +354,8 @@ def test_bad_video_requests_are_refused_before_anything_is_played(cartpole_run: 
 
 def test_the_video_camera_follows_the_robot_and_draws_a_tracked_reference() -> None:
     """The G1 fills about as much of the frame 20 m from where it started as it did there; a
-    reference pose (g1_motion_tracking's) is drawn as a green ghost beside it."""
+    reference pose (g1_motion_tracking's) is drawn as a green ghost beside it, and a velocity command
+    (g1_walk's) and the base's velocity as arrows above it."""
     script = """
 import numpy as np
 from unilab.evaluate.gl import load_mujoco_for_rendering
@@ -341,6 +370,11 @@ beside = qpos.copy(); beside[0] += 0.5
 for ref in (None, beside):
     img = r.frame(Frame(qpos, ref)).astype(int)
     print(((img[..., 1] > img[..., 0] + 30) & (img[..., 1] > img[..., 2])).mean())
+plain = r.renderer.scene.ngeom if r.frame(Frame(qpos)) is not None else 0
+img = r.frame(Frame(qpos, command=np.array([1.0, 0.0, 0.0]), velocity=np.array([0.0, 0.5, 0.0])))
+print(r.renderer.scene.ngeom - plain)
+g = img.astype(int)
+print(((g[..., 1] > g[..., 0] + 30) & (g[..., 1] > g[..., 2])).mean())
 r.renderer.enable_segmentation_rendering()
 for dx, dy in ((0.0, 0.0), (20.0, -7.0)):
     q = qpos.copy(); q[0] += dx; q[1] += dy
@@ -354,8 +388,9 @@ for dx, dy in ((0.0, 0.0), (20.0, -7.0)):
 """
     r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
-    green_alone, green_with_ghost, here, away = (float(x) for x in r.stdout.split())
+    green_alone, green_with_ghost, arrows, green_arrow, here, away = (float(x) for x in r.stdout.split())
     assert green_alone == 0.0 and green_with_ghost > 0.01
+    assert arrows == 2 and green_arrow > 0.0005, "g1_walk's command (green) and velocity arrows are drawn"
     assert here > 0.02, "the standing robot takes a visible part of the frame"
     assert 0.8 < away / here < 1.25
 

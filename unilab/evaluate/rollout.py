@@ -176,13 +176,28 @@ def _film_episodes(c: Collector, recorder: ClipRecorder, live: torch.Tensor) -> 
     """Record the reset state now and, every step, the state before the ended worlds are reset
     (``live`` is _play's mask of worlds still in their first episode, updated in place)."""
     k = recorder.worlds
-    recorder.record(c.backend.state.qpos, 0, live, reference=c.task.reference_qpos(k))
+
+    def film(qpos: torch.Tensor, step: int, ending: torch.Tensor | None) -> None:
+        task = c.task
+        command = task.commanded_velocity(k)
+        recorder.record(
+            qpos,
+            step,
+            live,
+            ending=ending,
+            reference=task.reference_qpos(k),
+            command=command,
+            # A commanded robot's base velocity (world frame), read from the state the task reads.
+            velocity=None if command is None else task.base_lin_vel_w[:k],
+        )
+
+    film(c.backend.state.qpos, 0, None)
     step = 0
 
     def record(state: PhysicsState, done: torch.Tensor) -> None:
         nonlocal step
         step += 1
-        recorder.record(state.qpos, step, live, ending=done, reference=c.task.reference_qpos(k))
+        film(state.qpos, step, done)
         if not bool((live[:k] & ~done[:k]).any()):
             c.before_reset = None  # every filmed episode has ended
 

@@ -31,6 +31,9 @@ if TYPE_CHECKING:
 WIDTH, HEIGHT = 640, 480  # MuJoCo's default offscreen buffer (render_model makes sure of it)
 MAX_FPS = 30.0  # a 50 Hz control rate is filmed at 25 frames per second: every second step
 GHOST_RGBA = (0.3, 0.85, 0.4, 0.35)  # the tracked reference pose
+COMMAND_RGBA = (0.2, 0.9, 0.3, 0.9)  # the commanded velocity (green, as mjlab draws it)
+VELOCITY_RGBA = (0.2, 0.5, 1.0, 0.9)  # the base's actual velocity (blue)
+ARROW_HEIGHT = 0.5  # m above the base, clear of the robot's head
 
 
 def frame_stride(control_dt: float) -> int:
@@ -41,7 +44,9 @@ def frame_stride(control_dt: float) -> int:
 @dataclass(frozen=True)
 class Frame:
     qpos: np.ndarray  # [nq] the robot
-    reference: np.ndarray | None  # [nq] the pose the task tracks at this step, drawn as a ghost; None: none
+    reference: np.ndarray | None = None  # [nq] the pose the task tracks at this step, drawn as a ghost
+    command: np.ndarray | None = None  # [3] the commanded (vx, vy, yaw rate) in the heading frame, an arrow
+    velocity: np.ndarray | None = None  # [3] the base's linear velocity in the world frame, an arrow beside it
 
 
 @dataclass
@@ -63,18 +68,31 @@ class ClipRecorder:
         filming: torch.Tensor,
         ending: torch.Tensor | None = None,
         reference: torch.Tensor | None = None,
+        command: torch.Tensor | None = None,
+        velocity: torch.Tensor | None = None,
     ) -> None:
         """``qpos`` [N, nq] after ``step`` env steps of the episode, before any reset; ``filming``
         [N] marks the worlds whose first episode is still going, ``ending`` [N] those whose episode
-        ends with this step; ``reference`` [worlds, nq], if given, is the pose the task tracks."""
+        ends with this step; ``reference`` [worlds, nq], ``command`` [worlds, 3] and ``velocity``
+        [worlds, 3], if given: the pose the task tracks, its velocity command and the base's velocity."""
         filming_now = filming[: self.worlds].tolist()
         ending_now = ending[: self.worlds].tolist() if ending is not None else [False] * self.worlds
         for w in range(self.worlds):
             if not filming_now[w] or (step % self.stride and not ending_now[w]):
                 continue
             # Copies: ``qpos`` is the physics' shared memory, overwritten by the next step.
-            ref = None if reference is None else reference[w].numpy().astype(np.float64)
-            self.frames[w].append(Frame(qpos[w].numpy().astype(np.float64), ref))
+            self.frames[w].append(
+                Frame(
+                    qpos[w].numpy().astype(np.float64),
+                    reference=_row(reference, w),
+                    command=_row(command, w),
+                    velocity=_row(velocity, w),
+                )
+            )
+
+
+def _row(rows: torch.Tensor | None, w: int) -> np.ndarray | None:
+    return None if rows is None else rows[w].numpy().astype(np.float64)
 
 
 def render_model(model_xml: str) -> mujoco.MjModel:
@@ -105,6 +123,8 @@ class VideoRenderer:
         self.model = model
         self.data = mujoco.MjData(model)
         self._ghost: tuple[mujoco.MjData, mujoco.MjvOption, mujoco.MjvPerturb] | None = None
+        free = np.flatnonzero(model.jnt_type == mujoco.mjtJoint.mjJNT_FREE)
+        self._free_qpos = int(model.jnt_qposadr[free[0]]) if free.size else None  # the floating base
         try:
             with warnings.catch_warnings():  # glfw warns before it fails; the refusal below says it all
                 warnings.simplefilter("ignore")
@@ -140,7 +160,33 @@ class VideoRenderer:
         self.renderer.update_scene(self.data, camera=self.camera)
         if frame.reference is not None:
             self._add_ghost(frame.reference)
+        if frame.command is not None and self._free_qpos is not None:
+            self._add_velocity_arrows(frame)
         return self.renderer.render()
+
+    def _add_velocity_arrows(self, frame: Frame) -> None:
+        """The commanded planar velocity (rotated from the heading frame) and the base's actual one,
+        as arrows from a point above the base, 1 m per m/s."""
+        a = self._free_qpos
+        base = frame.qpos[a : a + 3]
+        w, x, y, z = frame.qpos[a + 3 : a + 7]
+        yaw = np.arctan2(2.0 * (w * z + x * y), 1.0 - 2.0 * (y * y + z * z))
+        c, s = np.cos(yaw), np.sin(yaw)
+        start = base + np.array([0.0, 0.0, ARROW_HEIGHT])
+        vx, vy = frame.command[0], frame.command[1]
+        self._arrow(start, start + np.array([c * vx - s * vy, s * vx + c * vy, 0.0]), COMMAND_RGBA)
+        if frame.velocity is not None:
+            self._arrow(start, start + np.array([frame.velocity[0], frame.velocity[1], 0.0]), VELOCITY_RGBA)
+
+    def _arrow(self, start: np.ndarray, end: np.ndarray, rgba: tuple[float, ...]) -> None:
+        scene = self.renderer.scene
+        if scene.ngeom >= scene.maxgeom or np.linalg.norm(end - start) < 1e-3:
+            return  # no room, or a zero velocity: nothing to point
+        geom = scene.geoms[scene.ngeom]
+        arrow = mujoco.mjtGeom.mjGEOM_ARROW
+        mujoco.mjv_initGeom(geom, arrow, np.zeros(3), np.zeros(3), np.eye(3).ravel(), np.array(rgba))
+        mujoco.mjv_connector(geom, arrow, 0.02, start, end)
+        scene.ngeom += 1
 
     def _add_ghost(self, qpos: np.ndarray) -> None:
         if self._ghost is None:

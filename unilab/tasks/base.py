@@ -390,6 +390,11 @@ class Task(ABC):
         drawing it beside the robot (`unilab eval --video`); None for a task that tracks no pose."""
         return None
 
+    def commanded_velocity(self, worlds: int) -> torch.Tensor | None:
+        """[worlds, 3]: the (vx, vy, yaw rate) worlds 0..worlds-1 are commanded now, in the robot's
+        heading frame, for drawing it (`unilab eval --video`); None for a task without one."""
+        return None
+
     def after_reset(self, mask: torch.Tensor, state: PhysicsState) -> None:
         """Called once the backend has reset the masked worlds."""
         self.read_state(state)

@@ -149,6 +149,10 @@ class CartpoleTask:
         """The cart-pole tracks no pose (see Task.reference_qpos)."""
         return None
 
+    def commanded_velocity(self, worlds: int) -> torch.Tensor | None:
+        """Nor is it commanded a velocity (see Task.commanded_velocity)."""
+        return None
+
     def reset_targets(self, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         n = self.num_envs
         noise = (torch.rand(n, 4, device=self.device, generator=self.generator) * 2 - 1) * RESET_NOISE

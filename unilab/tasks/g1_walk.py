@@ -168,6 +168,10 @@ class G1WalkTask(Task):
         base_vel_rows.copy_(base_vel)
 
     # ------------------------------------------------------------------ observations
+    def commanded_velocity(self, worlds: int) -> torch.Tensor:
+        """This episode's command (see Task.commanded_velocity)."""
+        return self.velocity_command[:worlds]
+
     def obs_velocity_command(self) -> torch.Tensor:
         return self.velocity_command
 
