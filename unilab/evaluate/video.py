@@ -140,7 +140,6 @@ class VideoRenderer:
         self.renderer.scene.flags[mujoco.mjtRndFlag.mjRND_REFLECTION] = 0
         self.camera = mujoco.MjvCamera()
         extent = float(model.stat.extent)
-        free = np.flatnonzero(model.jnt_type == mujoco.mjtJoint.mjJNT_FREE)
         if free.size:
             self.camera.type = mujoco.mjtCamera.mjCAMERA_TRACKING
             self.camera.trackbodyid = int(model.jnt_bodyid[free[0]])
@@ -154,7 +153,7 @@ class VideoRenderer:
 
     def frame(self, frame: Frame) -> np.ndarray:
         """An RGB image [HEIGHT, WIDTH, 3] of the model posed at ``frame.qpos``, with the reference
-        pose, if any, as a translucent green ghost."""
+        pose, if any, as a translucent green ghost and the velocity command, if any, as arrows."""
         self.data.qpos[:] = frame.qpos
         mujoco.mj_forward(self.model, self.data)
         self.renderer.update_scene(self.data, camera=self.camera)
