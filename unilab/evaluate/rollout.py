@@ -10,7 +10,6 @@ tests/test_sim_backends.py), so a GPU run is evaluated on any machine.
 from __future__ import annotations
 
 import os
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ import torch
 
 from unilab.errors import UnilabError
 from unilab.evaluate.models import EvalReport, EvalVideo, Stat, VideoClip
+from unilab.evaluate.status import StatusLine
 from unilab.evaluate.video_request import check_video_request
 from unilab.plan.models import Plan
 
@@ -77,28 +77,6 @@ def _stat(values: torch.Tensor) -> Stat:
     return Stat(mean=float(v.mean()), std=float(v.std(unbiased=False)), min=float(v.min()), max=float(v.max()))
 
 
-class _Progress:
-    """One line on a terminal's stderr, rewritten at most every half second; nothing otherwise."""
-
-    def __init__(self, enabled: bool, episodes: int, max_steps: int) -> None:
-        self.on = enabled and sys.stderr.isatty()
-        self.episodes, self.max_steps = episodes, max_steps
-        self._last = 0.0
-
-    def update(self, step: int, ended: int) -> None:
-        now = time.monotonic()
-        if not self.on or now - self._last < 0.5:
-            return
-        self._last = now
-        sys.stderr.write(f"\reval: step {step:,}/{self.max_steps:,}, {ended:,}/{self.episodes:,} episodes ended")
-        sys.stderr.flush()
-
-    def close(self) -> None:
-        if self.on and self._last:
-            sys.stderr.write("\r\033[K")
-            sys.stderr.flush()
-
-
 @dataclass
 class _Episodes:
     """Per world, its first episode: return, length, per-term sums, how it ended, MuJoCo warnings."""
@@ -128,7 +106,7 @@ def _play(
     terms = torch.zeros(n, len(c.task.reward_names), dtype=torch.float64)
     live = torch.ones(n, dtype=torch.bool)
     by_time_out, by_term, by_nonfinite = (torch.zeros(n, dtype=torch.bool) for _ in range(3))
-    bar = _Progress(progress, n, max_steps)
+    bar = StatusLine(progress)
     obs = c.reset_all()
     if recorder is not None:
         _film_episodes(c, recorder, live)
@@ -160,7 +138,7 @@ def _play(
                 rows = ended.numpy()
                 warnings[rows] = c.backend.world_warnings()[rows] - start_warnings[rows]
             live &= ~ended
-            bar.update(steps, n - int(live.sum()))
+            bar.update(f"eval: step {steps:,}/{max_steps:,}, {n - int(live.sum()):,}/{n:,} episodes ended")
     finally:
         bar.close()
     wall = time.perf_counter() - t0

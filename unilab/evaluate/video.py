@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import math
 import os
-import sys
-import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +22,7 @@ import numpy as np
 from unilab.atomic import fsync_dir
 from unilab.errors import UnilabError
 from unilab.evaluate.gl import GL_FIX, gl_setting
+from unilab.evaluate.status import StatusLine
 
 if TYPE_CHECKING:
     import torch
@@ -219,8 +218,7 @@ def write_video(
     hold = max(1, round(fps / 2))
     total = sum(len(c) for c in clips) + (hold - 1) * (len(clips) - 1)  # each held frame is sent hold times
     tmp = path.with_name(f".{path.stem}.{os.getpid()}.partial.mp4")
-    show = progress and sys.stderr.isatty()
-    last = time.perf_counter()
+    status = StatusLine(progress)
     starts: list[int] = []
     done = 0
     try:
@@ -236,10 +234,7 @@ def write_video(
                     for _ in range(hold if j == len(clip) - 1 and i < len(clips) - 1 else 1):
                         writer.send(image)
                         done += 1
-                    if show and time.perf_counter() - last >= 0.5:
-                        last = time.perf_counter()
-                        sys.stderr.write(f"\rrendering {path.name}: frame {done:,}/{total:,}")
-                        sys.stderr.flush()
+                    status.update(f"rendering {path.name}: frame {done:,}/{total:,}")
         finally:
             writer.close()
         written, _ = imageio_ffmpeg.count_frames_and_secs(str(tmp))
@@ -258,9 +253,7 @@ def write_video(
         ) from exc
     finally:
         tmp.unlink(missing_ok=True)
-        if show and done:
-            sys.stderr.write("\r\033[K")
-            sys.stderr.flush()
+        status.close()
     return WrittenVideo(frames=total, starts=starts)
 
 
