@@ -31,6 +31,20 @@ def test_a_node_with_other_package_versions_is_refused(monkeypatch: pytest.Monke
     assert "unilab host --json" in e.value.fix
 
 
+def test_a_node_without_the_planned_cpus_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every rank is pinned to its block of the recorded node's CPU ids: a node that lacks one of
+    them is told so before anything runs, not left to fail inside sched_setaffinity."""
+    plan = _plan()
+    rp = plan.ranks[0]
+    planned = sorted(set(rp.collector_cpu_ids) | set(rp.learner_cpu_ids))
+    facts = probe_host()
+    fewer = facts.model_copy(update={"cpu": facts.cpu.model_copy(update={"affinity": planned[:-1]})})
+    monkeypatch.setattr("unilab.host.probe.probe_host", lambda: fewer)
+    with pytest.raises(UnilabError, match=rf"CPU {planned[-1]} is not in this node's CPU set") as e:
+        rank.check_node(plan, 0)
+    assert "--host-facts node.json" in e.value.fix
+
+
 def test_a_run_dir_that_holds_a_run_is_never_overwritten(tmp_path: Path) -> None:
     from unilab.run.rank_dir import check_run_dir_free, drop_unstarted_run_dir, make_run_dir
 

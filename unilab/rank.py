@@ -5,7 +5,7 @@
 
 Every node runs it with the same saved plan (compiled for the cluster with --host-facts); GPU ranks
 run on the node whose GPUs the plan pins by UUID. Each rank checks that its node has the planned
-package versions, its planned GPU and the planned input files (by sha256). Rank
+package versions, its planned GPU, the CPUs it is pinned to and the planned input files (by sha256). Rank
 0 creates the run directory (or uses --run-dir, which must not hold a run yet) once every rank has
 joined, holds its lock as `unilab apply` does, and records the run; the other ranks write nothing.
 """
@@ -81,11 +81,12 @@ def main(argv: list[str] | None = None) -> int:
 def check_node(plan: Plan, rank: int) -> None:
     """What `unilab apply PLAN` checks, as far as it holds on every node of a cluster. The whole
     stale-plan comparison does not (each node has its own CPU set), but the software must be the
-    one planned for, the input files the ones whose digests the plan recorded, and a GPU rank's
-    GPU (pinned by UUID) must be on this node."""
+    one planned for, the input files the ones whose digests the plan recorded, a GPU rank's GPU
+    (pinned by UUID) must be on this node, and so must the CPUs the rank is pinned to."""
     from unilab.host.probe import probe_host
     from unilab.plan.fingerprint import compare_fingerprint
     from unilab.plan.inputs import check_planned_inputs
+    from unilab.run.progress import cpu_ranges
 
     facts = probe_host()
     rp = plan.ranks[rank]
@@ -98,6 +99,18 @@ def check_node(plan: Plan, rank: int) -> None:
             "this unilab plans the GPUs of one node",
             fix="run a GPU plan's ranks on the node it was planned for (torchrun --nnodes 1, or unilab apply "
             "PLAN there); only CPU ranks can spread over nodes",
+        )
+    planned_cpus = sorted(set(rp.collector_cpu_ids) | set(rp.learner_cpu_ids))
+    allowed = set(facts.cpu.affinity)
+    outside = [c for c in planned_cpus if c not in allowed]
+    if outside:
+        raise UnilabError(
+            f"rank {rank} is planned on CPUs {planned_cpus}, but CPU {outside[0]} is not in this node's "
+            f"CPU set {cpu_ranges(facts.cpu.affinity)}",
+            detail="a plan pins every rank to its block of the recorded node's CPU ids, on whatever node it runs",
+            fix="run the ranks on nodes that have the recorded node's CPUs, or re-plan with host facts recorded "
+            "on the smallest node (unilab host --json > node.json; unilab plan SPEC --host-facts node.json "
+            "--out PLAN.toml)",
         )
     changes = [c for c in compare_fingerprint(plan.host_facts, facts) if c.key.startswith("packages.")]
     if changes:
