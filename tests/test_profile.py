@@ -397,7 +397,7 @@ def test_profile_two_tiny_arms_end_to_end(tmp_path: Path, capsys: pytest.Capture
     out = tmp_path / "prof"
     rc = main([
         "profile", str(SPEC),
-        "--arm", "one:sim.workers=1",
+        "--arm", "w.1:sim.workers=1",  # a dot in a name: its logs must not collide
         "--arm", "two:sim.workers=2,algo.hidden_dims=[64, 64]",
         "--set", "task.num_envs=16",
         "--set", "algo.batch_size=64",
@@ -414,7 +414,7 @@ def test_profile_two_tiny_arms_end_to_end(tmp_path: Path, capsys: pytest.Capture
     prof = Profile.model_validate(data)
 
     pv = prof.provenance
-    assert pv.schedule == ["one", "two", "one", "two", "one", "two"]
+    assert pv.schedule == ["w.1", "two", "w.1", "two", "w.1", "two"]
     # Two publication blocks in the window (a one-sync-over request rounds up): a window of about a second,
     # where one stall between phases weighs half what it does in one block.
     assert (pv.num_envs, pv.warmup_syncs, pv.window_syncs) == (16, PUBLISH_EVERY_SYNCS, 2 * PUBLISH_EVERY_SYNCS)
@@ -422,10 +422,12 @@ def test_profile_two_tiny_arms_end_to_end(tmp_path: Path, capsys: pytest.Capture
     # profile.md gives the command quoted for a shell: pasted back, it parses to the same arguments.
     md_command = next(ln for ln in (out / "profile.md").read_text().splitlines() if ln.startswith("Command: `"))
     assert shlex.split(md_command.removeprefix("Command: `").removesuffix("`")) == pv.command
-    assert [a.name for a in prof.arms] == ["one", "two"]
+    assert [a.name for a in prof.arms] == ["w.1", "two"]
+    logs = sorted(p.name for p in (out / "arms").glob("*.log"))
+    assert logs == [f"{a}-r{r}.log" for a in ("two", "w.1") for r in range(3)]
     assert [a.physics_workers for a in prof.arms] == [1, 2]  # the overrides reached the runs
     for arm in prof.arms:
-        assert [r.order for r in arm.runs] == ([0, 2, 4] if arm.name == "one" else [1, 3, 5])
+        assert [r.order for r in arm.runs] == ([0, 2, 4] if arm.name == "w.1" else [1, 3, 5])
         assert len({r.run_dir for r in arm.runs}) == 3
         # The phases and waits account for the iteration time: judged on the median of three repeats, as
         # one repeat's short window can lose time to a stall between phases (1.20 seen once in CI). Each repeat is
@@ -463,7 +465,7 @@ def test_profile_two_tiny_arms_end_to_end(tmp_path: Path, capsys: pytest.Capture
     assert prof.verdict.line in printed and prof.verdict.line in (out / "profile.md").read_text()
     assert prof.verdict.go == (prof.verdict.non_physics_share >= 0.15)
     assert "| collector.physics_step |" in printed
-    assert "| phase | one wall | one CPU | two wall | two CPU |" in printed
+    assert "| phase | w.1 wall | w.1 CPU | two wall | two CPU |" in printed
     for row in ("learner.sample (per sync)", "learner.update (per sync)", "learner.sync (per sync, in update)"):
         assert f"| {row} |" in printed
     assert "## Allocations, copies and syncs per collector step: arm two" in printed

@@ -135,7 +135,7 @@ def run_profile(req: ProfileRequest, say=print) -> ProfileOutput:
             run_out = out / "arms" / f"{arm.name}-r{r}"
             cmd = apply_command(spec_path, arm, req.base_sets, arm_windows[arm.name], run_out, algo_warmup)
             say(f"  [{i + 1}/{len(order)}] arm {arm.name} repeat {r} ...", end="", flush=True)
-            outcome = run_apply_subprocess(cmd, run_out, req.run_timeout_s, run_out.with_suffix(".log"))
+            outcome = run_apply_subprocess(cmd, run_out, req.run_timeout_s, run_out.with_name(run_out.name + ".log"))
             sample = window_sample(outcome.warmup, outcome.final, outcome.window_s)
             workers[arm.name] = outcome.final.ranks[0].physics_workers if outcome.final.ranks else None
             runs[arm.name].append(
