@@ -39,7 +39,7 @@ def make_backend(
         if physics_graph:
             raise UnilabError(
                 "physics_graph is a MuJoCo Warp feature; the mujoco (CPU) backend has no physics graph",
-                fix='set physics_graph = false, or use backend "mjwarp" on a CUDA device',
+                fix='set training.physics_graph = "off", or use backend "mjwarp" on a CUDA device',
             )
         from unilab.sim.mujoco_cpu import MujocoCpuBackend
 

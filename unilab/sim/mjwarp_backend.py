@@ -128,13 +128,13 @@ class MjwarpBackend:
         if physics_graph and not is_cuda:
             raise UnilabError(
                 f"physics_graph was requested on Warp device {device!r}; physics graphs need a CUDA device",
-                fix="set physics_graph = false for the CPU device (the plan should already have refused this)",
+                fix='set training.physics_graph = "off" for the CPU device (the plan should already have refused this)',
             )
         if physics_graph and not wp.is_mempool_enabled(self._wp_device):
             raise UnilabError(
                 f"physics_graph was requested but Warp's CUDA memory pool is disabled on {device}",
                 detail="capturing MuJoCo Warp's step allocates inside the capture, which needs the mempool",
-                fix="enable it (wp.set_mempool_enabled) or set physics_graph = false",
+                fix='enable it (wp.set_mempool_enabled) or set training.physics_graph = "off" and re-plan',
             )
 
         # Domain randomization: the fields it writes get one row per world (MuJoCo Warp indexes
@@ -254,7 +254,7 @@ class MjwarpBackend:
             raise UnilabError(
                 "capturing the MuJoCo Warp physics graph failed",
                 detail=f"{type(exc).__name__}: {exc}",
-                fix="set physics_graph = false in the spec and re-plan, or report the failure",
+                fix='set training.physics_graph = "off" in the spec and re-plan, or report the failure',
             ) from exc
         self._graph_enabled = True
         self._graph_disable_reason = ""
