@@ -154,6 +154,7 @@ def test_a_checkpoint_for_another_observation_layout_is_refused_before_the_run_i
     from tests.conftest import host
     from unilab.errors import UnilabError
     from unilab.plan.compile import compile_plan
+    from unilab.run.checkpoint import check_resume_fits
     from unilab.run.init_state import check_init_fits, loading_init
     from unilab.spec.load import load_spec
 
@@ -166,6 +167,15 @@ def test_a_checkpoint_for_another_observation_layout_is_refused_before_the_run_i
         check_init_fits(
             {"obs_dim": 5, "act_dim": 1, "obs_terms": [["pole_cos", 1], ["cart_pos", 1], ["rest", 3]]}, hello
         )
+    # A resume meets the same mismatch when an upgraded unilab builds the task's observations
+    # differently: refused in one paragraph (torch would fail deep in the learner), with a fix that
+    # names --resume, so apply does not append "then resume with" to it.
+    check_resume_fits(None, hello)
+    check_resume_fits({"obs_dim": 5, "act_dim": 1, "obs_terms": [["cart_pos", 1], ["pole_cos", 1], ["rest", 3]]}, hello)
+    with pytest.raises(UnilabError, match="the checkpoint to resume: the checkpoint's policy takes 4 obs") as e:
+        check_resume_fits({"obs_dim": 4, "act_dim": 1, "obs_terms": [["cart_pos", 1], ["rest", 3]]}, hello)
+    assert "cart_pos[1], rest[3]; this collector's: cart_pos[1], pole_cos[1], rest[3]" in (e.value.detail or "")
+    assert "unilab apply --resume" in (e.value.fix or "")
     loaded = load_spec(SPECS / "cartpole.toml")
     plan = compile_plan(loaded.spec, host("cpu_laptop"), loaded.spec_dir)
     with pytest.raises(UnilabError, match=r"run\.init_from: .* does not load into this run.s learner: size mismatch"):

@@ -208,7 +208,7 @@ def evaluate(req: EvalRequest) -> EvalReport:
         load_mujoco_for_rendering()  # before the imports below bring MuJoCo in with no platform chosen
     from unilab.collect.build import build_collector
     from unilab.plan.inputs import planned_task
-    from unilab.run.checkpoint import env_steps_of
+    from unilab.run.checkpoint import check_policy_fits, env_steps_of
     from unilab.run.export import policy_from_state, read_run_plan, run_checkpoint, verified_checkpoint
     from unilab.sim.mujoco_cpu import MujocoCpuBackend
 
@@ -231,6 +231,15 @@ def evaluate(req: EvalRequest) -> EvalReport:
     torch.set_num_threads(1)  # the physics workers take the CPUs; tiny policy batches gain nothing
     try:
         with build_collector(task, sim, spec_dir=base, num_envs=n, workers=workers, seed=req.seed, timing=False) as c:
+            check_policy_fits(
+                blob["state"],
+                c.obs_dim,
+                c.action_dim,
+                [(t.name, int(t.dim)) for t in c.task.observations],
+                what=f"checkpoint {path.name}",
+                fix="evaluate it with the unilab that wrote it (the version and commit its run's manifest names); "
+                "`unilab export` still exports it, with the observation layout it was trained on",
+            )
             played = _play(c, policy, req.progress, recorder)
             reward_names = list(c.task.reward_names)
             max_steps = c.task.max_episode_steps

@@ -140,3 +140,48 @@ def load_checkpoint(path: Path, *, plan_id: str | None) -> dict[str, Any]:
             fix="resume with the run's own plan (`unilab apply --resume RUN_DIR`) or start a new run",
         )
     return blob
+
+
+def check_policy_fits(
+    state: dict[str, Any], obs_dim: int, act_dim: int, obs_terms: list[tuple[str, int]], *, what: str, fix: str
+) -> None:
+    """A checkpoint's policy takes this collector's observations (sizes, and the layout where the
+    checkpoint recorded one) and gives its actions; refused in one paragraph otherwise, before a
+    learner is loaded with it (torch would fail deep inside with a shape error). ``what`` names the
+    checkpoint ("run.init_from", "the checkpoint to resume", ...)."""
+    saved = (int(state["obs_dim"]), int(state["act_dim"]))
+    terms = [(str(n), int(d)) for n, d in state.get("obs_terms") or []]
+    ours = [(str(n), int(d)) for n, d in obs_terms]
+    if saved != (obs_dim, act_dim):
+        raise UnilabError(
+            f"{what}: the checkpoint's policy takes {saved[0]} observations and gives {saved[1]} actions; "
+            f"this collector has {obs_dim} and {act_dim}",
+            detail=("the checkpoint's observations: " + _layout(terms) + "; this collector's: " + _layout(ours))
+            if terms
+            else None,
+            fix=fix,
+        )
+    if terms and terms != ours:
+        raise UnilabError(
+            f"{what}: the checkpoint's policy read another observation layout: {_layout(terms)}",
+            detail="this collector's: " + _layout(ours),
+            fix=fix,
+        )
+
+
+RESUME_FIX = (
+    "resume it with the unilab that wrote it (`unilab apply --resume` under the version and commit its "
+    "manifest's provenance names), or start a new run"
+)
+
+
+def check_resume_fits(state: dict[str, Any] | None, hello: Any) -> None:
+    """Before a resumed run records anything: its checkpoint's policy fits this collector (an
+    upgraded unilab may build the task's observations differently)."""
+    if state is not None:
+        what = "the checkpoint to resume"
+        check_policy_fits(state, hello.obs_dim, hello.act_dim, hello.obs_terms, what=what, fix=RESUME_FIX)
+
+
+def _layout(terms: list[tuple[str, int]]) -> str:
+    return ", ".join(f"{n}[{d}]" for n, d in terms)

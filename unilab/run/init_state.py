@@ -33,24 +33,10 @@ def read_init_state(plan: Plan) -> dict[str, Any]:
 def check_init_fits(init_state: dict[str, Any] | None, hello: Any) -> None:
     """Before the run is recorded: the checkpoint's policy takes this collector's observations
     (sizes and layout) and gives its actions."""
-    if init_state is None:
-        return
-    saved = (int(init_state["obs_dim"]), int(init_state["act_dim"]))
-    if saved != (hello.obs_dim, hello.act_dim):
-        raise UnilabError(
-            f"run.init_from: the checkpoint's policy takes {saved[0]} observations and gives {saved[1]} actions; "
-            f"this run's collector has {hello.obs_dim} and {hello.act_dim}",
-            fix=_FIX,
-        )
-    terms = [(str(n), int(d)) for n, d in init_state.get("obs_terms") or []]
-    ours = [(str(n), int(d)) for n, d in hello.obs_terms]
-    if terms and terms != ours:
-        raise UnilabError(
-            "run.init_from: the checkpoint's policy read another observation layout: "
-            + ", ".join(f"{n}[{d}]" for n, d in terms),
-            detail="this run's: " + ", ".join(f"{n}[{d}]" for n, d in ours),
-            fix=_FIX,
-        )
+    from unilab.run.checkpoint import check_policy_fits
+
+    if init_state is not None:
+        check_policy_fits(init_state, hello.obs_dim, hello.act_dim, hello.obs_terms, what="run.init_from", fix=_FIX)
 
 
 @contextmanager

@@ -27,6 +27,7 @@ from unilab.learn.normalizer import ObsNormalizer
 from unilab.learn.replay import ReplayBuffer
 from unilab.plan.models import Plan
 from unilab.run import channel as ch
+from unilab.run.checkpoint import check_resume_fits
 from unilab.run.collector_client import CollectorStats, RunFailed, collector_for  # noqa: F401  (re-export)
 from unilab.run.init_state import check_init_fits, loading_init
 from unilab.run.learners import make_offpolicy_learner, replay_n_step
@@ -153,6 +154,7 @@ class OffPolicyRank:
         if self.rp.learner_cpu_ids:  # after the collector started: it must not inherit the learner's CPUs
             os.sched_setaffinity(0, self.rp.learner_cpu_ids)
         check_init_fits(self.init_state, hello)  # before the run is recorded
+        check_resume_fits(self.resume_state, hello)
         self.hooks.on_started(hello)
         bufs, n = hello.buffers, hello.num_envs
         # Same seed on every rank: with data parallel the replicas must start identical anyway

@@ -29,6 +29,7 @@ from unilab.dist import param_digest
 from unilab.errors import RunDiverged, UnilabError
 from unilab.plan.models import Plan
 from unilab.run import channel as ch
+from unilab.run.checkpoint import check_resume_fits
 from unilab.run.collector_client import collector_for
 from unilab.run.init_state import check_init_fits, loading_init
 from unilab.run.offpolicy import Progress, RankHooks
@@ -111,6 +112,7 @@ class OnPolicyRank:
         self._refuse_unsupported()
         hello = self.collector.start()
         check_init_fits(self.init_state, hello)  # before the run is recorded
+        check_resume_fits(self.resume_state, hello)
         self.hooks.on_started(hello)
         n = hello.num_envs
         # With data parallel every rank waits for its first observation and the ranks then decide
