@@ -35,7 +35,7 @@ from unilab.plan.models import WirePlan
 from unilab.spec.models import FlashSacSpec, SacSpec
 
 WORLD = 2
-OBS_DIM, ACT_DIM = 96, 29  # G1 walk: 96 observations, 29 joints
+OBS_DIM, ACT_DIM = 99, 29  # G1 walk: 99 observations, 29 joints
 TINY = 2.0**-133  # the smallest positive (subnormal) bfloat16
 
 

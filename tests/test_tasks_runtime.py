@@ -73,7 +73,7 @@ def test_random_actions_keep_shapes_and_finite(request: pytest.FixtureRequest, w
     assert c.finite_verdict is not None and c.finite_verdict.ok
     stats = c.episode_stats()
     assert stats["episodes"] == ended
-    expected_dim = 96 if which == "walk" else 160
+    expected_dim = 99 if which == "walk" else 160
     assert c.obs_dim == expected_dim
 
 
@@ -165,6 +165,20 @@ def test_walk_rewards_and_base_frame_match_their_definitions(walk: Collector) ->
     joints = qpos[:, task._qpos_idx]
     assert torch.all((joints >= task.joint_lower) & (joints <= task.joint_upper))
     assert (joints - task.default_joint_pos).abs().max() <= 0.1 + 1e-6
+
+
+def test_walk_episode_starts_standing_not_touching_down(walk: Collector) -> None:
+    """An episode starts with both feet on the floor: its first steps hold no touchdown, so the
+    air-time term does not charge every new episode for a 0.02 s swing it never made."""
+    walk.reset_all()
+    task = walk.task
+    task.velocity_command.fill_(1.0)  # the air-time term's "moving" gate, on
+    air_time = task.reward_names.index("feet_air_time")
+    for k in range(3):
+        walk.step(torch.zeros(N, walk.action_dim))
+        assert not task._first_contact.any(), f"step {k}"
+        assert torch.all(task.reward_terms[:, air_time] == 0), f"step {k}"
+    assert task.feet_contact.all()
 
 
 def test_tracking_reference_pose_beats_deviation(tracking: Collector) -> None:

@@ -63,6 +63,7 @@ if TYPE_CHECKING:
     from unilab.spec.models import TaskSpec
 
 _WALK_OBSERVATIONS = (
+    "base_lin_vel",
     "base_ang_vel",
     "projected_gravity",
     "velocity_command",

@@ -95,6 +95,7 @@ class G1WalkTask(Task):
 
         self.commands = [CommandTerm("velocity_command", G1WalkTask.resample_command)]
         self.observations = [
+            ObservationTerm("base_lin_vel", 3, Task.obs_base_lin_vel, noise=0.5),
             ObservationTerm("base_ang_vel", 3, Task.obs_base_ang_vel, noise=0.2),
             ObservationTerm("projected_gravity", 3, Task.obs_projected_gravity, noise=0.05),
             ObservationTerm("velocity_command", 3, G1WalkTask.obs_velocity_command),
@@ -136,10 +137,13 @@ class G1WalkTask(Task):
         self.feet_contact.copy_(contact)
 
     def reset_task_buffers(self, mask: torch.Tensor) -> None:
-        # Air times, touchdown times, contacts, first contacts (compute_rewards reads it as "touchdown").
+        # Air times and touchdown times to 0; first contacts (compute_rewards reads them as
+        # "touchdown") off. Contacts on: an episode starts standing, so its first step's feet on
+        # the floor are not touchdowns (that read as a 0.02 s swing, penalised at every reset).
         block = mask.view(-1, 1, 1)
         self._feet_times.masked_fill_(block, 0.0)
         self._feet_flags.masked_fill_(block, False)
+        self.feet_contact.masked_fill_(mask.view(-1, 1), True)
 
     # ------------------------------------------------------------------ commands, events
     def resample_command(self, mask: torch.Tensor) -> None:
