@@ -110,6 +110,22 @@ def test_a_checkpoint_changed_after_the_run_is_refused(cartpole_run: Path, tmp_p
     assert "ckpt-0000000000640.pt" in r.stderr
 
 
+def test_a_checkpoint_for_other_observations_is_refused_before_it_is_played(
+    cartpole_run: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A unilab whose task builds its observations otherwise than the one that trained the policy
+    (here: the cart-pole's observation terms in another order) refuses the checkpoint in one
+    paragraph naming both layouts, rather than feeding the policy columns it never learned."""
+    from unilab.errors import UnilabError
+    from unilab.evaluate.rollout import EvalRequest, evaluate
+    from unilab.tasks import cartpole
+
+    monkeypatch.setattr(cartpole, "OBSERVATIONS", tuple(reversed(cartpole.OBSERVATIONS)))
+    with pytest.raises(UnilabError, match="the checkpoint's policy read another observation layout: cart_pos") as e:
+        evaluate(EvalRequest(cartpole_run, episodes=2, workers=1, progress=False))
+    assert (e.value.detail or "").startswith("this collector's: ") and "unilab export" in (e.value.fix or "")
+
+
 def test_a_checkpoint_is_named_among_the_runs_own(cartpole_run: Path, tmp_path: Path) -> None:
     """--checkpoint takes a checkpoint the run wrote: not its digest file, not a file elsewhere."""
     sidecar = "ckpt-0000000000640.pt.sha256"

@@ -145,14 +145,21 @@ def test_walk_rewards_and_base_frame_match_their_definitions(walk: Collector) ->
         torch.testing.assert_close(task.reward_terms, definitions * scale, rtol=1e-5, atol=1e-7, msg=where)
         torch.testing.assert_close(reward, (definitions * scale).sum(1), rtol=1e-5, atol=1e-7, msg=where)
 
-    touchdowns = 0
     for k in range(60):
         walk.step(torch.rand(N, walk.action_dim, generator=gen) * 2 - 1)
         check(f"step {k}")  # on the state the step ends on (after any reset it made)
-        touchdowns += int((task._air_time_at_touchdown > 0).sum())
         if k == 30:
             task.velocity_command.zero_()  # the air-time reward's "moving" gate, off
-    assert touchdowns > 0  # the air-time term was exercised
+    # Touchdowns under a walking command, made certain (random episodes are too short to step
+    # much): every foot on the floor now is taken to have been in the air for 0.5 s before it.
+    task.velocity_command[:, 0] = 1.0
+    task.feet_contact.fill_(False)
+    task.feet_air_time.fill_(0.5)
+    task.advance()
+    assert task._first_contact.any()
+    check("touchdowns")
+    air_time = task.reward_terms[:, task.reward_names.index("feet_air_time")]
+    assert (air_time > 0).any()  # a swing longer than 0.4 s, paid
     # A reset clears the feet state the air-time reward reads, even right after a touchdown.
     task._first_contact.fill_(True)
     task._air_time_at_touchdown.fill_(0.5)

@@ -3,7 +3,7 @@
     python tools/bench_learner.py                 # about 3 minutes at most (--budget)
     python tools/bench_learner.py --budget 900    # room for the torch.compile cells too
 
-Sizes are roughly g1_walk's (obs_dim 96, act_dim 29). Cells: eager fp32, eager bf16 autocast,
+Sizes are g1_walk's (obs_dim 99, act_dim 29). Cells: eager fp32, eager bf16 autocast,
 torch.compile (mode "default" and "max-autotune-no-cudagraphs"), each at 1 and 2 intra-op threads.
 Every cell runs in its own subprocess (its own thread settings and compile state, a hard timeout).
 A cell samples its minibatches from a replay buffer of random transitions, warms up (compiles)
@@ -139,7 +139,7 @@ def main() -> None:
     p.add_argument("--modes", default=",".join(MODES), help="subset of: " + ", ".join(MODES))
     p.add_argument("--window", type=float, default=3.0, help="seconds counted per cell after warm-up")
     p.add_argument("--budget", type=float, default=170.0, help="seconds for all cells together")
-    p.add_argument("--obs-dim", type=int, default=96)
+    p.add_argument("--obs-dim", type=int, default=99)
     p.add_argument("--act-dim", type=int, default=29)
     p.add_argument("--force-bf16", action="store_true", help="run bf16 cells even where bf16 is slower")
     p.add_argument("--cell", help=argparse.SUPPRESS)  # internal: run one cell, print JSON

@@ -23,7 +23,7 @@ from unilab.spec.load import load_spec
 
 ROOT = Path(__file__).resolve().parent.parent
 SPECS = {"sac": ROOT / "specs/g1.toml", "flashsac": ROOT / "specs/g1_motion_tracking.toml"}
-OBS, ACT = 96, 29
+OBS, ACT = 99, 29
 
 
 def _batch(b: int, dev: torch.device) -> Batch:

@@ -105,7 +105,7 @@ def check_node(plan: Plan, rank: int) -> None:
     outside = [c for c in planned_cpus if c not in allowed]
     if outside:
         raise UnilabError(
-            f"rank {rank} is planned on CPUs {planned_cpus}, but CPU {outside[0]} is not in this node's "
+            f"rank {rank} is planned on CPUs {cpu_ranges(planned_cpus)}, but CPU {outside[0]} is not in this node's "
             f"CPU set {cpu_ranges(facts.cpu.affinity)}",
             detail="a plan pins every rank to its block of the recorded node's CPU ids, on whatever node it runs",
             fix="run the ranks on nodes that have the recorded node's CPUs, or re-plan with host facts recorded "

@@ -18,8 +18,8 @@ from the resumed policy (docs/running.md).
 next_obs must be the observation the step actually produced, before any auto-reset (the final
 observation of an episode), or truncated episodes bootstrap from the wrong state.
 
-Size. Per transition (float32): 4 * (2 * obs_dim + act_dim + 2) bytes; obs_dim 96, act_dim 29:
-900 bytes, so 1M transitions hold 0.9 GB on the device.
+Size. Per transition (float32): 4 * (2 * obs_dim + act_dim + 2) bytes; obs_dim 99, act_dim 29
+(g1_walk): 916 bytes, so 1M transitions hold 0.92 GB on the device.
 """
 
 from __future__ import annotations

@@ -36,7 +36,7 @@ class G1WalkTask(Task):
         self.velocity_command = torch.zeros(n, 3, device=dev)
         feet = len(self.layout.feet_body_ids)
         # Per-episode feet buffers share storage, one float and one bool block, so a reset clears
-        # them in two ops.
+        # them in three ops (the contacts then set).
         self._feet_times = torch.zeros(n, 2, feet, device=dev)
         self._feet_flags = torch.zeros(n, 2, feet, device=dev, dtype=torch.bool)
         self.feet_air_time = self._feet_times[:, 0]
