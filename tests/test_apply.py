@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import os
@@ -13,6 +14,7 @@ import time
 import tomllib
 import uuid
 from pathlib import Path
+from typing import Any
 
 import jsonschema
 import pytest
@@ -596,3 +598,25 @@ def test_a_stop_before_the_first_observation_leaves_the_resumed_checkpoint_alone
     assert {p.name: p.read_bytes() for p in ckpts.iterdir()} == before
     newest = sorted(ckpts.glob("ckpt-*.pt"))[-1]
     assert "learner" in load_checkpoint(newest, plan_id=None)["state"]
+
+    # A unilab whose task builds other observations than the checkpoint's policy read (an upgrade)
+    # refuses the resume in one paragraph; the run stays as it was, and its log closes the session.
+    monkeypatch.undo()
+    monkeypatch.chdir(tmp_path)
+    start = CollectorClient.start
+
+    def start_with_other_layout(self: CollectorClient) -> Any:
+        hello = start(self)
+        return dataclasses.replace(hello, obs_terms=list(reversed(hello.obs_terms)))
+
+    monkeypatch.setattr(CollectorClient, "start", start_with_other_layout)
+    manifest = (run_dir / "manifest.json").read_bytes()
+    assert main(["apply", "--resume", str(run_dir.relative_to(tmp_path)), "--quiet"]) == 1
+    err = capsys.readouterr().err
+    assert "error: the checkpoint to resume: the checkpoint's policy read another observation layout" in err, err
+    assert "Traceback" not in err and err.count("fix:") == 1 and "unilab apply --resume" in err
+    assert (run_dir / "manifest.json").read_bytes() == manifest
+    assert {p.name: p.read_bytes() for p in ckpts.iterdir()} == before
+    last = json.loads((run_dir / "events.jsonl").read_text().splitlines()[-1])
+    assert last["event"] == "run_not_started" and last["status"] == "failed"
+    assert "another observation layout" in last["first_error"]["message"]

@@ -225,6 +225,11 @@ def _finish(rec: RunRecorder, events: EventLog, status: str, first_error: FirstE
                 raise
         outcome = {"succeeded": "run_finished", "interrupted": "run_interrupted"}.get(status, "run_failed")
         events.info(outcome, status=status, first_error=first_error.model_dump() if first_error else None)
+    else:
+        # Nothing ran this session. A resumed run keeps its directory, so its log says why the
+        # session's run_started had no run: refused (first_error) or stopped before it began.
+        error = first_error.model_dump() if first_error else None
+        events.info("run_not_started", status=status, first_error=error)
     events.close()
 
 
