@@ -63,6 +63,7 @@ def test_every_world_plays_one_episode_and_the_figures_add_up(cartpole_run: Path
     # 640 env steps of training do not balance the pole (tests/test_learning.py: a trained policy
     # scores 8 and more, the whole 10 s episode about 12).
     assert rep["episode_return"]["mean"] < 4.0 and rep["ended_by_termination"] == 16
+    assert rep["command_tracking"] is None  # the cart-pole has no velocity command
 
 
 def test_the_same_seed_gives_the_same_figures_and_another_seed_other_resets(cartpole_run: Path) -> None:
@@ -275,6 +276,38 @@ def test_the_filmed_frames_are_each_episodes_own_from_its_reset_to_its_end() -> 
         assert torch.equal(qpos[0], resets[0][2][w]), "the first frame is the reset state"
         ended_at = next(before for mask, before, _ in resets[1:] if bool(mask[w]))
         assert torch.equal(qpos[-1], ended_at[w]), "the last frame is the state the episode ended in"
+
+
+def test_command_tracking_compares_the_base_with_its_command_and_with_standing_still() -> None:
+    """g1_walk's eval reports the mean error between command and base velocity over every step but
+    each episode's last (its world is reset by then), beside what standing still would score."""
+    import torch
+
+    from unilab.collect.build import build_collector
+    from unilab.evaluate.rollout import _play
+    from unilab.spec.models import CommandRanges, SimSpec, TaskSpec
+
+    commands = CommandRanges(lin_vel_x=(0.6, 0.6), lin_vel_y=(-0.8, -0.8), ang_vel_z=(0.3, 0.3))
+    task = TaskSpec(name="g1_walk", num_envs=3, episode_length_s=0.3, commands=commands)
+    errors: list[torch.Tensor] = []
+    with build_collector(task, SimSpec(workers=1), num_envs=3, workers=1) as c:
+
+        def policy(obs: torch.Tensor) -> torch.Tensor:
+            # The state the coming step starts from is the one the previous step ended on.
+            v = c.task.base_lin_vel_b[:, :2]
+            errors.append((torch.tensor([0.6, -0.8]) - v).norm(dim=1))
+            return torch.zeros(obs.shape[0], 29)
+
+        played = _play(c, policy, False)
+    t = played.tracking
+    assert t is not None
+    # Constant commands: standing still misses by |(0.6, -0.8)| = 1 m/s and 0.3 rad/s at every step.
+    assert t.standing_lin_vel_xy_error == pytest.approx(1.0) and t.standing_yaw_rate_error == pytest.approx(0.3)
+    assert t.steps == int(played.length.sum()) - 3  # the three episodes' last steps are left out
+    # The same error, read from the state each step ended on (the next step's start), first episodes only.
+    ends = played.length.tolist()
+    mine = [float(errors[k + 1][w]) for w in range(3) for k in range(int(ends[w]) - 1)]
+    assert t.lin_vel_xy_error == pytest.approx(sum(mine) / len(mine), rel=1e-5)
 
 
 def test_a_walking_robots_frames_carry_its_command_and_velocity() -> None:

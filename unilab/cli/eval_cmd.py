@@ -35,7 +35,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         description="Load RUN_DIR's newest checkpoint (or --checkpoint), verified against the digest the run "
         "recorded, and play its deterministic policy on the run's task: every world plays exactly one "
         "episode from a reset, on CPU MuJoCo whatever backend the run trained on. Prints the episode "
-        "return, length, how the episodes ended and each reward term; writes nothing but the --video file.",
+        "return, length, how the episodes ended, each reward term and, for g1_walk, how closely the base followed "
+        "its velocity command (beside a robot standing still); writes nothing but the --video file.",
     )
     add_run_dir_arg(sp)
     sp.add_argument(

@@ -45,6 +45,22 @@ class EvalVideo(_E):
     clips: list[VideoClip]
 
 
+class CommandTracking(_E):
+    """How closely the base followed its velocity command (g1_walk), averaged over every step the
+    episodes played but each one's last (its world is reset by then); beside it the error a robot
+    standing still would have had under the same commands."""
+
+    lin_vel_xy_error: float = Field(
+        description="Mean |cmd_xy - v_xy|, m/s, the base velocity in its body frame as the tracking reward reads it."
+    )
+    yaw_rate_error: float = Field(description="Mean |cmd_yaw - w_z|, rad/s.")
+    standing_lin_vel_xy_error: float = Field(
+        description="Mean |cmd_xy|, m/s: the same error for a robot standing still."
+    )
+    standing_yaw_rate_error: float = Field(description="Mean |cmd_yaw|, rad/s.")
+    steps: int = Field(description="Env steps averaged over, all episodes together.")
+
+
 class EvalReport(_E):
     """One evaluation: every world plays exactly one episode from a reset, with the policy's
     deterministic action (no exploration noise); the task's observation noise and domain
@@ -83,6 +99,9 @@ class EvalReport(_E):
     )
     reward_terms: dict[str, float] = Field(
         description="Mean per episode of each reward term's sum (as weighted in the reward), in the task's order."
+    )
+    command_tracking: CommandTracking | None = Field(
+        default=None, description="For a task with a velocity command (g1_walk): how closely the base followed it."
     )
     env_steps: int = Field(description="Env steps simulated, over all worlds.")
     wall_s: float = Field(description="Seconds the episodes took, without the setup.")

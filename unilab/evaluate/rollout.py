@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from unilab.errors import UnilabError
-from unilab.evaluate.models import EvalReport, EvalVideo, Stat, VideoClip
+from unilab.evaluate.models import CommandTracking, EvalReport, EvalVideo, Stat, VideoClip
 from unilab.evaluate.status import StatusLine
 from unilab.evaluate.video_request import check_video_request
 from unilab.plan.models import Plan
@@ -90,6 +90,46 @@ class _Episodes:
     warnings: np.ndarray  # [N, warning kinds]
     env_steps: int
     wall_s: float
+    tracking: CommandTracking | None = None
+
+
+class _TrackingSums:
+    """Sums over the counted steps of the command-tracking errors and of a standing robot's."""
+
+    def __init__(self) -> None:
+        self.sums = torch.zeros(4, dtype=torch.float64)
+        self.steps = 0
+
+    def add(self, c: Collector, counted: torch.Tensor) -> None:
+        task = c.task
+        command = task.commanded_velocity(c.num_envs)
+        if command is None or not bool(counted.any()):
+            return
+        rows = counted.nonzero().squeeze(1)
+        cmd = command[rows].double()
+        v_xy = task.base_lin_vel_b[rows, :2].double()
+        w_z = task.base_yaw_rate[rows].double()
+        self.sums += torch.stack(
+            [
+                (cmd[:, :2] - v_xy).norm(dim=1).sum(),
+                (cmd[:, 2] - w_z).abs().sum(),
+                cmd[:, :2].norm(dim=1).sum(),
+                cmd[:, 2].abs().sum(),
+            ]
+        )
+        self.steps += len(rows)
+
+    def result(self) -> CommandTracking | None:
+        if self.steps == 0:
+            return None
+        m = (self.sums / self.steps).tolist()
+        return CommandTracking(
+            lin_vel_xy_error=m[0],
+            yaw_rate_error=m[1],
+            standing_lin_vel_xy_error=m[2],
+            standing_yaw_rate_error=m[3],
+            steps=self.steps,
+        )
 
 
 def _play(
@@ -107,6 +147,7 @@ def _play(
     live = torch.ones(n, dtype=torch.bool)
     by_time_out, by_term, by_nonfinite = (torch.zeros(n, dtype=torch.bool) for _ in range(3))
     bar = StatusLine(progress)
+    tracking = _TrackingSums()
     obs = c.reset_all()
     if recorder is not None:
         _film_episodes(c, recorder, live)
@@ -131,6 +172,7 @@ def _play(
             length += live
             nonfinite = c.nonfinite & live
             ended = (terminated | truncated | nonfinite) & live
+            tracking.add(c, counted & ~ended)  # an ended world's state is its next episode's by now
             by_nonfinite |= nonfinite
             by_term |= terminated & live & ~nonfinite
             by_time_out |= truncated & live & ~terminated & ~nonfinite
@@ -147,7 +189,9 @@ def _play(
             f"{int(live.sum())} of {n} episodes did not end within the task's time limit ({max_steps} steps)",
             fix="report this with the run's plan.toml: the collector's time limit did not fire",
         )
-    return _Episodes(ret, length, terms, by_time_out, by_term, by_nonfinite, warnings, c.env_steps, wall)
+    return _Episodes(
+        ret, length, terms, by_time_out, by_term, by_nonfinite, warnings, c.env_steps, wall, tracking.result()
+    )
 
 
 def _film_episodes(c: Collector, recorder: ClipRecorder, live: torch.Tensor) -> None:
@@ -272,6 +316,7 @@ def evaluate(req: EvalRequest) -> EvalReport:
         episodes_with_physics_warnings=int((played.warnings.sum(axis=1) > 0).sum()),
         physics_warnings={k: int(v) for k, v in zip(MujocoCpuBackend.warning_names(), warned, strict=True) if v},
         reward_terms={name: float(v) for name, v in zip(reward_names, played.terms.mean(dim=0).tolist(), strict=True)},
+        command_tracking=played.tracking,
         env_steps=played.env_steps,
         wall_s=round(played.wall_s, 3),
         video=video,
@@ -350,6 +395,12 @@ def render(report: EvalReport) -> str:
             f"    at {c.start_s:6.1f} s  world {c.world}: {c.episode_length} steps, return {c.episode_return:.3f}, "
             f"ended by {c.ended.replace('_', ' ')}"
             for c in v.clips
+        ]
+    if (t := report.command_tracking) is not None:
+        lines += [
+            f"  command  error |v_xy - cmd| {t.lin_vel_xy_error:.3f} m/s, |w_z - cmd| {t.yaw_rate_error:.3f} rad/s "
+            f"(mean over {t.steps:,} steps)",
+            f"           standing still: {t.standing_lin_vel_xy_error:.3f} m/s, {t.standing_yaw_rate_error:.3f} rad/s",
         ]
     if report.reward_terms:
         width = max(len(k) for k in report.reward_terms)
