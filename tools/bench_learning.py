@@ -115,6 +115,12 @@ def main() -> int:
             f"{label:<42} return {r['mean']:.2f} +- {r['std']:.2f}, length {n['mean']:.0f} steps, "
             f"{rep['ended_by_time_out']}/{rep['episodes']} to the time limit"
         )
+        if (t := rep.get("command_tracking")) is not None:  # g1_walk: does it walk, or only stand?
+            print(
+                f"{'':<42} |v_xy - cmd| {t['lin_vel_xy_error']:.3f} m/s (standing still "
+                f"{t['standing_lin_vel_xy_error']:.3f}), |w_z - cmd| {t['yaw_rate_error']:.3f} rad/s "
+                f"(standing still {t['standing_yaw_rate_error']:.3f})"
+            )
     import matplotlib
 
     matplotlib.use("Agg")
