@@ -52,6 +52,8 @@ class Collector:
         self.num_envs = n = task.num_envs
         self.obs_dim = task.obs_dim
         self.action_dim = task.num_actions
+        # (name, columns) of each observation term in order: what a checkpoint records of the layout.
+        self.obs_terms = [(t.name, int(t.dim)) for t in task.observations]
         self.device = dev = task.device
         self._host_done_check = dev.type == "cpu"
 

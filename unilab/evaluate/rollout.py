@@ -279,7 +279,7 @@ def evaluate(req: EvalRequest) -> EvalReport:
                 blob["state"],
                 c.obs_dim,
                 c.action_dim,
-                [(t.name, int(t.dim)) for t in c.task.observations],
+                c.obs_terms,
                 what=f"checkpoint {path.name}",
                 fix="evaluate it with the unilab that wrote it (the version and commit its run's manifest names); "
                 "`unilab export` still exports it, with the observation layout it was trained on",

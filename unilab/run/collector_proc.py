@@ -93,7 +93,7 @@ def collector_main(cfg: CollectorConfig, messages: Any, obs_conn: Any, act_conn:
                     act_dim=collector.action_dim,
                     num_envs=collector.num_envs,
                     reward_names=reward_names,
-                    obs_terms=[(t.name, int(t.dim)) for t in collector.task.observations],
+                    obs_terms=collector.obs_terms,
                     buffers=bufs,
                     physics_graph_enabled=bool(diag.get("graph_enabled", False)),
                     physics_graph_disable_reason=diag.get("graph_disable_reason"),

@@ -35,8 +35,8 @@ class G1WalkTask(Task):
         n, dev = self.num_envs, self.device
         self.velocity_command = torch.zeros(n, 3, device=dev)
         feet = len(self.layout.feet_body_ids)
-        # Per-episode feet buffers share storage, one float and one bool block, so a reset clears
-        # them in three ops (the contacts then set).
+        # Per-episode feet buffers share storage: one float block, so a reset clears both in one op,
+        # and one bool block.
         self._feet_times = torch.zeros(n, 2, feet, device=dev)
         self._feet_flags = torch.zeros(n, 2, feet, device=dev, dtype=torch.bool)
         self.feet_air_time = self._feet_times[:, 0]
@@ -140,10 +140,10 @@ class G1WalkTask(Task):
         # Air times and touchdown times to 0; first contacts (compute_rewards reads them as
         # "touchdown") off. Contacts on: an episode starts standing, so its first step's feet on
         # the floor are not touchdowns (that read as a 0.02 s swing, penalised at every reset).
-        block = mask.view(-1, 1, 1)
-        self._feet_times.masked_fill_(block, 0.0)
-        self._feet_flags.masked_fill_(block, False)
-        self.feet_contact.masked_fill_(mask.view(-1, 1), True)
+        rows = mask.view(-1, 1)
+        self._feet_times.masked_fill_(mask.view(-1, 1, 1), 0.0)
+        self._first_contact.masked_fill_(rows, False)
+        self.feet_contact.masked_fill_(rows, True)
 
     # ------------------------------------------------------------------ commands, events
     def resample_command(self, mask: torch.Tensor) -> None:
