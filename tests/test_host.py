@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from unilab.errors import UnilabError
-from unilab.host.facts import GpuFacts
+from unilab.host.facts import LEARNER_CPU_FLAGS, CpuFacts, GpuFacts
 from unilab.host.mps_registry import PID_FILE_NAME, read_registry, registry_path
 from unilab.host.nvml import read_nvidia
-from unilab.host.probe import map_visible_devices, probe_host
+from unilab.host.probe import _cpu_cores, _cpu_features, map_visible_devices, parse_cpu_list, probe_host
 
 Mem = namedtuple("Mem", "total free used")
 
@@ -200,6 +200,15 @@ def test_a_registry_pid_that_no_process_can_have_is_refused(tmp_path: Path, pid:
         (lambda f: f["cpu"].update(logical_count=10**30), "less than or equal to 1048576"),
         (lambda f: f["nvidia"]["gpus"].append(dict(f["nvidia"]["gpus"][0], index=7)), "GPU UUIDs repeat"),
         (lambda f: f["nvidia"].update(driver_present=False), "GPUs are listed, but the driver is not present"),
+        (
+            lambda f: f["cpu"].update(features=["avx2", "avx512"]),
+            "unknown CPU feature(s) ['avx512']; the recorded ones are avx2, avx512f, avx512_bf16",
+        ),
+        (lambda f: f["cpu"].update(features=["avx2", "avx2"]), "CPU features repeat: ['avx2']"),
+        (lambda f: f["cpu"]["cores"][1].append(0), "cores lists CPU(s) [0] more than once"),
+        (lambda f: f["cpu"]["cores"].append([16]), "cores lists CPU(s) [16], which are not in the affinity"),
+        (lambda f: f["cpu"]["cores"].pop(), "cores leaves out affinity CPU(s) [7, 15]"),
+        (lambda f: f["cpu"]["cores"].append([]), "cores lists an empty core"),
     ],
 )
 def test_host_facts_that_no_host_can_have_are_refused(tmp_path: Path, change, says: str) -> None:
@@ -255,3 +264,120 @@ def test_a_registry_entry_with_a_relative_path_stays_readable(tmp_path: Path) ->
     ]
     (tmp_path / "services.json").write_text(json.dumps({"services": entries}))
     assert [e.name for e in read_registry(tmp_path).services] == ["old", "new"]
+
+
+CPUINFO = """processor\t: 0
+vendor_id\t: GenuineIntel
+model name\t: Intel(R) Xeon(R) Processor
+flags\t\t: fpu sse2 avx avx2 avx512f avx512dq avx_vnni avx512_bf16 amx_bf16 avx512_fp16 amx_tile amx_int8
+
+processor\t: 1
+flags\t\t: fpu sse2
+"""
+
+
+@pytest.mark.parametrize(
+    ("text", "features"),
+    [
+        # the first CPU's flags, in LEARNER_CPU_FLAGS order, not cpuinfo's
+        (CPUINFO, ["avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile", "avx512_fp16", "avx_vnni"]),
+        ("processor\t: 0\nflags\t\t: fpu sse2 avx\n", []),  # read, none present
+        ("processor\t: 0\nFeatures\t: fp asimd\n", None),  # no flags line (aarch64): not recorded
+        (None, None),  # unreadable
+    ],
+)
+def test_cpu_features_from_cpuinfo(text: str | None, features: list[str] | None) -> None:
+    assert _cpu_features(text) == features
+
+
+@pytest.mark.parametrize(
+    ("text", "cpus"),
+    [
+        ("0-3,8-11\n", [0, 1, 2, 3, 8, 9, 10, 11]),
+        ("5", [5]),
+        ("0,2", [0, 2]),
+        ("", None),
+        ("0-", None),
+        ("3-1", None),
+        ("a", None),
+        ("-1", None),
+        ("1,,2", None),
+        ("0 - 3", None),
+        ("\u0663", None),  # a digit, but not one the kernel writes
+        ("0-99999999999", None),
+    ],
+)
+def test_kernel_cpu_list_parsing(text: str, cpus: list[int] | None) -> None:
+    assert parse_cpu_list(text) == cpus
+
+
+def _topology(root: Path, siblings: dict[int, str], name: str = "core_cpus_list") -> Path:
+    for cpu, text in siblings.items():
+        (root / f"cpu{cpu}" / "topology").mkdir(parents=True)
+        (root / f"cpu{cpu}" / "topology" / name).write_text(text + "\n")
+    return root
+
+
+def test_cpu_cores_group_smt_siblings(tmp_path: Path) -> None:
+    root = _topology(tmp_path, {0: "0,2", 1: "1,3", 2: "0,2", 3: "1,3"})
+    assert _cpu_cores([0, 1, 2, 3], root) == [[0, 2], [1, 3]]
+    assert _cpu_cores([1, 2, 3], root) == [[1, 3], [2]]  # only the affinity's CPUs
+
+
+def test_cpu_cores_fall_back_to_thread_siblings_list(tmp_path: Path) -> None:
+    root = _topology(tmp_path, {0: "0-1", 1: "0-1"}, name="thread_siblings_list")
+    assert _cpu_cores([0, 1], root) == [[0, 1]]
+
+
+@pytest.mark.parametrize(
+    "siblings",
+    [
+        {0: "0"},  # CPU 1 has no topology directory
+        {0: "0", 1: "garbage"},
+        {0: "0", 1: "0"},  # a list without the CPU itself
+        {0: "0-1", 1: "1"},  # lists that disagree
+    ],
+)
+def test_unreadable_cpu_topology_is_not_recorded(tmp_path: Path, siblings: dict[int, str]) -> None:
+    assert _cpu_cores([0, 1], _topology(tmp_path, siblings)) is None
+
+
+def test_cpu_helpers_tell_absent_from_not_recorded() -> None:
+    old = CpuFacts(model="x", logical_count=2, affinity=[0, 1])
+    assert old.has("avx2") is None and old.bf16_matmul() is None and old.physical_cores() is None
+    zen3 = CpuFacts(model="x", logical_count=2, affinity=[0, 1], features=["avx2"], cores=[[0, 1]])
+    assert zen3.has("avx2") and zen3.has("amx_bf16") is False and zen3.bf16_matmul() is False
+    assert zen3.physical_cores() == 1
+    assert CpuFacts(model="x", logical_count=1, affinity=[0], features=["avx512_bf16"]).bf16_matmul() is True
+    with pytest.raises(ValueError, match="'avx512' is not a recorded CPU feature"):
+        zen3.has("avx512")
+
+
+def test_facts_recorded_before_features_and_cores_still_load(tmp_path: Path) -> None:
+    from unilab.cli.common import read_host_facts
+
+    facts = json.loads((Path(__file__).parent / "fixtures" / "hosts" / "one_h200.json").read_text())
+    del facts["cpu"]["features"], facts["cpu"]["cores"]
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(facts))
+    cpu = read_host_facts(path).cpu
+    assert cpu.features is None and cpu.cores is None and cpu.affinity == list(range(16))
+
+
+def test_probe_records_this_machines_cpu_features_and_cores(tmp_path: Path) -> None:
+    cpu = probe_host(env={}, nvml=None, state_dir=tmp_path).cpu
+    assert isinstance(cpu.features, list) and set(cpu.features) <= set(LEARNER_CPU_FLAGS)
+    assert cpu.features == [f for f in LEARNER_CPU_FLAGS if f in cpu.features]
+    assert cpu.cores is not None and sorted(c for core in cpu.cores for c in core) == cpu.affinity
+
+
+def test_host_command_shows_features_and_smt_siblings(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    import unilab.host.probe
+    from tests.conftest import host
+    from unilab.cli.main import main
+
+    monkeypatch.setattr(unilab.host.probe, "probe_host", lambda *a, **k: host("cpu_smt4"))
+    assert main(["host"]) == 0
+    out = capsys.readouterr().out
+    assert "  features avx2 avx512f avx512_bf16 amx_bf16 amx_tile avx512_fp16 avx_vnni\n" in out
+    assert "  cores    2 physical, SMT siblings: [0, 2], [1, 3]\n" in out

@@ -23,6 +23,11 @@ from unilab.host.facts import (
 OUT = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "hosts"
 CPU_PKGS = PackageFacts(unilab="0.1.0", torch="2.13.0+cpu", warp_lang="1.19.0", mujoco="4.0.0", mujoco_warp="4.0.0")
 CUDA_PKGS = PackageFacts(unilab="0.1.0", torch="2.13.0", warp_lang="1.19.0", mujoco="4.0.0", mujoco_warp="4.0.0")
+# /proc/cpuinfo flags (of LEARNER_CPU_FLAGS) by CPU generation: Intel Sapphire Rapids (AMX, no
+# amx_fp16: that is Granite Rapids), AMD Zen 4 (AVX-512 with bf16, no AMX), AMD Zen 2/3 (AVX2 only).
+SAPPHIRE_RAPIDS = ["avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile", "avx512_fp16", "avx_vnni"]
+ZEN4 = ["avx2", "avx512f", "avx512_bf16"]
+ZEN3 = ["avx2"]
 
 
 def _os(host: str) -> OsFacts:
@@ -40,6 +45,12 @@ def _gpu(i: int, name: str = "NVIDIA H200", mig: str = "disabled", mem: int = 14
     )  # type: ignore[arg-type]
 
 
+def _smt_pairs(n: int) -> list[list[int]]:
+    """Cores of an n-CPU host with two threads per core, numbered as Linux does on x86: the first
+    thread of every core, then the second ([i, i + n/2])."""
+    return [[i, i + n // 2] for i in range(n // 2)]
+
+
 def _no_mps(state: str = "/home/user/.local/state/unilab/mps") -> MpsFacts:
     return MpsFacts(control_binary=None, state_directory=state, services=[])
 
@@ -47,7 +58,43 @@ def _no_mps(state: str = "/home/user/.local/state/unilab/mps") -> MpsFacts:
 def cpu_laptop() -> HostFacts:
     return HostFacts(
         os=_os("laptop"),
-        cpu=CpuFacts(model="AMD EPYC", logical_count=2, affinity=[0, 1]),
+        cpu=CpuFacts(model="AMD EPYC", logical_count=2, affinity=[0, 1], features=ZEN3, cores=[[0], [1]]),
+        nvidia=NvidiaFacts(driver_present=False, nvml_error="NVML init failed: NVML Shared Library Not Found"),
+        cuda_visible_devices=VisibleDevicesFacts(raw=None, uuids=[]),
+        mps=_no_mps(),
+        packages=CPU_PKGS,
+    )
+
+
+def cpu_amx() -> HostFacts:
+    """A 2-vCPU Sapphire Rapids cloud instance: bf16 matmuls on AMX, no SMT siblings visible."""
+    return HostFacts(
+        os=_os("amx-vm"),
+        cpu=CpuFacts(
+            model="Intel(R) Xeon(R) Processor",
+            logical_count=2,
+            affinity=[0, 1],
+            features=SAPPHIRE_RAPIDS,
+            cores=[[0], [1]],
+        ),
+        nvidia=NvidiaFacts(driver_present=False, nvml_error="NVML init failed: NVML Shared Library Not Found"),
+        cuda_visible_devices=VisibleDevicesFacts(raw=None, uuids=[]),
+        mps=_no_mps(),
+        packages=CPU_PKGS,
+    )
+
+
+def cpu_smt4() -> HostFacts:
+    """4 logical CPUs on 2 physical cores (AMX): two learner threads on one core's siblings share it."""
+    return HostFacts(
+        os=_os("smt4"),
+        cpu=CpuFacts(
+            model="Intel(R) Xeon(R) Processor",
+            logical_count=4,
+            affinity=[0, 1, 2, 3],
+            features=SAPPHIRE_RAPIDS,
+            cores=_smt_pairs(4),
+        ),
         nvidia=NvidiaFacts(driver_present=False, nvml_error="NVML init failed: NVML Shared Library Not Found"),
         cuda_visible_devices=VisibleDevicesFacts(raw=None, uuids=[]),
         mps=_no_mps(),
@@ -59,7 +106,13 @@ def one_h200() -> HostFacts:
     gpus = [_gpu(0)]
     return HostFacts(
         os=_os("h200-box"),
-        cpu=CpuFacts(model="Intel Xeon Platinum 8480+", logical_count=16, affinity=list(range(16))),
+        cpu=CpuFacts(
+            model="Intel Xeon Platinum 8480+",
+            logical_count=16,
+            affinity=list(range(16)),
+            features=SAPPHIRE_RAPIDS,
+            cores=_smt_pairs(16),
+        ),
         nvidia=NvidiaFacts(driver_present=True, driver_version="580.95.05", cuda_driver_version="13.0", gpus=gpus),
         cuda_visible_devices=VisibleDevicesFacts(raw=None, uuids=[g.uuid for g in gpus]),
         mps=MpsFacts(
@@ -90,7 +143,13 @@ def node_8gpu_mps() -> HostFacts:
     ]
     return HostFacts(
         os=_os("node-07"),
-        cpu=CpuFacts(model="AMD EPYC 9654 96-Core Processor", logical_count=192, affinity=list(range(192))),
+        cpu=CpuFacts(
+            model="AMD EPYC 9654 96-Core Processor",
+            logical_count=192,
+            affinity=list(range(192)),
+            features=ZEN4,
+            cores=_smt_pairs(192),
+        ),
         nvidia=NvidiaFacts(driver_present=True, driver_version="580.95.05", cuda_driver_version="13.0", gpus=gpus),
         cuda_visible_devices=VisibleDevicesFacts(raw=None, uuids=[g.uuid for g in gpus]),
         mps=MpsFacts(control_binary="/usr/bin/nvidia-cuda-mps-control", state_directory=state, services=services),
@@ -106,7 +165,13 @@ def mig_gpu() -> HostFacts:
     ]
     return HostFacts(
         os=_os("a100-mig"),
-        cpu=CpuFacts(model="AMD EPYC 7763 64-Core Processor", logical_count=32, affinity=list(range(32))),
+        cpu=CpuFacts(
+            model="AMD EPYC 7763 64-Core Processor",
+            logical_count=32,
+            affinity=list(range(32)),
+            features=ZEN3,
+            cores=_smt_pairs(32),
+        ),
         nvidia=NvidiaFacts(driver_present=True, driver_version="570.86.15", cuda_driver_version="12.8", gpus=gpus),
         cuda_visible_devices=VisibleDevicesFacts(raw=None, uuids=[g.uuid for g in gpus]),
         mps=MpsFacts(
@@ -118,7 +183,14 @@ def mig_gpu() -> HostFacts:
     )
 
 
-FIXTURES = {"cpu_laptop": cpu_laptop, "one_h200": one_h200, "node_8gpu_mps": node_8gpu_mps, "mig_gpu": mig_gpu}
+FIXTURES = {
+    "cpu_laptop": cpu_laptop,
+    "cpu_amx": cpu_amx,
+    "cpu_smt4": cpu_smt4,
+    "one_h200": one_h200,
+    "node_8gpu_mps": node_8gpu_mps,
+    "mig_gpu": mig_gpu,
+}
 
 if __name__ == "__main__":
     import argparse

@@ -88,16 +88,24 @@ def _cmd_diff(args: argparse.Namespace) -> int:
 
 
 def _cmd_host(args: argparse.Namespace) -> int:
+    from unilab.host.facts import LEARNER_CPU_FLAGS
     from unilab.host.probe import probe_host
 
     facts = probe_host()
     if args.json:
         sys.stdout.write(facts.model_dump_json(indent=2) + "\n")
         return EXIT_OK
-    nv = facts.nvidia
+    nv, cpu = facts.nvidia, facts.cpu
     lines = [
         f"os        {facts.os.system} {facts.os.release} {facts.os.machine} (python {facts.os.python})",
         f"cpu       {facts.cpu.model}: {facts.cpu.logical_count} logical, affinity {facts.cpu.affinity}",
+        f"  features {' '.join(cpu.features) or 'none (of ' + ' '.join(LEARNER_CPU_FLAGS) + ')'}"
+        if cpu.features is not None
+        else "  features not readable (no /proc/cpuinfo flags)",
+        f"  cores    {len(cpu.cores)} physical, SMT siblings: "
+        + (", ".join(str(g) for g in cpu.cores if len(g) > 1) or "none")
+        if cpu.cores is not None
+        else "  cores    not readable (no sysfs CPU topology)",
         f"nvidia    driver {nv.driver_version}, CUDA {nv.cuda_driver_version}"
         if nv.driver_present
         else f"nvidia    no driver ({nv.nvml_error})",

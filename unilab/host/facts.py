@@ -9,6 +9,11 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 HOST_FACTS_SCHEMA_VERSION = 1
 
+# The CPU flags that decide a CPU learner's speed and precision, as /proc/cpuinfo spells them.
+# CpuFacts.features records them in this tuple's order (not alphabetical, not cpuinfo's): a fixed
+# order makes facts recorded on two machines compare and diff flag by flag.
+LEARNER_CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile", "avx512_fp16", "amx_fp16", "avx_vnni")
+
 
 class _Facts(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -28,6 +33,21 @@ class CpuFacts(_Facts):
     affinity: list[Annotated[int, Field(ge=0)]] = Field(
         description="CPUs this process may run on (os.sched_getaffinity), sorted."
     )
+    features: list[str] | None = Field(
+        None,
+        description="The CPU flags that decide a CPU learner's speed and precision (bf16 matmuls on AMX or "
+        "AVX512_BF16, AVX-512, AVX2), as the first `flags` line of /proc/cpuinfo lists them, keeping only "
+        f"{', '.join(LEARNER_CPU_FLAGS)}, in that order (not alphabetical). An empty list: read, none present; "
+        "null: not recorded (facts recorded before unilab read them, a host without /proc/cpuinfo, or one "
+        "that could not be read).",
+    )
+    cores: list[list[Annotated[int, Field(ge=0)]]] | None = Field(
+        None,
+        description="The affinity's CPUs grouped by physical core (SMT siblings together, from sysfs "
+        "topology core_cpus_list, else thread_siblings_list): each group sorted, groups sorted by their first "
+        "CPU, every affinity CPU in exactly one group. Two threads of one core share its execution units, so "
+        "a learner gains little from the second. Null: not recorded or not readable.",
+    )
 
     @field_validator("affinity")
     @classmethod
@@ -37,11 +57,60 @@ class CpuFacts(_Facts):
             raise ValueError(f"CPU ids repeat: {sorted(c for c in set(v) if v.count(c) > 1)}")
         return v
 
+    @field_validator("features")
+    @classmethod
+    def _known_flags(cls, v: list[str] | None) -> list[str] | None:
+        # Only the flags unilab reads are recorded: an unknown one (a typo in a hand-edited file)
+        # would never be looked up, and a lookup of the intended flag would say it is absent.
+        if v is None:
+            return v
+        unknown = [f for f in v if f not in LEARNER_CPU_FLAGS]
+        if unknown:
+            raise ValueError(f"unknown CPU feature(s) {unknown}; the recorded ones are {', '.join(LEARNER_CPU_FLAGS)}")
+        if len(set(v)) != len(v):
+            raise ValueError(f"CPU features repeat: {sorted(f for f in set(v) if v.count(f) > 1)}")
+        return v
+
     @model_validator(mode="after")
     def _affinity_fits(self) -> CpuFacts:
         if len(self.affinity) > self.logical_count:
             raise ValueError(f"the affinity lists {len(self.affinity)} CPUs, the machine has {self.logical_count}")
+        if self.cores is not None:
+            # Cores partition the affinity: a CPU in two cores, or one the process may not run on,
+            # would count physical cores the learner cannot have.
+            if any(not group for group in self.cores):
+                raise ValueError("cores lists an empty core (each core has at least one CPU)")
+            listed = [c for group in self.cores for c in group]
+            repeated = sorted({c for c in listed if listed.count(c) > 1})
+            if repeated:
+                raise ValueError(f"cores lists CPU(s) {repeated} more than once (each CPU is in one core)")
+            outside = sorted(set(listed) - set(self.affinity))
+            if outside:
+                raise ValueError(f"cores lists CPU(s) {outside}, which are not in the affinity")
+            missing = sorted(set(self.affinity) - set(listed))
+            if missing:
+                raise ValueError(f"cores leaves out affinity CPU(s) {missing} (each affinity CPU is in one core)")
         return self
+
+    def has(self, flag: str) -> bool | None:
+        """Whether the CPU has `flag` (one of LEARNER_CPU_FLAGS); None when features were not recorded,
+        so a caller tells "absent" from "unknown"."""
+        if flag not in LEARNER_CPU_FLAGS:
+            raise ValueError(
+                f"{flag!r} is not a recorded CPU feature; the recorded ones are {', '.join(LEARNER_CPU_FLAGS)}"
+            )
+        return None if self.features is None else flag in self.features
+
+    def bf16_matmul(self) -> bool | None:
+        """Whether bf16 matmuls run natively (AMX or AVX512_BF16) rather than emulated, slower than fp32;
+        None when features were not recorded."""
+        if self.features is None:
+            return None
+        return "amx_bf16" in self.features or "avx512_bf16" in self.features
+
+    def physical_cores(self) -> int | None:
+        """Physical cores in the affinity (what bounds a learner's useful threads); None when not recorded."""
+        return None if self.cores is None else len(self.cores)
 
 
 class GpuFacts(_Facts):
