@@ -17,7 +17,7 @@ from unilab.host.facts import HostFacts
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures"
 SPECS = ROOT / "specs"
-HOSTS = ("cpu_laptop", "one_h200", "node_8gpu_mps", "mig_gpu")
+HOSTS = ("cpu_laptop", "cpu_amx", "cpu_smt4", "one_h200", "node_8gpu_mps", "mig_gpu")
 
 BASE_SPEC: dict[str, Any] = {
     "schema_version": 1,

@@ -125,13 +125,21 @@ def test_apply_leaves_a_complete_run_directory_and_resumes(tmp_path: Path) -> No
     c = manifest["counters"]
     assert c["env_steps"] == 1600 and c["dropped_transitions"] == 0 and c["transitions_produced"] == 1600
     assert c["updates"] > 0
-    # The CPU layout the plan chose is the one that ran: the learner on CPUs of its own.
-    rank, planned = manifest["ranks"][0], tomllib.loads((run_dir / "plan.toml").read_text())["ranks"][0]
+    # The CPU layout, threads and precision the plan chose are the ones that ran.
+    plan = tomllib.loads((run_dir / "plan.toml").read_text())
+    rank, planned = manifest["ranks"][0], plan["ranks"][0]
     assert rank["collector_cpu_ids_applied"] == planned["collector_cpu_ids"]
     assert rank["learner_cpu_ids_planned"] == planned["learner_cpu_ids"]
     if planned["learner_cpu_ids"]:
         assert rank["learner_cpu_ids_applied"] == planned["learner_cpu_ids"]
-        assert not set(planned["learner_cpu_ids"]) & set(planned["collector_cpu_ids"])
+    assert rank["torch_threads"] == planned["torch_threads"]
+    assert rank["learner_precision"] == plan["learner"]["precision"]["effective"]
+    assert rank["learner_allocator"] == "glibc heap kept (mallopt)"
+    on_shared = manifest["timing"]["learner_updates_on_shared_cpus"]
+    if set(planned["learner_cpu_ids"]) & set(planned["collector_cpu_ids"]):
+        assert 0.0 <= on_shared <= 1.0  # the share of updates run while the collector waited
+    else:
+        assert on_shared == 0.0
     assert set(manifest["timing"]["collector_phases_us"]) >= {"physics_step", "reward", "observation"}
 
     events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]

@@ -147,12 +147,15 @@ def sc_threshold(rank: int, world: int) -> dict[str, Any]:
     return res
 
 
-def sc_sac_identical(rank: int, world: int, wire: str, updates: int) -> dict[str, Any]:
+def sc_sac_identical(rank: int, world: int, wire: str, updates: int, precision: str) -> dict[str, Any]:
     """Different init seeds per rank, broadcast, then real SAC updates from different data per rank."""
+    from unilab.learn.precision import DTYPES
+
     cfg = SacSpec(name="sac", critic="c51", layer_norm=True, batch_size=128)
-    learner = SacLearner(OBS_DIM, ACT_DIM, cfg, seed=rank)
+    learner = SacLearner(OBS_DIM, ACT_DIM, cfg, seed=rank, compute_dtype=DTYPES[precision])
     before = param_digest(_learner_state(learner))
     broadcast_parameters([learner.actor, learner.critic, learner.critic_target, learner.log_alpha])
+    learner.refresh_working_copies()  # as unilab.run.dp does after its broadcast
     digests = [param_digest(_learner_state(learner))]
     sync = GradSync(learner.optim_groups(), wire)  # type: ignore[arg-type]
     verdicts = []
@@ -266,12 +269,15 @@ def sc_broadcast(rank: int, world: int) -> dict[str, Any]:
     }
 
 
-def sc_flashsac_identical(rank: int, world: int, buffers: bool, updates: int) -> dict[str, Any]:
+def sc_flashsac_identical(rank: int, world: int, buffers: bool, updates: int, precision: str) -> dict[str, Any]:
     """FlashSAC with synced gradients; BatchNorm running statistics averaged by `BufferSync` or left local."""
+    from unilab.learn.precision import DTYPES
+
     cfg = FlashSacSpec(name="flashsac", hidden_dims=(64,), batch_size=64)
-    learner = FlashSacLearner(OBS_DIM, ACT_DIM, cfg, seed=rank)
+    learner = FlashSacLearner(OBS_DIM, ACT_DIM, cfg, seed=rank, compute_dtype=DTYPES[precision])
     nets = [learner.actor, learner.critic, learner.critic_target]
     broadcast_parameters([*nets, learner.log_alpha])
+    learner.refresh_working_copies()
     sync = GradSync(learner.optim_groups(), "bfloat16")  # type: ignore[arg-type]
     bufs = BufferSync(nets)
     for step in range(updates):
@@ -319,15 +325,19 @@ def _any_rank(local: bool) -> bool:
     return bool(flag.item())
 
 
-def sc_graph_twin(rank: int, world: int, fail_rank: int | None) -> dict[str, Any]:
+def sc_graph_twin(rank: int, world: int, fail_rank: int | None, precision: str = "float32") -> dict[str, Any]:
     """The learner graph runner's eager twin with a real all-reduce inside its body, next to plain
     synced updates; with `fail_rank`, that rank's capture fails and every rank must raise."""
     from unilab.learn.graph import LearnerGraph
+    from unilab.learn.precision import DTYPES
 
     cfg = SacSpec(name="sac", hidden_dims=(64, 64), batch_size=64, actor_update_every=2)
-    eager, graphed = SacLearner(OBS_DIM, ACT_DIM, cfg, seed=rank), SacLearner(OBS_DIM, ACT_DIM, cfg, seed=rank)
+    dt = DTYPES[precision]
+    eager = SacLearner(OBS_DIM, ACT_DIM, cfg, seed=rank, compute_dtype=dt)
+    graphed = SacLearner(OBS_DIM, ACT_DIM, cfg, seed=rank, compute_dtype=dt)
     for lrn in (eager, graphed):
         broadcast_parameters([lrn.actor, lrn.critic, lrn.critic_target, lrn.log_alpha])
+        lrn.refresh_working_copies()
     sync_e, sync_g = GradSync(eager.optim_groups(), "float32"), GradSync(graphed.optim_groups(), "float32")
     calls = [0]
 
@@ -512,9 +522,11 @@ def test_bf16_wire_threshold_and_fp32_division(ranks: RankPool) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("wire", ["float32", "bfloat16"])
-def test_sac_replicas_stay_bitwise_identical(ranks: RankPool, wire: str) -> None:
-    r0, r1 = ranks.run("sc_sac_identical", wire=wire, updates=4)
+@pytest.mark.parametrize(
+    ("wire", "precision"), [("float32", "float32"), ("bfloat16", "float32"), ("bfloat16", "bfloat16")]
+)
+def test_sac_replicas_stay_bitwise_identical(ranks: RankPool, wire: str, precision: str) -> None:
+    r0, r1 = ranks.run("sc_sac_identical", wire=wire, updates=4, precision=precision)
     assert r0["before_broadcast"] != r1["before_broadcast"]  # different seeds: the broadcast has work to do
     assert r0["digests"] == r1["digests"]
     assert len(set(r0["digests"])) == len(r0["digests"])  # every update moved the parameters
@@ -590,9 +602,10 @@ def test_broadcast_parameters_gives_every_rank_rank0s_tensors(ranks: RankPool) -
 
 
 @pytest.mark.slow
-def test_flashsac_replicas_need_buffer_sync_to_stay_identical(ranks: RankPool) -> None:
-    local0, local1 = ranks.run("sc_flashsac_identical", buffers=False, updates=3)
-    synced0, synced1 = ranks.run("sc_flashsac_identical", buffers=True, updates=3)
+@pytest.mark.parametrize("precision", ["float32", "bfloat16"])
+def test_flashsac_replicas_need_buffer_sync_to_stay_identical(ranks: RankPool, precision: str) -> None:
+    local0, local1 = ranks.run("sc_flashsac_identical", buffers=False, updates=3, precision=precision)
+    synced0, synced1 = ranks.run("sc_flashsac_identical", buffers=True, updates=3, precision=precision)
     # Parameters agree either way (averaged gradients); BatchNorm statistics only with BufferSync.
     assert local0["params"] == local1["params"]
     assert local0["buffers"] != local1["buffers"]
@@ -707,8 +720,9 @@ def test_param_digest_is_bitwise() -> None:
 
 
 @pytest.mark.slow
-def test_learner_graph_twin_with_real_collectives_matches_eager_on_every_rank(ranks: RankPool) -> None:
-    r0, r1 = ranks.run("sc_graph_twin", fail_rank=None)
+@pytest.mark.parametrize("precision", ["float32", "bfloat16"])
+def test_learner_graph_twin_with_real_collectives_matches_eager_on_every_rank(ranks: RankPool, precision: str) -> None:
+    r0, r1 = ranks.run("sc_graph_twin", fail_rank=None, precision=precision)
     for r in (r0, r1):
         assert r["error"] is None
         assert r["graphed"] == r["eager"]  # bitwise, update by update

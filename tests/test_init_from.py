@@ -64,7 +64,9 @@ def test_the_plan_names_the_checkpoint_by_its_digest(source: Path) -> None:
 def test_a_checkpoint_that_does_not_fit_is_refused_at_plan_time(source: Path, tmp_path: Path) -> None:
     plan = ["plan", str(SPECS / "cartpole.toml"), "--set", f'run.init_from="{source}"']
     _refused(
-        unilab(*plan), "algo.hidden_dims is [64, 64] here, [16] in the checkpoint's run", "set algo.hidden_dims = [16]"
+        unilab(*plan),
+        "algo.actor_hidden_dims is [64, 64] here, [16] in the checkpoint's run",
+        "set algo.actor_hidden_dims = [16]",
     )
     _refused(
         unilab(*plan, "--set", f"algo={TINY_SAC}"),

@@ -28,17 +28,22 @@ def _batch(seed: int) -> Batch:
     return random_batch(seed, B, OBS, ACT)
 
 
-def _sac() -> SacLearner:
+def _sac(dtype: torch.dtype = torch.float32) -> SacLearner:
     cfg = SacSpec(name="sac", hidden_dims=(16, 16), batch_size=B, actor_update_every=2)
-    return SacLearner(OBS, ACT, cfg, seed=5)
+    return SacLearner(OBS, ACT, cfg, seed=5, compute_dtype=dtype)
 
 
-def _flash() -> FlashSacLearner:
+def _flash(dtype: torch.dtype = torch.float32) -> FlashSacLearner:
     cfg = FlashSacSpec(name="flashsac", hidden_dims=(16,), batch_size=B, v_min=-5.0, v_max=5.0)
-    return FlashSacLearner(OBS, ACT, cfg, seed=5)
+    return FlashSacLearner(OBS, ACT, cfg, seed=5, compute_dtype=dtype)
 
 
-MAKERS = {"sac": _sac, "flashsac": _flash}
+MAKERS = {
+    "sac": _sac,
+    "flashsac": _flash,
+    "sac_bf16": lambda: _sac(torch.bfloat16),
+    "flashsac_bf16": lambda: _flash(torch.bfloat16),
+}
 
 
 def _params(learner: object) -> list[torch.Tensor]:

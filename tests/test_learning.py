@@ -108,3 +108,33 @@ def test_ppo_learns_cartpole_within_three_minutes(tmp_path: Path) -> None:
     last = json.loads((run_dir / "manifest.json").read_text())["metrics"]["episode_return_mean"]
     print(f"cartpole PPO: final mean return {last:.2f}, {elapsed:.0f} s")
     assert last >= THRESHOLD, f"final mean return {last:.2f} < {THRESHOLD}"
+
+
+def _bf16_matmul_here() -> bool:
+    from unilab.host.probe import probe_host
+
+    return bool(probe_host().cpu.bf16_matmul())
+
+
+@pytest.mark.skipif(
+    not _bf16_matmul_here(),
+    reason="this CPU has no bf16 matrix units: the plan refuses bfloat16 here (tests/test_plan_learner.py)",
+)
+def test_sac_learns_cartpole_in_bfloat16_as_in_float32(tmp_path: Path) -> None:
+    """The same check task and budget with the learner in bfloat16 (the plan's `auto` keeps the
+    check task's 64-wide networks in float32, so it is asked for): it balances the pole too, and the
+    manifest says what ran."""
+    r = subprocess.run(
+        [
+            sys.executable, "-m", "unilab", "apply", str(ROOT / "specs/cartpole.toml"), "--quiet",
+            "--set", 'algo.precision="bfloat16"',
+        ],
+        cwd=tmp_path, capture_output=True, text=True, timeout=HANG_TIMEOUT_S,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    (run_dir,) = list((tmp_path / "runs").iterdir())
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert [rk["learner_precision"] for rk in manifest["ranks"]] == ["bfloat16"]
+    evaluated = _evaluated_return(run_dir)
+    print(f"cartpole SAC bf16: final {manifest['metrics']['episode_return_mean']:.2f}, evaluated {evaluated:.2f}")
+    assert evaluated >= THRESHOLD, f"bfloat16: evaluated mean return {evaluated:.2f} < {THRESHOLD}"

@@ -36,8 +36,9 @@ def test_golden_set_covers_every_shipped_spec_and_host() -> None:
 def test_default_cpu_plan_resolves_the_execution_modes() -> None:
     plan = _plan()
     assert plan.topology.world_size == 1 and plan.topology.process_group_backend == "gloo"
-    # The off-policy learner updates while the physics steps: it gets a CPU of its own.
+    # Without AMX the off-policy learner gets a CPU of its own, apart from the collector's.
     assert (plan.ranks[0].learner_cpu_ids, plan.ranks[0].collector_cpu_ids) == ([0], [1])
+    assert plan.ranks[0].torch_threads == 1
     assert plan.sim.workers_per_rank == 1
     assert plan.sync.action_dependency == "synchronous"
     assert plan.cuda_process_sharing.effective == "none"
@@ -49,25 +50,28 @@ def test_default_cpu_plan_resolves_the_execution_modes() -> None:
 @pytest.mark.parametrize(
     ("host_name", "dotted", "learner", "collector"),
     [
-        ("one_h200", {}, list(range(8)), list(range(8, 16))),  # a CPU learner: half the block
+        # A CPU learner: a thread per physical core (8 of 16 CPUs), on CPUs apart where they fit.
+        ("one_h200", {}, list(range(8)), list(range(8, 16))),
         ("one_h200", {"training__devices": [0]}, [0, 1], list(range(2, 16))),  # a GPU learner: two
         ("cpu_laptop", {"algo": {"name": "ppo"}}, [], [0, 1]),  # PPO updates while the workers idle
         ("cpu_laptop", {"training__collector_cpu_ids": [[0, 1]]}, [], [0, 1]),  # the user's layout
-        ("cpu_laptop", {"sim__workers": 2}, [], [0, 1]),  # an explicit worker count keeps its CPUs
-        ("one_h200", {"sim__workers": 12}, [0, 1, 2, 3], list(range(4, 16))),
-        ("cpu_laptop", {"training__torch_threads": 4}, [0], [1]),  # the collector keeps one CPU
+        # An explicit worker count keeps its CPUs; threads that do not fit beside them share the block.
+        ("cpu_laptop", {"sim__workers": 2}, [0, 1], [0, 1]),
+        ("cpu_amx", {}, [0, 1], [1]),  # with AMX: a thread per core on the whole block
+        ("one_h200", {"sim__workers": 12}, list(range(16)), list(range(4, 16))),
+        ("cpu_laptop", {"training__torch_threads": 4}, [0, 1], [1]),  # the collector keeps one CPU
+        ("cpu_laptop", {"training__torch_threads": 1}, [0], [1]),  # one thread fits apart
     ],
 )
 def test_learner_cpu_reservation(host_name: str, dotted: dict, learner: list[int], collector: list[int]) -> None:
     r = _plan(host_name, **dotted).ranks[0]
     assert (r.learner_cpu_ids, r.collector_cpu_ids) == (learner, collector)
-    assert not set(r.learner_cpu_ids) & set(r.collector_cpu_ids)
 
 
 def test_dp_cpu_blocks_split_the_affinity_set() -> None:
     plan = _plan(training__devices=["cpu", "cpu"])
-    # One CPU per rank: nothing to reserve for the learner.
-    assert [(r.learner_cpu_ids, r.collector_cpu_ids) for r in plan.ranks] == [([], [0]), ([], [1])]
+    # One CPU per rank: each rank's learner shares its collector's CPU.
+    assert [(r.learner_cpu_ids, r.collector_cpu_ids) for r in plan.ranks] == [([0], [0]), ([1], [1])]
     assert [r.seed for r in plan.ranks] == [0, 1]
     assert plan.topology.launcher == "elastic"
 

@@ -678,6 +678,25 @@ CASES = [
         {"algo": {"name": "flashsac", "num_atoms": 51, "v_min": -2.0, "v_max": 2.0, "n_step": 1}},
         False,
     ),
+    # A bfloat16 learner needs bf16 matrix units (and an off-policy learner).
+    Case("learner.precision", "cpu_laptop", {"algo": {"name": "sac", "precision": "bfloat16"}}, True, "avx512_bf16"),
+    Case(
+        "learner.precision",
+        _facts_with("cpu_amx", cpu__features=None),
+        {"algo": {"name": "sac", "precision": "bfloat16"}},
+        True,
+        "do not record the CPU's features",
+        fix="unilab host --json > node.json",
+    ),
+    Case("learner.precision", "cpu_amx", {"algo": {"name": "ppo", "precision": "bfloat16"}}, True, "rsl-rl-lib"),
+    Case("learner.precision", "cpu_amx", {"algo": {"name": "sac", "precision": "bfloat16"}}, False),
+    Case("learner.precision", "cpu_laptop", {"algo": {"name": "sac", "precision": "float32"}}, False),
+    Case(
+        "learner.precision",
+        "one_h200",
+        {"algo": {"name": "flashsac", "precision": "bfloat16"}, "training__devices": [0]},
+        False,
+    ),
 ]
 
 

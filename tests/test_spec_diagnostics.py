@@ -65,7 +65,13 @@ def test_default_fix_from_the_right_algo_variant() -> None:
 
 @pytest.mark.parametrize(
     "bad",
-    ["task.commands.lin_vel_x=[1,0]", "algo.hidden_dims=[0]", "sim.workers=true", "sim.backend=gpu", "sim.timestep=-1"],
+    [
+        "task.commands.lin_vel_x=[1,0]",
+        "algo.actor_hidden_dims=[0]",
+        "sim.workers=true",
+        "sim.backend=gpu",
+        "sim.timestep=-1",
+    ],
 )
 def test_a_set_fix_is_a_working_set(bad: str) -> None:
     """The `--set` a fix proposes (the key's default) is one shell word and makes the spec valid."""
@@ -88,9 +94,9 @@ def test_a_misspelt_name_gets_the_name_it_meant(tmp_path: Path) -> None:
 
 
 def test_another_algo_by_name_keeps_the_files_keys_so_the_fix_replaces_the_table() -> None:
-    """`--set algo.name=flashsac` on the SAC spec: SAC's hidden_dims does not fit FlashSAC, and the
+    """`--set algo.name=flashsac` on the SAC spec: SAC's widths do not fit FlashSAC, and the
     fix is the table --set that gives FlashSAC's own defaults (as for PPO)."""
-    d = diags(G1, "algo.name=flashsac")["algo.hidden_dims"]
+    d = diags(G1, "algo.name=flashsac")["algo.actor_hidden_dims"]
     assert d.fix.startswith("""pass --set 'algo={name="flashsac"}' instead of --set algo.name=...""")
     table_set = shlex.split(d.fix.removeprefix("pass --set ").split(" instead", 1)[0])[0]
     assert load_spec(G1, [table_set]).spec.algo.name == "flashsac"
@@ -227,8 +233,8 @@ def test_wording_of_fixes_follows_where_the_value_came_from(tmp_path: Path) -> N
 
 def test_a_key_inside_a_table_set_is_fixed_in_that_set_not_in_the_file() -> None:
     """`--set 'algo={...}'` replaces the file's [algo]: fixing the file would not help."""
-    d = diags(G1, 'algo={name="flashsac", hidden_dims=[256,256]}')["algo.hidden_dims"]
-    assert d.fix == "in your --set 'algo={...}', set hidden_dims = [256] (the default) or leave it out"
+    d = diags(G1, 'algo={name="flashsac", critic_hidden_dims=[256,256]}')["algo.critic_hidden_dims"]
+    assert d.fix == "in your --set 'algo={...}', set critic_hidden_dims = [256] (the default) or leave it out"
     d = diags(G1, 'run={name="x"}')["run.total_env_steps"]
     assert d.fix.startswith("add total_env_steps = ... in your --set 'run={...}' (it replaces the whole [run] table)")
     assert str(G1) not in d.fix

@@ -24,7 +24,8 @@ n-step returns come from the replay buffer (`ReplayBuffer(n_step=cfg.n_step)`); 
 already holds gamma**k (0 on termination).
 
 Choices where the spec has no field or the paper leaves room (each is a default here):
-- actor width = critic width = hidden_dims[0] (256). The reference uses 128 for the actor.
+- actor width `actor_hidden_dims[0]` = critic width `critic_hidden_dims[0]` = 256 by default; the
+  reference uses 128 for the actor (`hidden_dims` sets both).
 - BatchNorm momentum 0.01, eps 1e-5; RMSNorm eps 1e-6; log_std squashed into [-10, 2] (reference).
 - weights orthogonally initialized (gain 1), then projected; head biases start at zero.
 - learning rates constant (actor_lr, critic_lr, alpha_lr); the reference decays 3e-4 -> 1.5e-4 by
@@ -54,6 +55,7 @@ from torch import nn
 from unilab.errors import UnilabError
 from unilab.learn import categorical, squashed_gaussian
 from unilab.learn.optim import GradSyncFn, MaskedAdam, agree, grad_norm_and_clip, polyak_, set_grads
+from unilab.learn.precision import WorkingCopy
 from unilab.learn.replay import Batch
 from unilab.learn.reward_scale import RewardScaler
 from unilab.spec.models import FlashSacSpec
@@ -100,13 +102,13 @@ class BatchNorm(nn.Module):
             flat,
             self.running_mean.view(-1),
             self.running_var.view(-1),
-            self.weight.view(-1),
-            self.bias.view(-1),
+            self.weight.view(-1).float(),
+            self.bias.view(-1).float(),
             training=train,
             momentum=BN_MOMENTUM,
             eps=BN_EPS,
         )
-        return y.view(n, e, d).transpose(0, 1)
+        return y.view(n, e, d).transpose(0, 1).to(x.dtype)
 
     @torch.no_grad()
     def project(self, ok: torch.Tensor) -> None:
@@ -123,8 +125,8 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(members, dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x.float()
-        return x * torch.rsqrt(x.square().mean(-1, keepdim=True) + RMS_EPS) * self.weight.unsqueeze(1)
+        f = x.float()
+        return (f * torch.rsqrt(f.square().mean(-1, keepdim=True) + RMS_EPS) * self.weight.unsqueeze(1)).to(x.dtype)
 
     @torch.no_grad()
     def project(self, ok: torch.Tensor) -> None:
@@ -210,7 +212,7 @@ class FlashSacLearner:
         device: torch.device | str = "cpu",
         seed: int = 0,
         *,
-        autocast_dtype: torch.dtype | None = None,
+        compute_dtype: torch.dtype = torch.float32,
         compile_mode: str | None = None,
     ) -> None:
         if obs_dim < 1 or act_dim < 1:
@@ -223,13 +225,13 @@ class FlashSacLearner:
         self.cfg = cfg
         self.obs_dim, self.act_dim = obs_dim, act_dim
         self.device = torch.device(device)
-        self.autocast_dtype = autocast_dtype
+        self.compute_dtype = compute_dtype
         self.target_entropy = squashed_gaussian.gaussian_entropy_target(act_dim, cfg.target_action_std)
-        h = cfg.hidden_dims[0]
+        ha, hc = cfg.actor_hidden_dims[0], cfg.critic_hidden_dims[0]
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
-            actor = FlashActor(obs_dim, act_dim, h, cfg.num_blocks, cfg.expansion)
-            critic = FlashCritic(obs_dim, act_dim, h, cfg.num_blocks, cfg.expansion, cfg.num_atoms)
+            actor = FlashActor(obs_dim, act_dim, ha, cfg.num_blocks, cfg.expansion)
+            critic = FlashCritic(obs_dim, act_dim, hc, cfg.num_blocks, cfg.expansion, cfg.num_atoms)
         self.actor = actor.to(self.device)
         self.critic = critic.to(self.device)
         yes = torch.ones((), dtype=torch.bool, device=self.device)
@@ -240,6 +242,12 @@ class FlashSacLearner:
         self.atoms = categorical.support(cfg.v_min, cfg.v_max, cfg.num_atoms, self.device)
         self.reward_scaler = RewardScaler(cfg.gamma, min(-cfg.v_min, cfg.v_max), self.device)
         self.reward_scaling = cfg.reward_scaling
+        # What the update's network calls run on (the networks themselves in float32;
+        # unilab.learn.precision): BatchNorm statistics are the networks' own.
+        self._actor_w = WorkingCopy(self.actor, compute_dtype)
+        self._critic_w = WorkingCopy(self.critic, compute_dtype)
+        self._target_w = WorkingCopy(self.critic_target, compute_dtype)
+        self._target_params = list(self.critic_target.parameters())
 
         self._actor_params = list(self.actor.parameters())
         self._critic_params = list(self.critic.parameters())
@@ -277,41 +285,38 @@ class FlashSacLearner:
         return self.reward_scaler.scale() if self.reward_scaling else one
 
     # ------------------------------------------------------------------ losses (pure but for BN statistics)
-    def _autocast(self) -> torch.autocast:
-        dt = self.autocast_dtype
-        return torch.autocast(self.device.type, dtype=dt or torch.bfloat16, enabled=dt is not None)
+    def _in(self, x: torch.Tensor) -> torch.Tensor:
+        return x.to(self.compute_dtype)
 
     def _actor_loss_eager(
         self, batch: Batch, noise: torch.Tensor, alpha: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         b = batch.obs.shape[0]
-        with self._autocast():
-            mean, log_std = self.actor(torch.cat([batch.obs, batch.next_obs], dim=0), train=True)
-            a, logp = squashed_gaussian.sample(mean[:b], log_std[:b], noise)
-            q = categorical.expectation(self.critic(batch.obs, a, train=False), self.atoms).min(0).values
-            loss = (alpha * logp - q).mean()
+        mean, log_std = self._actor_w(self._in(torch.cat([batch.obs, batch.next_obs], dim=0)), train=True)
+        a, logp = squashed_gaussian.sample(mean[:b], log_std[:b], noise)
+        q = categorical.expectation(self._critic_w(self._in(batch.obs), self._in(a), train=False), self.atoms)
+        loss = (alpha * logp - q.min(0).values).mean()
         return loss, logp.detach().mean()
 
     def _critic_loss_eager(
         self, batch: Batch, next_noise: torch.Tensor, alpha: torch.Tensor, reward_scale: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         b = batch.obs.shape[0]
-        with self._autocast():
-            with torch.no_grad():
-                mean, log_std = self.actor(batch.next_obs, train=False)
-                next_a, next_logp = squashed_gaussian.sample(mean, log_std, next_noise)
-                obs_all = torch.cat([batch.obs, batch.next_obs], dim=0)
-                act_all = torch.cat([batch.action, next_a], dim=0)
-                t_logits = self.critic_target(obs_all, act_all, train=True)[:, b:]  # [2, B, K], next half
-                t_q = categorical.expectation(t_logits, self.atoms)
-                pick = (t_q[0] <= t_q[1])[:, None]
-                t_probs = torch.softmax(t_logits, dim=-1)
-                probs = torch.where(pick, t_probs[0], t_probs[1])
-                reward = batch.reward * reward_scale
-                values = reward[:, None] + batch.discount[:, None] * (self.atoms[None] - (alpha * next_logp)[:, None])
-                target = categorical.project(probs, values, self.cfg.v_min, self.cfg.v_max)
-            logits = self.critic(obs_all, act_all, train=True)[:, :b]
-            loss = -(target[None] * torch.log_softmax(logits, dim=-1)).sum(-1).mean()
+        with torch.no_grad():
+            mean, log_std = self._actor_w(self._in(batch.next_obs), train=False)
+            next_a, next_logp = squashed_gaussian.sample(mean, log_std, next_noise)
+            obs_all = self._in(torch.cat([batch.obs, batch.next_obs], dim=0))
+            act_all = self._in(torch.cat([batch.action, next_a], dim=0))
+            t_logits = self._target_w(obs_all, act_all, train=True)[:, b:]  # [2, B, K], next half
+            t_q = categorical.expectation(t_logits, self.atoms)
+            pick = (t_q[0] <= t_q[1])[:, None]
+            t_probs = torch.softmax(t_logits, dim=-1)
+            probs = torch.where(pick, t_probs[0], t_probs[1])
+            reward = batch.reward * reward_scale
+            values = reward[:, None] + batch.discount[:, None] * (self.atoms[None] - (alpha * next_logp)[:, None])
+            target = categorical.project(probs, values, self.cfg.v_min, self.cfg.v_max)
+        logits = self._critic_w(obs_all, act_all, train=True)[:, :b]
+        loss = -(target[None] * torch.log_softmax(logits, dim=-1)).sum(-1).mean()
         return loss, categorical.expectation(logits.detach(), self.atoms).mean()
 
     # ------------------------------------------------------------------ grads / steps
@@ -324,7 +329,8 @@ class FlashSacLearner:
     def actor_grads(self, batch: Batch) -> dict[str, torch.Tensor]:
         noise = torch.randn(batch.action.shape, device=self.device, generator=self.update_gen)
         loss, logp_mean = self._actor_loss(batch, noise, self.alpha())
-        set_grads(self._actor_params, torch.autograd.grad(loss, self._actor_params, allow_unused=True))
+        # Into the float32 .grad buffers (converted there): see unilab.learn.precision.
+        set_grads(self._actor_params, torch.autograd.grad(loss, self._actor_w.params, allow_unused=True))
         return {"actor_loss": loss.detach(), "actor_finite": torch.isfinite(loss), "entropy": -logp_mean}
 
     def actor_step(self, ok: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -332,6 +338,7 @@ class FlashSacLearner:
         ok = ok & torch.isfinite(norm)
         self.actor_opt.step(ok)
         _project_all(self.actor, ok)
+        self._actor_w.refresh()
         self.num_actor_updates += 1
         return {"actor_grad_norm": norm, "actor_finite": ok}
 
@@ -351,7 +358,7 @@ class FlashSacLearner:
     def critic_grads(self, batch: Batch) -> dict[str, torch.Tensor]:
         noise = torch.randn(batch.action.shape, device=self.device, generator=self.update_gen)
         loss, q_mean = self._critic_loss(batch, noise, self.alpha(), self.reward_scale())
-        set_grads(self._critic_params, torch.autograd.grad(loss, self._critic_params, allow_unused=True))
+        set_grads(self._critic_params, torch.autograd.grad(loss, self._critic_w.params, allow_unused=True))
         return {"critic_loss": loss.detach(), "critic_finite": torch.isfinite(loss), "q_mean": q_mean}
 
     def critic_step(self, ok: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -359,9 +366,18 @@ class FlashSacLearner:
         ok = ok & torch.isfinite(norm)
         self.critic_opt.step(ok)
         _project_all(self.critic, ok)
-        polyak_(list(self.critic_target.parameters()), self._critic_params, self.cfg.tau, ok)
+        polyak_(self._target_params, self._critic_params, self.cfg.tau, ok)
+        self._critic_w.refresh()
+        self._target_w.refresh()
         self.num_critic_updates += 1
         return {"critic_grad_norm": norm, "critic_finite": ok}
+
+    def refresh_working_copies(self) -> None:
+        """After the float32 networks were written from outside the update (a checkpoint loaded, a
+        data-parallel broadcast), so the update's working copies hold the same weights."""
+        self._actor_w.refresh()
+        self._critic_w.refresh()
+        self._target_w.refresh()
 
     def cycle_kind(self) -> str:
         """What the next `update` runs: the actor and temperature too, or the critic alone (a host
@@ -415,6 +431,7 @@ class FlashSacLearner:
             self.log_alpha.copy_(state["log_alpha"])  # type: ignore[arg-type]
         self.reward_scaler.load_state_dict(state["reward_scaler"])  # type: ignore[arg-type]
         self.reward_scaler.returns = torch.zeros(0, device=self.device)  # this run's episodes are new
+        self.refresh_working_copies()
 
     def load_state_dict(self, state: dict[str, object]) -> None:
         self.load_weights(state)

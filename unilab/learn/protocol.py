@@ -37,6 +37,10 @@ class OffPolicyLearner(Protocol):
         """Every env step's raw rewards (FlashSAC's adaptive reward scale; SAC ignores them)."""
         ...
 
+    def refresh_working_copies(self) -> None:
+        """Called after the networks' float32 weights were written from outside the update."""
+        ...
+
     def optim_groups(self) -> dict[str, list[torch.Tensor]]:
         """Parameters per optimizer ("critic", "actor", "alpha"), for a gradient all-reduce."""
         ...

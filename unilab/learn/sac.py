@@ -5,12 +5,22 @@ Pieces, top to bottom:
 - critic: two Q networks evaluated as one batched ensemble (one bmm per layer), either scalar
   (`critic = "mse"`) or C51 distributional (`critic = "c51"`, `num_atoms` over [v_min, v_max],
   target distribution of the critic with the lower mean, projected onto the support);
-- optional LayerNorm after every hidden layer of both networks (`layer_norm`);
+- actor and critic widths set apart (`actor_hidden_dims`, `critic_hidden_dims`), one activation
+  (`relu | silu | elu`) after every hidden layer, optional LayerNorm before it (`layer_norm`);
 - target critic by Polyak averaging (`tau`) after each critic step;
 - learned temperature: log_alpha, loss -log_alpha * (log_pi + target_entropy);
 - actor and temperature updated every `actor_update_every` critic updates.
 
 Inputs are normalized observations (see `unilab.learn.normalizer`); actions are in [-1, 1].
+
+Precision. With `compute_dtype=torch.bfloat16` (the plan's `precision`) the update's network calls
+run on working copies of the three networks in bfloat16: inputs, matrix products, LayerNorm and
+activations in bf16, outputs back in float32 for the losses. Gradients are taken w.r.t. the
+copies' parameters and converted into the float32 parameters' `.grad`; the float32 parameters
+and their optimizer state are the learner's state, and each copy is refreshed from them after
+their optimizer (or Polyak) step, one conversion per step rather than one per call. torch.autocast
+converts weights at every call and keeps LayerNorm in float32, converting around it; this
+layout is faster on a Xeon with AMX (docs/performance.md). `act` always runs the float32 actor.
 
 Update structure. For each optimizer (critic, actor, alpha) there is a `*_grads` method, which
 computes the loss and writes the gradients into fixed `.grad` buffers and returns a finite flag
@@ -34,19 +44,25 @@ from torch import nn
 from unilab.errors import UnilabError
 from unilab.learn import categorical, squashed_gaussian
 from unilab.learn.optim import GradSyncFn, MaskedAdam, agree, grad_norm_and_clip, polyak_, set_grads
+from unilab.learn.precision import WorkingCopy
 from unilab.learn.replay import Batch
 from unilab.spec.models import SacSpec
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
 
 
+ACTIVATIONS: dict[str, type[nn.Module]] = {"relu": nn.ReLU, "silu": nn.SiLU, "elu": nn.ELU}
+
+
 class Actor(nn.Module):
-    def __init__(self, obs_dim: int, act_dim: int, hidden: tuple[int, ...], layer_norm: bool) -> None:
+    def __init__(
+        self, obs_dim: int, act_dim: int, hidden: tuple[int, ...], layer_norm: bool, activation: str = "relu"
+    ) -> None:
         super().__init__()
         layers: list[nn.Module] = []
         d = obs_dim
         for h in hidden:
-            layers += [nn.Linear(d, h), nn.LayerNorm(h) if layer_norm else nn.Identity(), nn.ReLU()]
+            layers += [nn.Linear(d, h), nn.LayerNorm(h) if layer_norm else nn.Identity(), ACTIVATIONS[activation]()]
             d = h
         self.trunk = nn.Sequential(*layers)
         self.head = nn.Linear(d, 2 * act_dim)
@@ -77,18 +93,27 @@ class EnsembleLayerNorm(nn.Module):
         self.bias = nn.Parameter(torch.zeros(members, 1, dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.layer_norm(x, x.shape[-1:]) * self.weight + self.bias
+        return torch.addcmul(self.bias, F.layer_norm(x, x.shape[-1:]), self.weight)
 
 
 class TwinCritic(nn.Module):
     """Two Q networks. Output [2, B] (mse) or logits [2, B, num_atoms] (c51)."""
 
-    def __init__(self, obs_dim: int, act_dim: int, hidden: tuple[int, ...], layer_norm: bool, out_dim: int) -> None:
+    def __init__(
+        self,
+        obs_dim: int,
+        act_dim: int,
+        hidden: tuple[int, ...],
+        layer_norm: bool,
+        out_dim: int,
+        activation: str = "relu",
+    ) -> None:
         super().__init__()
         layers: list[nn.Module] = []
         d = obs_dim + act_dim
         for h in hidden:
-            layers += [EnsembleLinear(2, d, h), EnsembleLayerNorm(2, h) if layer_norm else nn.Identity(), nn.ReLU()]
+            norm = EnsembleLayerNorm(2, h) if layer_norm else nn.Identity()
+            layers += [EnsembleLinear(2, d, h), norm, ACTIVATIONS[activation]()]
             d = h
         self.trunk = nn.Sequential(*layers)
         self.head = EnsembleLinear(2, d, out_dim)
@@ -104,10 +129,10 @@ class SacLearner:
     """SAC learner: `act`, `update`, `state_dict`; see the module docstring for the update structure.
 
     `seed` fixes the initial weights (without touching the caller's global RNG) and the learner's
-    own noise generators. `autocast_dtype` (e.g. torch.bfloat16) runs the forward passes of
-    `update` under torch.autocast; parameters, optimizer state, losses and `act` stay float32.
-    `compile_mode` wraps the two loss functions in torch.compile (forward and backward); the
-    optimizer steps stay eager foreach ops.
+    own noise generators. `compute_dtype` is the precision of the update's network calls
+    (float32 or the plan's bfloat16; see the module docstring); parameters, optimizer state,
+    losses and `act` stay float32. `compile_mode` wraps the two loss functions in torch.compile
+    (forward and backward), measured slower than eager on CPU (tools/bench_learner.py --compile).
     """
 
     def __init__(
@@ -118,7 +143,7 @@ class SacLearner:
         device: torch.device | str = "cpu",
         seed: int = 0,
         *,
-        autocast_dtype: torch.dtype | None = None,
+        compute_dtype: torch.dtype = torch.float32,
         compile_mode: str | None = None,
     ) -> None:
         if obs_dim < 1 or act_dim < 1:
@@ -133,18 +158,24 @@ class SacLearner:
         self.device = torch.device(device)
         self.distributional = cfg.critic == "c51"
         self.target_entropy = float(-act_dim if cfg.target_entropy == "auto" else cfg.target_entropy)
-        self.autocast_dtype = autocast_dtype
-        hidden = tuple(cfg.hidden_dims)
+        self.compute_dtype = compute_dtype
         out_dim = cfg.num_atoms if self.distributional else 1
         with torch.random.fork_rng(devices=[]):  # seeded init without touching the caller's RNG
             torch.manual_seed(seed)
-            actor = Actor(obs_dim, act_dim, hidden, cfg.layer_norm)
-            critic = TwinCritic(obs_dim, act_dim, hidden, cfg.layer_norm, out_dim)
+            actor = Actor(obs_dim, act_dim, tuple(cfg.actor_hidden_dims), cfg.layer_norm, cfg.activation)
+            critic = TwinCritic(
+                obs_dim, act_dim, tuple(cfg.critic_hidden_dims), cfg.layer_norm, out_dim, cfg.activation
+            )
         self.actor = actor.to(self.device)
         self.critic = critic.to(self.device)
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
         self.log_alpha = torch.tensor(math.log(cfg.alpha_init), device=self.device, requires_grad=True)
         self.atoms = categorical.support(cfg.v_min, cfg.v_max, cfg.num_atoms, self.device)
+        # What the update's network calls run on (the networks themselves in float32).
+        self._actor_w = WorkingCopy(self.actor, compute_dtype)
+        self._critic_w = WorkingCopy(self.critic, compute_dtype)
+        self._target_w = WorkingCopy(self.critic_target, compute_dtype)
+        self._target_params = list(self.critic_target.parameters())
 
         self._actor_params = list(self.actor.parameters())
         self._critic_params = list(self.critic.parameters())
@@ -175,9 +206,8 @@ class SacLearner:
         return squashed_gaussian.sample(mean, log_std, noise)[0]
 
     # ------------------------------------------------------------------ losses (pure)
-    def _autocast(self) -> torch.autocast:
-        dt = self.autocast_dtype
-        return torch.autocast(self.device.type, dtype=dt or torch.bfloat16, enabled=dt is not None)
+    def _in(self, x: torch.Tensor) -> torch.Tensor:
+        return x.to(self.compute_dtype)
 
     def _q_values(self, out: torch.Tensor) -> torch.Tensor:
         """[2, B] expected Q from critic output."""
@@ -186,36 +216,34 @@ class SacLearner:
     def _critic_loss_eager(
         self, batch: Batch, next_noise: torch.Tensor, alpha: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        with self._autocast():
-            with torch.no_grad():
-                mean, log_std = self.actor(batch.next_obs)
-                next_a, next_logp = squashed_gaussian.sample(mean, log_std, next_noise)
-                t_out = self.critic_target(batch.next_obs, next_a)
-                bonus = alpha * next_logp  # [B]
-                if self.distributional:
-                    t_q = categorical.expectation(t_out, self.atoms)  # [2, B]
-                    pick = (t_q[0] <= t_q[1])[:, None]
-                    t_probs = torch.softmax(t_out, dim=-1)
-                    probs = torch.where(pick, t_probs[0], t_probs[1])
-                    values = batch.reward[:, None] + batch.discount[:, None] * (self.atoms[None] - bonus[:, None])
-                    target = categorical.project(probs, values, self.cfg.v_min, self.cfg.v_max)
-                else:
-                    target = batch.reward + batch.discount * (t_out.min(0).values - bonus)
-            out = self.critic(batch.obs, batch.action)
+        with torch.no_grad():
+            mean, log_std = self._actor_w(self._in(batch.next_obs))
+            next_a, next_logp = squashed_gaussian.sample(mean, log_std, next_noise)
+            t_out = self._target_w(self._in(batch.next_obs), self._in(next_a))
+            bonus = alpha * next_logp  # [B]
             if self.distributional:
-                loss = -(target[None] * torch.log_softmax(out, dim=-1)).sum(-1).mean(-1).sum()
+                t_q = categorical.expectation(t_out, self.atoms)  # [2, B]
+                pick = (t_q[0] <= t_q[1])[:, None]
+                t_probs = torch.softmax(t_out, dim=-1)
+                probs = torch.where(pick, t_probs[0], t_probs[1])
+                values = batch.reward[:, None] + batch.discount[:, None] * (self.atoms[None] - bonus[:, None])
+                target = categorical.project(probs, values, self.cfg.v_min, self.cfg.v_max)
             else:
-                loss = (out - target[None]).square().mean(-1).sum()
+                target = batch.reward + batch.discount * (t_out.min(0).values - bonus)
+        out = self._critic_w(self._in(batch.obs), self._in(batch.action))
+        if self.distributional:
+            loss = -(target[None] * torch.log_softmax(out, dim=-1)).sum(-1).mean(-1).sum()
+        else:
+            loss = (out - target[None]).square().mean(-1).sum()
         return loss, self._q_values(out.detach()).mean()
 
     def _actor_loss_eager(
         self, obs: torch.Tensor, noise: torch.Tensor, alpha: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        with self._autocast():
-            mean, log_std = self.actor(obs)
-            a, logp = squashed_gaussian.sample(mean, log_std, noise)
-            q = self._q_values(self.critic(obs, a)).min(0).values
-            loss = (alpha * logp - q).mean()
+        mean, log_std = self._actor_w(self._in(obs))
+        a, logp = squashed_gaussian.sample(mean, log_std, noise)
+        q = self._q_values(self._critic_w(self._in(obs), self._in(a))).min(0).values
+        loss = (alpha * logp - q).mean()
         return loss, logp.detach().mean()
 
     # ------------------------------------------------------------------ grads / steps
@@ -229,14 +257,17 @@ class SacLearner:
     def critic_grads(self, batch: Batch) -> dict[str, torch.Tensor]:
         noise = torch.randn(batch.action.shape, device=self.device, generator=self.update_gen)
         loss, q_mean = self._critic_loss(batch, noise, self.alpha())
-        set_grads(self._critic_params, torch.autograd.grad(loss, self._critic_params, allow_unused=True))
+        grads = torch.autograd.grad(loss, self._critic_w.params, allow_unused=True)
+        set_grads(self._critic_params, grads)  # converted to float32 by the copy
         return {"critic_loss": loss.detach(), "critic_finite": torch.isfinite(loss), "q_mean": q_mean}
 
     def critic_step(self, ok: torch.Tensor) -> dict[str, torch.Tensor]:
         norm = grad_norm_and_clip(self._critic_params, self.cfg.max_grad_norm)
         ok = ok & torch.isfinite(norm)
         self.critic_opt.step(ok)
-        polyak_(list(self.critic_target.parameters()), self._critic_params, self.cfg.tau, ok)
+        polyak_(self._target_params, self._critic_params, self.cfg.tau, ok)
+        self._critic_w.refresh()
+        self._target_w.refresh()
         self.num_critic_updates += 1
         return {"critic_grad_norm": norm, "critic_finite": ok}
 
@@ -244,13 +275,14 @@ class SacLearner:
         noise = torch.randn(batch.action.shape, device=self.device, generator=self.update_gen)
         loss, logp_mean = self._actor_loss(batch.obs, noise, self.alpha())
         # Gradients w.r.t. the actor only: the critic's .grad buffers are left as they are.
-        set_grads(self._actor_params, torch.autograd.grad(loss, self._actor_params, allow_unused=True))
+        set_grads(self._actor_params, torch.autograd.grad(loss, self._actor_w.params, allow_unused=True))
         return {"actor_loss": loss.detach(), "actor_finite": torch.isfinite(loss), "entropy": -logp_mean}
 
     def actor_step(self, ok: torch.Tensor) -> dict[str, torch.Tensor]:
         norm = grad_norm_and_clip(self._actor_params, self.cfg.max_grad_norm)
         ok = ok & torch.isfinite(norm)
         self.actor_opt.step(ok)
+        self._actor_w.refresh()
         self.num_actor_updates += 1
         return {"actor_grad_norm": norm, "actor_finite": ok}
 
@@ -287,6 +319,13 @@ class SacLearner:
     def observe_rewards(self, reward: torch.Tensor, terminated: torch.Tensor, truncated: torch.Tensor) -> None:
         """Per-env-step reward hook shared with FlashSAC; SAC does not scale rewards, so it keeps nothing."""
 
+    def refresh_working_copies(self) -> None:
+        """After the float32 networks were written from outside the update (a checkpoint loaded, a
+        data-parallel broadcast), so the update's working copies hold the same weights."""
+        self._actor_w.refresh()
+        self._critic_w.refresh()
+        self._target_w.refresh()
+
     # ------------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict[str, object]:
         return {
@@ -317,6 +356,7 @@ class SacLearner:
         self.critic_target.load_state_dict(state["critic_target"])  # type: ignore[arg-type]
         with torch.no_grad():
             self.log_alpha.copy_(state["log_alpha"])  # type: ignore[arg-type]
+        self.refresh_working_copies()
 
     def load_state_dict(self, state: dict[str, object]) -> None:
         self.load_weights(state)

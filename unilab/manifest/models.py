@@ -72,6 +72,16 @@ class RankEvidence(_M):
         description="CPU MuJoCo worker processes stepping the rank's worlds (1 for MuJoCo Warp: the device steps them)."
     )
     torch_threads: int = Field(description="torch.get_num_threads() in the learner.")
+    learner_precision: Literal["float32", "bfloat16"] | None = Field(
+        None,
+        description="What the learner's update computed in (the plan's learner.precision.effective; null: PPO, "
+        "or a manifest written before unilab recorded it).",
+    )
+    learner_allocator: str | None = Field(
+        None,
+        description="How the learner process's allocator was set (unilab.run.cpu_tuning): `glibc heap kept "
+        "(mallopt)` or why it kept its defaults; null: PPO, or a manifest written before unilab recorded it.",
+    )
     param_digest: str | None = Field(
         None, description="sha256 of the learner's parameters at the end of the run (identical across ranks)."
     )
@@ -195,6 +205,12 @@ class Timing(_M):
         0.0,
         description="Mean wall time of one update's data-parallel gradient all-reduces (part of the update); 0 "
         "under the learner graph, where they run inside the replay.",
+    )
+    learner_updates_on_shared_cpus: float = Field(
+        0.0,
+        description="Share of this session's updates the learner ran on all its planned threads, the collector's "
+        "CPUs included, because the collector was waiting for its next action (0 when the plan gives the learner "
+        "CPUs of its own; unilab.run.offpolicy.LearnerThreads).",
     )
     learner_wait_s: float = Field(0.0, description="Learner time spent waiting for the collector.")
     collector_wait_s: float = Field(0.0, description="Collector time spent waiting for actions.")

@@ -16,10 +16,12 @@ from unilab.plan.models import (
     GraphPlan,
     GraphsPlan,
     InitFromPlan,
+    LearnerPlan,
     MotionPlan,
     Plan,
     PlanBody,
     PlanHeader,
+    PrecisionPlan,
     RankMps,
     RankPlan,
     RobotPlan,
@@ -34,6 +36,7 @@ from unilab.plan.models import (
 from unilab.plan.render import compute_plan_id
 from unilab.plan.rules import RULES
 from unilab.plan.rules.execution import nccl_error_handling_conflict
+from unilab.plan.rules.learner import resolve_precision, resolve_threads
 from unilab.plan.rules.sharing import service_for
 from unilab.spec.load import spec_digest
 from unilab.spec.models import Spec
@@ -131,11 +134,11 @@ def _init_from(ctx: Context) -> InitFromPlan | None:
     )
 
 
-def _ranks(ctx: Context) -> tuple[list[RankPlan], list[str]]:
+def _ranks(ctx: Context) -> tuple[list[RankPlan], list[str], str]:
     blocks = ctx.cpu_blocks()
     if blocks is None or ctx.devices is None:
         raise UnilabError("internal: rules passed but devices or CPU blocks did not resolve")
-    ranks, services = [], []
+    ranks, services, reasons = [], [], []
     t = ctx.spec.training
     for i, d in enumerate(ctx.devices):
         mps = None
@@ -149,12 +152,8 @@ def _ranks(ctx: Context) -> tuple[list[RankPlan], list[str]]:
                     log_directory=svc.log_directory,
                     daemon_pid=svc.daemon_pid,
                 )
-        if t.torch_threads != "auto":
-            threads = t.torch_threads
-        else:
-            # A CPU learner gets half its rank's block; a GPU learner needs one thread to launch kernels.
-            threads = max(1, len(blocks[i]) // 2) if d.kind == "cpu" else 1
-        learner_cpus, collector_cpus = _learner_reservation(ctx, blocks[i], threads, d.kind)
+        threads = resolve_threads(ctx, blocks[i], d.kind)
+        reasons.append(threads.reason)
         ranks.append(
             RankPlan(
                 rank=i,
@@ -162,31 +161,24 @@ def _ranks(ctx: Context) -> tuple[list[RankPlan], list[str]]:
                 gpu_uuid=d.gpu.uuid if d.gpu else None,
                 gpu_name=d.gpu.name if d.gpu else None,
                 seed=ctx.spec.run.seed + i,
-                collector_cpu_ids=collector_cpus,
-                learner_cpu_ids=learner_cpus,
-                torch_threads=threads,
+                collector_cpu_ids=threads.collector_cpu_ids,
+                learner_cpu_ids=threads.learner_cpu_ids,
+                torch_threads=threads.threads,
                 mps=mps,
             )
         )
-    return ranks, services
+    return ranks, services, reasons[0]
 
 
-def _learner_reservation(ctx: Context, block: list[int], threads: int, kind: str) -> tuple[list[int], list[int]]:
-    """(learner CPUs, collector CPUs) of one rank's block. An off-policy learner updates while the
-    physics steps, so it gets CPUs of its own: sharing them with the physics workers
-    oversubscribes the block, and on the 2-CPU reference host reserving one CPU of two raised
-    end-to-end env steps/s by 19-25 % (docs/performance.md). A GPU learner keeps two (its launch
-    thread, and CUDA's and NCCL's helper threads). PPO updates between rollouts, when the workers
-    idle, so it shares the block; an explicit ``training.collector_cpu_ids`` is the user's layout
-    and leaves the learner unpinned; an explicit ``sim.workers`` keeps a CPU per worker."""
-    if ctx.spec.algo.name == "ppo" or ctx.spec.training.collector_cpu_ids is not None:
-        return [], block
-    workers = ctx.spec.sim.workers
-    keep = workers if isinstance(workers, int) and ctx.spec.sim.backend == "mujoco" else 1
-    k = min(threads if kind == "cpu" else 2, len(block) - keep)
-    if k < 1:
-        return [], block
-    return block[:k], block[k:]
+def _learner(ctx: Context, threads_reason: str) -> LearnerPlan:
+    precision = resolve_precision(ctx)
+    return LearnerPlan(
+        precision=PrecisionPlan(
+            requested=ctx.spec.algo.precision, effective=precision.effective, reason=precision.reason
+        ),  # type: ignore[arg-type]
+        threads_requested=ctx.spec.training.torch_threads,
+        threads_reason=threads_reason,
+    )
 
 
 def effective_env_steps(spec: Spec, world_size: int) -> int:
@@ -213,7 +205,7 @@ def compile_plan(spec: Spec, facts: HostFacts, spec_dir: Path) -> Plan:
     check(ctx)
     t = spec.training
     graphs = _graphs(ctx)
-    ranks, services = _ranks(ctx)
+    ranks, services, threads_reason = _ranks(ctx)
     host_facts = fingerprint_facts(ctx, services)
     dt = control_dt(spec.sim.timestep, spec.sim.decimation)
     workers = (
@@ -241,6 +233,7 @@ def compile_plan(spec: Spec, facts: HostFacts, spec_dir: Path) -> Plan:
         ),
         sim=SimPlan(**spec.sim.model_dump(), workers_per_rank=workers),
         algo=spec.algo,
+        learner=_learner(ctx, threads_reason),
         topology=TopologyPlan(
             world_size=world,
             process_group_backend="nccl" if ctx.on_cuda else "gloo",

@@ -28,6 +28,10 @@ def fingerprint_facts(ctx: Context, mps_services: list[str]) -> dict[str, Any]:
         "packages.mujoco": _v(f.packages.mujoco),
         "packages.mujoco_warp": _v(f.packages.mujoco_warp),
     }
+    if not ctx.on_cuda:
+        # A CPU learner's precision and thread budget are read from these (unilab.plan.rules.learner).
+        out["cpu.features"] = _v(f.cpu.features)
+        out["cpu.cores"] = _v(f.cpu.cores)
     if ctx.on_cuda:
         out["nvidia.driver_version"] = _v(f.nvidia.driver_version)
         out["nvidia.cuda_driver_version"] = _v(f.nvidia.cuda_driver_version)

@@ -87,11 +87,14 @@ def network_keys(algo_name: str, critic: str | None = None) -> tuple[str, ...]:
     from a checkpoint only where they are equal."""
     if algo_name == "sac":
         dist = ("num_atoms", "v_min", "v_max") if critic == "c51" else ()
-        return ("hidden_dims", "critic", "layer_norm", *dist, "normalize_observations")
+        return (
+            "actor_hidden_dims", "critic_hidden_dims", "activation", "critic", "layer_norm", *dist,
+            "normalize_observations",
+        )  # fmt: skip
     if algo_name == "flashsac":
         # reward_scaling too: the critic's distribution was fitted to returns scaled (or not) so.
         return (
-            "hidden_dims", "num_blocks", "expansion", "num_atoms", "v_min", "v_max", "reward_scaling",
-            "normalize_observations",
+            "actor_hidden_dims", "critic_hidden_dims", "num_blocks", "expansion", "num_atoms", "v_min", "v_max",
+            "reward_scaling", "normalize_observations",
         )  # fmt: skip
     return ("hidden_dims", "normalize_observations")

@@ -140,7 +140,8 @@ class RankPlan(_P):
     collector_cpu_ids: list[int] = Field(description="CPUs the rank's collector is pinned to.")
     learner_cpu_ids: list[int] = Field(
         default_factory=list,
-        description="CPUs reserved for the rank's learner process (empty: not pinned, it shares the collector's).",
+        description="CPUs the rank's learner process is pinned to: its own, or the whole block with the "
+        "collector's (learner.threads_reason says which); empty: not pinned.",
     )
     torch_threads: int = Field(description="torch intra-op threads of the rank's learner.")
     mps: RankMps | None = Field(None, description="The MPS service of the rank's GPU (null: no MPS).")
@@ -183,6 +184,23 @@ class GraphsPlan(_P):
     collector: GraphPlan = Field(description="The experimental collector update-state graph.")
 
 
+class PrecisionPlan(_P):
+    requested: Literal["auto", "float32", "bfloat16"] = Field(description="The spec's `algo.precision`.")
+    effective: Literal["float32", "bfloat16"] = Field(
+        description="What the learner's update computes in: matrix products and activations (parameters, "
+        "optimizer state and losses are float32 either way)."
+    )
+    reason: str = Field(description="Why: the request, or what `auto` read in the host facts.")
+
+
+class LearnerPlan(_P):
+    precision: PrecisionPlan = Field(description="The learner's compute precision.")
+    threads_requested: Literal["auto"] | int = Field(description="The spec's `training.torch_threads`.")
+    threads_reason: str = Field(
+        description="Why the ranks' `torch_threads` and `learner_cpu_ids` are what they are (rank 0's block)."
+    )
+
+
 class EnvVarPlan(_P):
     name: str = Field(description="Environment variable given to the ranks.")
     value: str = Field(description="Its value.")
@@ -195,6 +213,11 @@ class PlanBody(_P):
     task: TaskPlan = Field(description="The spec's [task], resolved: robot and motion files pinned by digest.")
     sim: SimPlan = Field(description="The spec's [sim], resolved.")
     algo: AlgoSpec = Field(description="The spec's [algo] with every default filled in.")
+    learner: LearnerPlan | None = Field(
+        None,
+        description="The learner's precision and thread decisions (absent from plans made before unilab made "
+        "them: float32, and the ranks' torch_threads).",
+    )
     topology: TopologyPlan = Field(description="Ranks and how they are launched and connected.")
     sync: SyncPlan = Field(description="The collector/learner synchronisation contract.")
     cuda_process_sharing: SharingPlan = Field(description="CUDA process sharing (none or MPS).")

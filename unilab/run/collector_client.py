@@ -184,6 +184,12 @@ class CollectorClient:
             how = f"was killed by {signal.Signals(-code).name}" if code and code < 0 else f"exited with code {code}"
             raise RunFailed(self.where, f"the collector process (pid {self.proc.pid}) {how}")
 
+    def obs_ready(self) -> bool:
+        """Whether the collector has finished its step (its observation is in place), without waiting."""
+        if self._obs_wait is None:
+            self._obs_wait = ch.TokenWait(self._obs.fileno())
+        return self._obs_wait.ready(0.0)
+
     def wait_obs(self, should_stop: Any) -> bool:
         """Wait for the collector's next observation; False if `should_stop()` turns true meanwhile."""
         if self._obs_wait is None:

@@ -40,6 +40,7 @@ class DpContext:
         """Broadcast rank 0's learner to every rank and return the synchronised update."""
         self.learner = learner
         broadcast_parameters(self.modules(learner), src=0)
+        learner.refresh_working_copies()  # the update's bfloat16 copies, where the plan asks for them
         self.grad_sync = GradSync.from_plan(learner.optim_groups(), self.plan.gradient_wire)
         if self.plan.algo.name == "flashsac":
             # FlashSAC's BatchNorm running statistics come from each rank's own batch; average them

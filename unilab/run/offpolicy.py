@@ -29,8 +29,9 @@ from unilab.plan.models import Plan
 from unilab.run import channel as ch
 from unilab.run.checkpoint import check_resume_fits
 from unilab.run.collector_client import CollectorStats, RunFailed, collector_for  # noqa: F401  (re-export)
+from unilab.run.cpu_tuning import keep_freed_memory
 from unilab.run.init_state import check_init_fits, loading_init
-from unilab.run.learners import make_offpolicy_learner, replay_n_step
+from unilab.run.learners import make_offpolicy_learner, planned_precision, replay_n_step
 
 
 @dataclass
@@ -48,6 +49,7 @@ class Progress:
     update_s: float = 0.0  # gradient updates (with data parallel, their gradient all-reduces too)
     sample_s: float = 0.0  # replay sampling and batch normalization for those updates
     grad_sync_s: float = 0.0  # data-parallel gradient all-reduces, inside update_s (DpContext.sync_s)
+    updates_on_shared_cpus: int = 0  # this session's updates on all planned threads (LearnerThreads)
     wait_s: float = 0.0
     dp_sync_s: float = 0.0
     collector_wait_s: float = 0.0
@@ -109,6 +111,28 @@ class RankHooks:
     should_stop: Callable[[], bool]
 
 
+class LearnerThreads:
+    """The learner's intra-op threads where the plan lets it run on the collector's CPUs too: all of
+    them while the collector waits for its next action, only those of its own while the collector
+    steps the physics. A learner-bound run (the collector waits most of the time) then gets the whole
+    block, and a collector-bound one never slows the physics it waits for (the main job's SAC
+    collected at a third of its rate with two threads held throughout; docs/performance.md)."""
+
+    def __init__(self, planned: int, learner_cpus: list[int], collector_cpus: list[int]) -> None:
+        own = len(set(learner_cpus) - set(collector_cpus))
+        self.shared = planned > 1 and bool(set(learner_cpus) & set(collector_cpus))
+        self.all, self.own = planned, max(1, min(own, planned))
+        self.now = planned
+
+    def set(self, collector_waiting: bool, prog: Progress) -> None:
+        n = self.all if collector_waiting else self.own
+        if n != self.now:
+            torch.set_num_threads(n)
+            self.now = n
+        if collector_waiting:
+            prog.updates_on_shared_cpus += 1
+
+
 class OffPolicyRank:
     def __init__(
         self,
@@ -126,6 +150,7 @@ class OffPolicyRank:
         self.device = torch.device("cuda" if self.rp.device == "cuda" else "cpu")
         self.collector = collector_for(plan, rank, resume_state)
         self.progress = Progress()
+        self.allocator: str | None = None  # unilab.run.cpu_tuning, set when the rank starts
         self.final_state: dict[str, Any] | None = None
         self.learner: Any = None
         self.skipped_updates = 0
@@ -149,6 +174,7 @@ class OffPolicyRank:
     def run(self) -> Progress:
         p, algo, prog = self.plan, self.plan.algo, self.progress
         torch.set_num_threads(self.rp.torch_threads)
+        self.allocator = keep_freed_memory() if self.device.type == "cpu" else "default (CUDA learner)"
         torch.manual_seed(self.rp.seed)
         hello = self.collector.start()
         if self.rp.learner_cpu_ids:  # after the collector started: it must not inherit the learner's CPUs
@@ -159,7 +185,9 @@ class OffPolicyRank:
         bufs, n = hello.buffers, hello.num_envs
         # Same seed on every rank: with data parallel the replicas must start identical anyway
         # (rank 0's parameters are broadcast), and their exploration differs through the envs.
-        learner = make_offpolicy_learner(algo, hello.obs_dim, hello.act_dim, self.device, p.run.seed)
+        learner = make_offpolicy_learner(
+            algo, hello.obs_dim, hello.act_dim, self.device, p.run.seed, planned_precision(p)
+        )
         normalizer = ObsNormalizer(hello.obs_dim, self.device)
         replay = ReplayBuffer(
             algo.buffer_size,
@@ -213,6 +241,7 @@ class OffPolicyRank:
             metrics["updates_run"] = prog.updates - started_updates
             self.hooks.on_log(prog, metrics)
 
+        threads = LearnerThreads(self.rp.torch_threads, self.rp.learner_cpu_ids, self.rp.collector_cpu_ids)
         action = torch.empty(n, hello.act_dim)
         # Updates start once the replay holds a batch: counted in syncs, the same on every rank, not
         # by len(replay), which a rank's non-finite worlds shorten (the ranks' collectives would
@@ -238,6 +267,8 @@ class OffPolicyRank:
             if t >= filled_syncs and prog.env_steps - started_steps >= warmup:
                 updates_owed += algo.updates_per_step
                 while updates_owed >= 1.0:
+                    if threads.shared:
+                        threads.set(self.collector.obs_ready(), prog)
                     t0 = time.perf_counter()
                     batch = replay.sample(algo.batch_size, gen)
                     if algo.normalize_observations:

@@ -17,6 +17,7 @@ from unilab.manifest.models import FirstError, RankEvidence
 from unilab.plan.models import Plan
 from unilab.run.collector_client import RunFailed
 from unilab.run.events import EventLog
+from unilab.run.learners import planned_precision
 from unilab.run.offpolicy import OffPolicyRank, RankHooks
 from unilab.run.progress import ProgressLine
 from unilab.run.recorder import RunRecorder
@@ -125,6 +126,8 @@ def run_rank(job: RankJob, stop: StopFlag) -> int:
             learner_cpu_ids_applied=sorted(os.sched_getaffinity(0)),
             physics_workers=hello.physics_workers,
             torch_threads=torch.get_num_threads(),
+            learner_precision=planned_precision(plan) if plan.algo.name != "ppo" else None,
+            learner_allocator=getattr(runner, "allocator", None),
             mps_service=att.service if att else None,
             mps_control_pipe=att.pipe_directory if att else None,
             mps_daemon_pid=att.daemon_pid if att else None,

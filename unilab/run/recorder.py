@@ -139,6 +139,7 @@ class RunRecorder:
                 learner_sample_ms=1e3 * prog.sample_s / max(updates_run, 1),
                 learner_update_ms=1e3 * prog.update_s / max(updates_run, 1),
                 learner_grad_sync_ms=1e3 * prog.grad_sync_s / max(updates_run, 1),
+                learner_updates_on_shared_cpus=prog.updates_on_shared_cpus / max(updates_run, 1),
                 learner_wait_s=prog.wait_s,
                 collector_wait_s=prog.collector_wait_s,
             )

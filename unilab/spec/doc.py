@@ -66,11 +66,12 @@ def _default(field: Any) -> str:
 FLASHSAC_NOTE = (
     "FlashSAC (arXiv:2604.04539): the paper's networks, update order and defaults (batch 2048, 0.5 updates per "
     "env step, 3-step returns, 101-bin critic on [-5, 5], temperature 0.01, tau 0.01). Where it differs from the "
-    "reference code (leeyngdo/FlashSAC): the actor is as wide as the critic (`hidden_dims[0]`; the reference's "
-    "actor is 128 wide against a 256 critic); learning rates are constant (the reference decays them from 3e-4 "
-    "to 1.5e-4 on a cosine); exploration draws fresh noise every step (the reference repeats it for a "
-    "zeta-distributed number of steps); the update runs in float32 without torch.compile (the reference uses "
-    "both; on CUDA unilab's learner graph captures the whole update instead, docs/gpu.md)."
+    "reference code (leeyngdo/FlashSAC): the actor is as wide as the critic by default "
+    "(`actor_hidden_dims = [256]`; the reference's actor is 128 wide against a 256 critic); learning rates are "
+    "constant (the reference decays them from 3e-4 to 1.5e-4 on a cosine); exploration draws fresh noise every "
+    "step (the reference repeats it for a zeta-distributed number of steps); the update runs without "
+    "torch.compile, in the plan's precision (the reference compiles it and runs bf16; on CUDA unilab's learner "
+    "graph captures the whole update instead, docs/gpu.md)."
 )
 
 

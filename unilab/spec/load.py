@@ -24,7 +24,11 @@ OFF_POLICY_KEYS = (
     "batch_size", "buffer_size", "updates_per_step", "warmup_env_steps", "actor_lr", "critic_lr", "alpha_lr",
     "tau", "alpha_init", "actor_update_every", "num_atoms", "v_min", "v_max", "critic", "layer_norm",
     "target_entropy", "num_blocks", "expansion", "n_step", "target_action_std", "reward_scaling",
+    "actor_hidden_dims", "critic_hidden_dims", "activation",
 )  # fmt: skip
+# `algo.hidden_dims` is the shorthand for both networks' widths (unilab.spec.models): given by --set,
+# it replaces the file's per-network widths, as any later --set wins over the file.
+WIDTHS_SHORTHAND, WIDTHS_KEYS = "hidden_dims", ("actor_hidden_dims", "critic_hidden_dims")
 
 
 @dataclass(frozen=True)
@@ -91,6 +95,8 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
                 fix=f"put {lost[-1]} inside the table value, or give --set {'.'.join(lost)} after it",
             )
         done.append(path)
+        if path == ["algo", WIDTHS_SHORTHAND] and isinstance(out.get("algo"), dict):
+            out["algo"] = {k: v for k, v in out["algo"].items() if k not in WIDTHS_KEYS}
         node = out
         for i, part in enumerate(path[:-1]):
             nxt = node.setdefault(part, {})

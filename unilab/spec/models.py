@@ -10,7 +10,17 @@ from __future__ import annotations
 import os
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationInfo, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    Strict,
+    TypeAdapter,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 SPEC_SCHEMA_VERSION = 1
 # The largest count a spec takes: exact as a float (JSON readers) and far inside TOML's 64-bit integers,
@@ -29,6 +39,7 @@ class _Section(BaseModel):
 # Strict mode wants a Python tuple; TOML gives a list. The items stay strict.
 Pair = Annotated[tuple[float, float], Strict(False)]
 Widths = Annotated[tuple[Annotated[int, Field(ge=1, le=65536)], ...], Strict(False)]
+_WIDTHS: TypeAdapter[tuple[int, ...]] = TypeAdapter(Annotated[Widths, Field(min_length=1)])
 
 
 # Validation context of a spec being read (`unilab.spec.load`): the checks that look at this host
@@ -193,9 +204,14 @@ class SimSpec(_Section):
 
 class _AlgoBase(_Section):
     gamma: Annotated[float, Field(gt=0, le=1)] = Field(0.99, description="Discount factor.")
-    hidden_dims: Widths = Field((256, 256), min_length=1, description="Hidden layer widths.")
     max_grad_norm: Annotated[float, Field(gt=0)] | None = Field(None, description="Gradient norm clip; unset: none.")
     normalize_observations: bool = Field(True, description="Running mean/std observation normalization.")
+    precision: Literal["auto", "float32", "bfloat16"] = Field(
+        "auto",
+        description="The learner's matrix products and activations: `bfloat16` needs bf16 matrix units (CPU "
+        "AMX or AVX512-BF16, or a CUDA GPU); parameters, optimizer state and losses stay float32. `auto`: the "
+        "plan picks from the host's facts and records why.",
+    )
 
 
 class _OffPolicyBase(_AlgoBase):
@@ -220,12 +236,40 @@ class _OffPolicyBase(_AlgoBase):
     num_atoms: Annotated[int, Field(ge=2, le=1001)] = Field(101, description="Atoms (bins) of a distributional critic.")
     v_min: float = Field(-20.0, description="Lowest support value of a distributional critic.")
     v_max: float = Field(20.0, description="Highest support value of a distributional critic.")
+    # `hidden_dims` is the shorthand for both widths (the key before actor and critic widths were
+    # separate): it fills whichever of the two is not given and is dropped, so plans and spec
+    # digests show only the two.
+    hidden_dims: Widths | None = Field(
+        None,
+        min_length=1,
+        exclude=True,
+        description="Shorthand: the widths of actor_hidden_dims and critic_hidden_dims where those are not given.",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _widths_shorthand(cls, data: object) -> object:
+        if not isinstance(data, dict) or data.get("hidden_dims") is None:
+            return data
+        value = data["hidden_dims"]
+        try:  # a bad value is reported once, at hidden_dims, by the field's own (strict) validation
+            _WIDTHS.validate_python(tuple(value) if isinstance(value, list) else value, strict=True)
+        except ValidationError:
+            return data
+        # A network's own key wins over the shorthand: `--set algo.actor_hidden_dims=[64]` on a
+        # file with `hidden_dims` changes the actor alone.
+        return {"actor_hidden_dims": value, "critic_hidden_dims": value, **data}
 
 
 class SacSpec(_OffPolicyBase):
     """`[algo]` with `name = "sac"`: soft actor-critic, with FastSAC's large-batch options."""
 
     name: Literal["sac"] = Field(description="The learner algorithm.")
+    actor_hidden_dims: Widths = Field((256, 256), min_length=1, description="Hidden layer widths of the actor.")
+    critic_hidden_dims: Widths = Field(
+        (256, 256), min_length=1, description="Hidden layer widths of each of the two Q networks."
+    )
+    activation: Literal["relu", "silu", "elu"] = Field("relu", description="Activation after each hidden layer.")
     critic: Literal["mse", "c51"] = Field("mse", description="Scalar twin-Q (`mse`) or C51 distributional critic.")
     layer_norm: bool = Field(False, description="LayerNorm after each hidden layer (FastSAC).")
     target_entropy: float | Literal["auto"] = Field("auto", description="`auto`: -action_dim.")
@@ -255,7 +299,19 @@ class FlashSacSpec(_OffPolicyBase):
     )
     v_min: float = Field(-5.0, description="Lowest support value of the distributional critic (the paper's).")
     v_max: float = Field(5.0, description="Highest support value of the distributional critic (the paper's).")
-    hidden_dims: Widths = Field((256,), min_length=1, max_length=1, description="Residual stream width (one entry).")
+    actor_hidden_dims: Widths = Field(
+        (256,), min_length=1, max_length=1, description="The actor's residual stream width (one entry)."
+    )
+    critic_hidden_dims: Widths = Field(
+        (256,), min_length=1, max_length=1, description="Each Q network's residual stream width (one entry)."
+    )
+    hidden_dims: Widths | None = Field(
+        None,
+        min_length=1,
+        max_length=1,
+        exclude=True,
+        description="Shorthand: actor_hidden_dims and critic_hidden_dims where those are not given (one entry).",
+    )
 
 
 class PpoSpec(_AlgoBase):

@@ -1,0 +1,193 @@
+"""The learner's precision and CPU thread budget: each condition is stated once, here, and read by
+both the rule that refuses an explicit request and the plan's resolution of `auto`.
+
+Precision. bfloat16 pays only where the CPU multiplies bf16 matrices in hardware: on a 2-vCPU Xeon
+with AMX-BF16 the matched SAC update (FastSAC's sizes, batch 256) ran 1.7-1.9x faster than
+float32 on one thread, while an AVX2-only EPYC ran bf16 matmuls 59-124x slower than float32
+(docs/performance.md). AVX512-BF16 without AMX is allowed on request but not chosen by `auto`: no
+measurement shows it faster yet. Nor is CUDA's: no GPU run of unilab has been measured.
+
+Threads. An off-policy learner on the CPU usually bounds the run. On a CPU with AMX `auto` gives
+it one intra-op thread per physical core of the rank's CPU block (SMT siblings share one core's
+matrix units) and the whole block, the collector's CPUs included; the rank uses them only while the
+collector waits for its action (unilab.run.offpolicy.LearnerThreads), so a run the collector bounds
+keeps the collector's pace. On the 2-vCPU Xeon that ran 1.7x the env steps/s of one learner thread on
+a CPU apart. Elsewhere it keeps the layout measured on an AVX2-only host,
+half the block on CPUs apart from the collector's; and one thread for small networks, where
+threading each operation costs more than it saves (docs/performance.md has the figures).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from unilab.errors import Diagnostic
+from unilab.plan.context import Context
+from unilab.plan.rules.registry import Rule, rule
+
+# The widest hidden layer below which `auto` keeps float32 and one learner thread: at 64x64 SAC
+# ran faster in float32 and on one thread; at 256x256 bfloat16 and two threads were no slower.
+AUTO_BF16_MIN_WIDTH = 256
+
+
+def bf16_blocker(ctx: Context) -> str | None:
+    """The first unmet condition for a bfloat16 learner on this plan's devices; None when it can run."""
+    algo = ctx.spec.algo
+    if algo.name == "ppo":
+        return "PPO runs through rsl-rl-lib's learner, which computes in float32"
+    if ctx.on_cuda:
+        return None
+    cpu = ctx.facts.cpu
+    if cpu.features is None:
+        return (
+            "the host facts do not record the CPU's features (they predate unilab reading them), so bf16 "
+            "matrix units cannot be confirmed"
+        )
+    if not cpu.bf16_matmul():
+        have = ", ".join(cpu.features) or "none of the flags unilab reads"
+        return (
+            f"the CPU ({cpu.model}) has no bf16 matrix units: neither amx_bf16 nor avx512_bf16 (it has: {have}); "
+            "bf16 matrix products ran 59-124x slower than float32 on such a CPU"
+        )
+    return None
+
+
+@rule(
+    "learner.precision",
+    "algo.precision",
+    '`precision = "bfloat16"` needs an off-policy learner (sac, flashsac) and bf16 matrix units: a CPU with '
+    "AMX-BF16 or AVX512-BF16 in the host facts, or CUDA devices.",
+)
+def learner_precision(r: Rule, ctx: Context) -> list[Diagnostic]:
+    if ctx.spec.algo.precision != "bfloat16":
+        return []
+    blocker = bf16_blocker(ctx)
+    if blocker is None:
+        return []
+    if ctx.facts.cpu.features is None and ctx.spec.algo.name != "ppo":
+        fix = 'record the host facts again (`unilab host --json > node.json`), or set algo.precision = "auto"'
+    else:
+        fix = 'set algo.precision = "auto" (or "float32")'
+    return [r.diag(blocker, fix)]
+
+
+def _widest_layer(ctx: Context) -> int:
+    algo = ctx.spec.algo
+    widths = getattr(algo, "critic_hidden_dims", None) or getattr(algo, "hidden_dims", None) or (0,)
+    expansion = getattr(algo, "expansion", 1)  # FlashSAC's blocks widen by this factor
+    return max(widths) * expansion
+
+
+@dataclass(frozen=True)
+class PrecisionDecision:
+    effective: str  # "float32" | "bfloat16"
+    reason: str
+
+
+def resolve_precision(ctx: Context) -> PrecisionDecision:
+    """What the learner computes in. Called after the rules passed: an explicit request stands."""
+    requested = ctx.spec.algo.precision
+    if requested != "auto":
+        return PrecisionDecision(requested, f'algo.precision = "{requested}"')
+    blocker = bf16_blocker(ctx)
+    if blocker is not None:
+        return PrecisionDecision("float32", f"auto: {blocker}")
+    if ctx.on_cuda:
+        return PrecisionDecision(
+            "float32", 'auto: bfloat16 on CUDA is not measured yet; set algo.precision = "bfloat16" to use it'
+        )
+    if not ctx.facts.cpu.has("amx_bf16"):
+        return PrecisionDecision(
+            "float32",
+            "auto: the CPU has avx512_bf16 but no AMX tiles, and bfloat16 was measured faster only with AMX; "
+            'set algo.precision = "bfloat16" to use it',
+        )
+    widest = _widest_layer(ctx)
+    if widest < AUTO_BF16_MIN_WIDTH:
+        return PrecisionDecision(
+            "float32",
+            f"auto: the widest hidden layer ({widest}) is under {AUTO_BF16_MIN_WIDTH}, where bfloat16 measured "
+            "slower (the check task's 64x64 SAC: 112 against 150 updates/s)",
+        )
+    return PrecisionDecision(
+        "bfloat16",
+        "auto: the CPU multiplies bf16 matrices on AMX tiles, measured 1.7-1.9x faster than float32 for the "
+        "SAC update at FastSAC's sizes (docs/performance.md)",
+    )
+
+
+@dataclass(frozen=True)
+class ThreadDecision:
+    threads: int
+    learner_cpu_ids: list[int]  # empty: not pinned (it shares the collector's CPUs)
+    collector_cpu_ids: list[int]
+    reason: str
+
+
+def _physical_cores(ctx: Context, block: list[int]) -> int:
+    """Physical cores among `block`'s CPUs (each CPU its own core where the facts do not say)."""
+    cores = ctx.facts.cpu.cores
+    if cores is None:
+        return len(block)
+    return sum(1 for group in cores if set(group) & set(block))
+
+
+def resolve_threads(ctx: Context, block: list[int], kind: str) -> ThreadDecision:
+    """The rank's learner threads and CPU sets, from its CPU block."""
+    t = ctx.spec.training
+    workers = ctx.spec.sim.workers
+    keep = workers if isinstance(workers, int) and ctx.spec.sim.backend == "mujoco" else 1
+    if kind == "cuda":
+        threads = 1 if t.torch_threads == "auto" else t.torch_threads
+        why = "a GPU learner needs one thread to launch its kernels"
+        # It keeps two CPUs (its launch thread, and CUDA's and NCCL's helper threads) where the
+        # block has room for the physics workers beside them.
+        k = min(2, len(block) - keep)
+        if ctx.spec.algo.name == "ppo" or t.collector_cpu_ids is not None or k < 1:
+            return ThreadDecision(threads, [], block, why)
+        return ThreadDecision(threads, block[:k], block[k:], why)
+    if ctx.spec.algo.name == "ppo":
+        threads = max(1, len(block) // 2) if t.torch_threads == "auto" else t.torch_threads
+        return ThreadDecision(
+            threads, [], block, "PPO updates between rollouts, while the physics workers wait: it shares their CPUs"
+        )
+    if t.collector_cpu_ids is not None:
+        threads = max(1, len(block) // 2) if t.torch_threads == "auto" else t.torch_threads
+        return ThreadDecision(
+            threads, [], block, "training.collector_cpu_ids is the user's layout: the learner is not pinned"
+        )
+    cores = _physical_cores(ctx, block)
+    widest = _widest_layer(ctx)
+    if t.torch_threads != "auto":
+        threads, why = t.torch_threads, f"training.torch_threads = {t.torch_threads}"
+    elif widest < AUTO_BF16_MIN_WIDTH:
+        threads = 1
+        why = (
+            f"one: at hidden layers of {widest} and less, splitting each operation costs more than it saves "
+            "(the check task's 64x64 SAC ran 150 updates/s on one thread, 130 on two)"
+        )
+    elif not ctx.facts.cpu.has("amx_bf16"):
+        threads = max(1, len(block) // 2)
+        why = (
+            "half the rank's CPUs: without AMX a learner on CPUs of its own ran 19-25 % faster end to end than "
+            "one sharing the physics workers' (docs/performance.md); a learner on the whole block is measured "
+            "only on AMX CPUs"
+        )
+    else:
+        threads = cores
+        why = (
+            f"one per physical core of the rank's {len(block)} CPUs ({cores}), used while the collector waits "
+            "for its action: an off-policy learner with AMX still bounds most runs, and this layout ran 1.7x "
+            "the env steps/s of one thread on a CPU apart (docs/performance.md)"
+        )
+    if threads <= len(block) - keep:
+        # CPUs of its own: the physics workers keep the rest of the block.
+        return ThreadDecision(threads, block[:threads], block[threads:], f"{why}; CPUs apart from the collector's")
+    # More threads than CPUs apart: the learner shares the collector's, using them only while the
+    # collector waits (unilab.run.offpolicy.LearnerThreads), so a collector-bound run keeps its pace.
+    return ThreadDecision(
+        threads,
+        block,
+        block[len(block) - keep :] if keep < len(block) else block,
+        f"{why}; on the whole block, the collector's CPUs only while the collector waits",
+    )
