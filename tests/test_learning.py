@@ -111,9 +111,13 @@ def test_ppo_learns_cartpole_within_three_minutes(tmp_path: Path) -> None:
 
 
 def _bf16_matmul_here() -> bool:
-    from unilab.host.probe import probe_host
+    """The CPU flags the plan reads, from /proc/cpuinfo alone: a whole host probe (NVML, the MPS
+    registry) at test collection would cost every test session."""
+    from unilab.host.facts import CpuFacts
+    from unilab.host.probe import _cpu_features, _read_text
 
-    return bool(probe_host().cpu.bf16_matmul())
+    feats = _cpu_features(_read_text(Path("/proc/cpuinfo")))
+    return bool(CpuFacts(model="", logical_count=1, affinity=[0], features=feats).bf16_matmul())
 
 
 @pytest.mark.skipif(

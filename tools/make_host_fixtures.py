@@ -55,10 +55,11 @@ def _no_mps(state: str = "/home/user/.local/state/unilab/mps") -> MpsFacts:
     return MpsFacts(control_binary=None, state_directory=state, services=[])
 
 
-def cpu_laptop() -> HostFacts:
+def _cpu_only(host: str, cpu: CpuFacts) -> HostFacts:
+    """A host without an NVIDIA driver: only its CPU differs between the CPU fixtures."""
     return HostFacts(
-        os=_os("laptop"),
-        cpu=CpuFacts(model="AMD EPYC", logical_count=2, affinity=[0, 1], features=ZEN3, cores=[[0], [1]]),
+        os=_os(host),
+        cpu=cpu,
         nvidia=NvidiaFacts(driver_present=False, nvml_error="NVML init failed: NVML Shared Library Not Found"),
         cuda_visible_devices=VisibleDevicesFacts(raw=None, uuids=[]),
         mps=_no_mps(),
@@ -66,39 +67,37 @@ def cpu_laptop() -> HostFacts:
     )
 
 
+def cpu_laptop() -> HostFacts:
+    return _cpu_only(
+        "laptop", CpuFacts(model="AMD EPYC", logical_count=2, affinity=[0, 1], features=ZEN3, cores=[[0], [1]])
+    )
+
+
 def cpu_amx() -> HostFacts:
     """A 2-vCPU Sapphire Rapids cloud instance: bf16 matmuls on AMX, no SMT siblings visible."""
-    return HostFacts(
-        os=_os("amx-vm"),
-        cpu=CpuFacts(
+    return _cpu_only(
+        "amx-vm",
+        CpuFacts(
             model="Intel(R) Xeon(R) Processor",
             logical_count=2,
             affinity=[0, 1],
             features=SAPPHIRE_RAPIDS,
             cores=[[0], [1]],
         ),
-        nvidia=NvidiaFacts(driver_present=False, nvml_error="NVML init failed: NVML Shared Library Not Found"),
-        cuda_visible_devices=VisibleDevicesFacts(raw=None, uuids=[]),
-        mps=_no_mps(),
-        packages=CPU_PKGS,
     )
 
 
 def cpu_smt4() -> HostFacts:
     """4 logical CPUs on 2 physical cores (AMX): two learner threads on one core's siblings share it."""
-    return HostFacts(
-        os=_os("smt4"),
-        cpu=CpuFacts(
+    return _cpu_only(
+        "smt4",
+        CpuFacts(
             model="Intel(R) Xeon(R) Processor",
             logical_count=4,
             affinity=[0, 1, 2, 3],
             features=SAPPHIRE_RAPIDS,
             cores=_smt_pairs(4),
         ),
-        nvidia=NvidiaFacts(driver_present=False, nvml_error="NVML init failed: NVML Shared Library Not Found"),
-        cuda_visible_devices=VisibleDevicesFacts(raw=None, uuids=[]),
-        mps=_no_mps(),
-        packages=CPU_PKGS,
     )
 
 

@@ -41,6 +41,14 @@ def project_c51(probs: torch.Tensor, values: torch.Tensor, v_min: float, v_max: 
     return out
 
 
+@torch.no_grad()
+def soft_update(pairs: list[tuple[nn.Module, nn.Module]], tau: float) -> None:
+    """CleanRL's target update: target <- tau * online + (1 - tau) * target."""
+    for net, target_net in pairs:
+        for p, tp in zip(net.parameters(), target_net.parameters(), strict=True):
+            tp.data.copy_(tau * p.data + (1 - tau) * tp.data)
+
+
 def squashed_sample(mean: torch.Tensor, log_std: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     std = log_std.exp()
     x = mean + std * torch.randn_like(mean)
@@ -116,10 +124,7 @@ class ReferenceSac:
             alpha_loss.backward()
             self.a_optimizer.step()
 
-        with torch.no_grad():
-            for net, target_net in ((self.qf1, self.qf1_target), (self.qf2, self.qf2_target)):
-                for p, tp in zip(net.parameters(), target_net.parameters(), strict=True):
-                    tp.data.copy_(self.tau * p.data + (1 - self.tau) * tp.data)
+        soft_update([(self.qf1, self.qf1_target), (self.qf2, self.qf2_target)], self.tau)
         self.step += 1
         return qf_loss.detach()
 
@@ -243,9 +248,6 @@ class ReferenceFlashSac:
         self.q_optimizer.step()
         self.qf1.project()
         self.qf2.project()
-        with torch.no_grad():
-            for net, target_net in ((self.qf1, self.qf1_target), (self.qf2, self.qf2_target)):
-                for p, tp in zip(net.parameters(), target_net.parameters(), strict=True):
-                    tp.data.copy_(self.tau * p.data + (1 - self.tau) * tp.data)
+        soft_update([(self.qf1, self.qf1_target), (self.qf2, self.qf2_target)], self.tau)
         self.step += 1
         return qf_loss.detach()

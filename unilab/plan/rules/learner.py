@@ -146,15 +146,14 @@ def resolve_threads(ctx: Context, block: list[int], kind: str) -> ThreadDecision
         if ctx.spec.algo.name == "ppo" or t.collector_cpu_ids is not None or k < 1:
             return ThreadDecision(threads, [], block, why)
         return ThreadDecision(threads, block[:k], block[k:], why)
+    half = max(1, len(block) // 2) if t.torch_threads == "auto" else t.torch_threads
     if ctx.spec.algo.name == "ppo":
-        threads = max(1, len(block) // 2) if t.torch_threads == "auto" else t.torch_threads
         return ThreadDecision(
-            threads, [], block, "PPO updates between rollouts, while the physics workers wait: it shares their CPUs"
+            half, [], block, "PPO updates between rollouts, while the physics workers wait: it shares their CPUs"
         )
     if t.collector_cpu_ids is not None:
-        threads = max(1, len(block) // 2) if t.torch_threads == "auto" else t.torch_threads
         return ThreadDecision(
-            threads, [], block, "training.collector_cpu_ids is the user's layout: the learner is not pinned"
+            half, [], block, "training.collector_cpu_ids is the user's layout: the learner is not pinned"
         )
     cores = _physical_cores(ctx, block)
     widest = _widest_layer(ctx)
@@ -167,7 +166,7 @@ def resolve_threads(ctx: Context, block: list[int], kind: str) -> ThreadDecision
             "(the check task's 64x64 SAC ran 150 updates/s on one thread, 130 on two)"
         )
     elif not ctx.facts.cpu.has("amx_bf16"):
-        threads = max(1, len(block) // 2)
+        threads = half
         why = (
             "half the rank's CPUs: without AMX a learner on CPUs of its own ran 19-25 % faster end to end than "
             "one sharing the physics workers' (docs/performance.md); a learner on the whole block is measured "
