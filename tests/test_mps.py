@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import FIXTURES, ROOT, host
+from unilab.errors import UnilabError
 from unilab.host.mps_registry import probe_service, read_registry
 from unilab.mps import service
 from unilab.mps.service import MpsError
@@ -121,6 +122,54 @@ def test_refuses_pipe_dir_owned_by_another_user(fake_path: None, state: Path) ->
     os.chown(pipe, 12345, 12345)
     with pytest.raises(MpsError, match="owned by uid 12345"):
         service.start(host("one_h200"), "0", "g0", state)
+
+
+def test_refuses_a_state_dir_writable_by_others(fake_path: None, state: Path) -> None:
+    """The state directory holds the registry that tells a run which daemon to attach to: like a
+    pipe directory, it must not be writable by other users."""
+    state.mkdir(parents=True)
+    state.chmod(0o777)
+    for attempt in (lambda: service.start(host("one_h200"), "0", "g0", state), lambda: service.stop("g0", state)):
+        with pytest.raises(MpsError, match="writable by other users"):
+            attempt()
+    with pytest.raises(MpsError, match="writable by other users"):
+        service.status(state)
+    assert not (state / ".lock").exists() and not (state / "g0").exists()
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="chown to another user needs root")
+def test_refuses_a_state_dir_owned_by_another_user(fake_path: None, state: Path) -> None:
+    state.mkdir(parents=True, mode=0o700)
+    os.chown(state, 12345, 12345)
+    with pytest.raises(MpsError, match="owned by uid 12345") as err:
+        service.start(host("one_h200"), "0", "g0", state)
+    assert "UNILAB_STATE_DIR" in err.value.fix
+
+
+def test_symbolic_links_in_the_state_dir_are_never_followed(fake_path: None, state: Path, tmp_path: Path) -> None:
+    """A link planted at the lock file, the registry or the registry's temp file is refused or
+    replaced, and its target is neither truncated nor written."""
+    target = tmp_path / "precious"
+    target.write_text("keep me")
+    state.mkdir(parents=True, mode=0o700)
+    (state / ".lock").symlink_to(target)
+    with pytest.raises(MpsError, match="is a symbolic link"):
+        service.start(host("one_h200"), "0", "g0", state)
+    assert target.read_text() == "keep me"
+    (state / ".lock").unlink()
+    (state / "services.json").symlink_to(target)
+    with pytest.raises(UnilabError, match="is a symbolic link"):
+        service.start(host("one_h200"), "0", "g0", state)
+    with pytest.raises(UnilabError, match="is a symbolic link"):
+        read_registry(state)
+    assert target.read_text() == "keep me"
+    (state / "services.json").unlink()
+    (state / f".services.json.{os.getpid()}.tmp").symlink_to(target)
+    service.start(host("one_h200"), "0", "g0", state)
+    assert target.read_text() == "keep me"
+    assert [e.name for e in read_registry(state).services] == ["g0"]
+    assert not (state / "services.json").is_symlink()
+    service.stop("g0", state)
 
 
 def test_daemon_start_failure_is_reported(fake_path: None, state: Path, monkeypatch: pytest.MonkeyPatch) -> None:

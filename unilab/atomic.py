@@ -27,7 +27,11 @@ def write_atomic(path: Path, write: Callable[[IO[bytes]], None], what: str, fix:
     """`fix` is the advice on failure; the default suits files of a run directory."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        with open(tmp, "wb") as f:
+        # A leftover of this pid is removed (a link, not its target), and the temp file is created
+        # anew, never through a symbolic link planted at its name.
+        tmp.unlink(missing_ok=True)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+        with os.fdopen(fd, "wb") as f:
             write(f)
             f.flush()
             os.fsync(f.fileno())

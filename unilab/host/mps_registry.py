@@ -62,16 +62,29 @@ def state_directory() -> Path:
     return Path(os.path.abspath(xdg)) / "unilab" / "mps"
 
 
+MAX_REGISTRY_BYTES = 1 << 20  # one entry per GPU service: a few hundred bytes each
+
+
 def registry_path(state_dir: Path | None = None) -> Path:
     return (state_dir or state_directory()) / "services.json"
 
 
 def read_registry(state_dir: Path | None = None) -> Registry:
     path = registry_path(state_dir)
-    if not path.exists():
+    if not path.exists() and not path.is_symlink():
         return Registry()
+    if path.is_symlink():  # written only as a plain file (write_registry); a link was planted
+        raise UnilabError(
+            f"the MPS service registry {path} is a symbolic link; unilab reads it only as a plain file",
+            fix=f"remove {path}, then `unilab mps start` the services again",
+        )
     try:
-        return Registry.model_validate(json.loads(path.read_text()))
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        with os.fdopen(fd, "rb") as f:
+            text = f.read(MAX_REGISTRY_BYTES + 1).decode("utf-8")
+        if len(text) > MAX_REGISTRY_BYTES:
+            raise ValueError(f"larger than {MAX_REGISTRY_BYTES // 1024} KiB")
+        return Registry.model_validate(json.loads(text))
     except (OSError, ValueError, ValidationError) as exc:
         if isinstance(exc, ValidationError):
             first = exc.errors()[0]

@@ -7,6 +7,7 @@ UUID, directories and daemon pid; `unilab plan` reads it. Training never starts 
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import shutil
@@ -82,14 +83,16 @@ def _resolve_gpu(facts: HostFacts, gpu: str) -> GpuFacts:
     return g
 
 
-def _check_dir(path: Path) -> None:
+def _check_dir(path: Path, owner_fix: str | None = None) -> None:
     """Refuse a directory owned by another user or writable by others: an MPS pipe directory is
-    how clients reach the daemon, so it must be ours alone."""
+    how clients reach the daemon, and the state directory holds the registry that names them, so
+    each must be ours alone. ``owner_fix``: the advice for a directory owned by someone else."""
     st = path.stat()
     if st.st_uid != os.getuid():
         raise MpsError(
             f"{path} is owned by uid {st.st_uid}, not by you (uid {os.getuid()})",
-            fix=f"remove it or choose another --name (unilab keeps its directories under {path.parent.parent})",
+            fix=owner_fix
+            or f"remove it or choose another --name (unilab keeps its directories under {path.parent.parent})",
         )
     if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
         raise MpsError(
@@ -102,16 +105,42 @@ def _make_private_dir(path: Path) -> None:
     _check_dir(path)
 
 
+def check_state_dir(state_dir: Path) -> None:
+    """The state directory, once it exists, must be ours and writable by us alone: whoever can
+    write in it can plant the registry (which daemon a run attaches to) or a symbolic link where
+    unilab writes."""
+    if state_dir.is_dir():
+        _check_dir(
+            state_dir,
+            owner_fix=f"point UNILAB_STATE_DIR (or XDG_STATE_HOME) at a directory of your own, or remove {state_dir}",
+        )
+
+
 @contextmanager
 def _locked(state_dir: Path) -> Iterator[None]:
-    """Serialize registry updates between concurrent `unilab mps` commands."""
+    """Serialize registry updates between concurrent `unilab mps` commands. The lock file is
+    opened without following a symbolic link and never truncated."""
     state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    with open(state_dir / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    check_state_dir(state_dir)
+    path = state_dir / ".lock"
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise MpsError(
+                f"{path} is a symbolic link; unilab opens its lock file only as a plain file", fix=f"remove {path}"
+            ) from None
+        raise MpsError(
+            f"cannot open {path}: {exc.strerror or exc}", fix=f"fix the permissions of {state_dir}"
+        ) from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
         try:
             yield
         finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
 
 
 def service_env(entry: RegistryEntry, base: dict[str, str] | None = None) -> dict[str, str]:
@@ -294,6 +323,7 @@ def stop(name: str, state_dir: Path) -> MpsServiceFacts:
 
 
 def status(state_dir: Path) -> list[MpsServiceFacts]:
+    check_state_dir(state_dir)
     return [probe_service(e) for e in read_registry(state_dir).services]
 
 
