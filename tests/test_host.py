@@ -197,7 +197,14 @@ def test_a_registry_pid_that_no_process_can_have_is_refused(tmp_path: Path, pid:
     ("change", "says"),
     [
         (lambda f: f["cpu"].update(affinity=[0, 1, 2], logical_count=2), "the affinity lists 3 CPUs"),
-        (lambda f: f["cpu"].update(logical_count=10**30), "less than or equal to 1048576"),
+        (lambda f: f["cpu"].update(logical_count=10**30), "less than or equal to 8192"),
+        (lambda f: f["cpu"].update(affinity=list(range(9000))), "cpu.affinity: List should have at most 8192 items"),
+        (
+            lambda f: f["nvidia"].update(
+                gpus=[dict(f["nvidia"]["gpus"][0], index=i, uuid=f"GPU-{i}") for i in range(300)]
+            ),
+            "nvidia.gpus: List should have at most 256 items",
+        ),
         (lambda f: f["nvidia"]["gpus"].append(dict(f["nvidia"]["gpus"][0], index=7)), "GPU UUIDs repeat"),
         (lambda f: f["nvidia"].update(driver_present=False), "GPUs are listed, but the driver is not present"),
         (

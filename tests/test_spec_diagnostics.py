@@ -252,6 +252,14 @@ def test_a_home_directory_of_no_user_is_a_spec_error(key: str) -> None:
     load_spec(G1, [f'{key}="~/x"'])  # the user's own home directory is fine
 
 
+@pytest.mark.parametrize("key", ["run.output_dir", "run.init_from", "task.robot_mjcf", "task.motion"])
+def test_a_nul_byte_in_a_path_is_a_spec_error(key: str) -> None:
+    """A NUL byte (TOML's \\u0000) in a path is refused with the key at plan time, not an internal
+    error when apply first opens the path."""
+    d = diags(G1, f'{key}="runs\\u0000x"')
+    assert d[key].rule_id == "spec.value" and "NUL byte" in d[key].condition
+
+
 def test_a_reward_weight_is_named_by_the_users_own_term_name() -> None:
     """Keys of `[task.reward_weights]` are the user's: one spelled like a type (`float`) or not in
     snake_case is named as written, and each bad weight gets its own diagnostic."""

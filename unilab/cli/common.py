@@ -29,6 +29,11 @@ def read_host_facts(path: Path | None) -> HostFacts:
             f"host facts file {path} does not exist",
             fix="record one on the target host with `unilab host --json > node.json`",
         ) from None
+    except RecursionError:
+        raise UnilabError(
+            f"host facts file {path} is nested too deeply to read",
+            fix="host facts nest a few levels at most: re-record them with `unilab host --json > node.json`",
+        ) from None
     except (OSError, ValueError) as exc:
         raise UnilabError(
             f"host facts file {path} is not readable JSON: {exc}",
@@ -76,7 +81,7 @@ def file_error(exc: BaseException, path: Path | str | None = None, what: str = "
         where = f" {path}" if path is not None else ""
         return UnilabError(
             f"{what}{where} is nested too deeply to read",
-            fix="a unilab spec or plan nests a few levels at most: check the file for runaway [ or {",
+            fix=f"a unilab {what.removesuffix(' file')} nests a few levels at most: check the file for runaway [ or {{",
         )
     return None
 

@@ -3,11 +3,16 @@ on one machine (`unilab host --json > node.json`) and planned against on another
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 HOST_FACTS_SCHEMA_VERSION = 1
+# Bounds a facts file is read within (a hand-made file of 100k GPUs must be refused, not planned
+# against for minutes): far above any node's 8-16 GPUs and Linux's CPU count limit (CONFIG_NR_CPUS).
+MAX_GPUS = 256
+MAX_CPUS = 8192
 
 # The CPU flags that decide a CPU learner's speed and precision, as /proc/cpuinfo spells them.
 # CpuFacts.features records them in this tuple's order (not alphabetical, not cpuinfo's): a fixed
@@ -29,9 +34,9 @@ class OsFacts(_Facts):
 
 class CpuFacts(_Facts):
     model: str = Field(description="CPU model name.")
-    logical_count: int = Field(ge=1, le=1_048_576, description="Logical CPUs in the machine.")
-    affinity: list[Annotated[int, Field(ge=0)]] = Field(
-        description="CPUs this process may run on (os.sched_getaffinity), sorted."
+    logical_count: int = Field(ge=1, le=MAX_CPUS, description="Logical CPUs in the machine.")
+    affinity: list[Annotated[int, Field(ge=0, lt=MAX_CPUS)]] = Field(
+        max_length=MAX_CPUS, description="CPUs this process may run on (os.sched_getaffinity), sorted."
     )
     features: list[str] | None = Field(
         None,
@@ -41,8 +46,9 @@ class CpuFacts(_Facts):
         "null: not recorded (facts recorded before unilab read them, a host without /proc/cpuinfo, or one "
         "that could not be read).",
     )
-    cores: list[list[Annotated[int, Field(ge=0)]]] | None = Field(
+    cores: list[list[Annotated[int, Field(ge=0, lt=MAX_CPUS)]]] | None = Field(
         None,
+        max_length=MAX_CPUS,
         description="The affinity's CPUs grouped by physical core (SMT siblings together, from sysfs "
         "topology core_cpus_list, else thread_siblings_list): each group sorted, groups sorted by their first "
         "CPU, every affinity CPU in exactly one group. Two threads of one core share its execution units, so "
@@ -54,7 +60,7 @@ class CpuFacts(_Facts):
     def _no_repeats(cls, v: list[int]) -> list[int]:
         # A hand-edited facts file with a CPU twice would plan blocks that share a CPU.
         if len(set(v)) != len(v):
-            raise ValueError(f"CPU ids repeat: {sorted(c for c in set(v) if v.count(c) > 1)}")
+            raise ValueError(f"CPU ids repeat: {sorted(c for c, n in Counter(v).items() if n > 1)}")
         return v
 
     @field_validator("features")
@@ -131,14 +137,16 @@ class NvidiaFacts(_Facts):
     )
     driver_version: str | None = None
     cuda_driver_version: str | None = Field(None, description="CUDA version the driver supports, e.g. 13.0.")
-    gpus: list[GpuFacts] = Field(default_factory=list)
+    gpus: list[GpuFacts] = Field(
+        default_factory=list, max_length=MAX_GPUS, description=f"The GPUs NVML reports (at most {MAX_GPUS})."
+    )
 
     @model_validator(mode="after")
     def _gpus_consistent(self) -> NvidiaFacts:
         if self.gpus and not self.driver_present:
             raise ValueError("GPUs are listed, but the driver is not present (NVML could not be initialised)")
         for what, values in (("UUID", [g.uuid for g in self.gpus]), ("index", [g.index for g in self.gpus])):
-            repeated = sorted({str(v) for v in values if values.count(v) > 1})
+            repeated = sorted(str(v) for v, n in Counter(values).items() if n > 1)
             if repeated:
                 raise ValueError(f"GPU {what}s repeat: {', '.join(repeated)} (each GPU is listed once)")
         return self
@@ -146,7 +154,9 @@ class NvidiaFacts(_Facts):
 
 class VisibleDevicesFacts(_Facts):
     raw: str | None = Field(description="CUDA_VISIBLE_DEVICES as set, or null when unset.")
-    uuids: list[str] = Field(description="UUIDs of the visible GPUs in CUDA order (index i -> uuids[i]).")
+    uuids: list[str] = Field(
+        max_length=MAX_GPUS, description="UUIDs of the visible GPUs in CUDA order (index i -> uuids[i])."
+    )
     error: str | None = Field(None, description="Why an entry could not be mapped to a GPU.")
 
 
@@ -165,7 +175,7 @@ class MpsServiceFacts(_Facts):
 class MpsFacts(_Facts):
     control_binary: str | None = Field(description="Path of nvidia-cuda-mps-control, if on PATH.")
     state_directory: str = Field(description="unilab's MPS state directory (the service registry lives here).")
-    services: list[MpsServiceFacts] = Field(default_factory=list)
+    services: list[MpsServiceFacts] = Field(default_factory=list, max_length=MAX_GPUS)
     registry_error: str | None = Field(
         None, description="Why the service registry could not be read (then `services` is empty); absent when it was."
     )

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Literal
 
 from unilab.errors import RobotModelError
+from unilab.inputfile import read_input
 from unilab.robot.g1 import ANCHOR_BODY, BASE_BODY, FEET_BODIES, JOINT_NAMES, KEY_BODIES
 
 _MAX_INCLUDE_DEPTH = 8
@@ -81,7 +82,28 @@ def inspect_mjcf(path: Path) -> MjcfInfo:
 
 # ---------------------------------------------------------------------------------------------
 # Parsing and includes.
+MAX_MJCF_BYTES = 16 * 2**20  # Menagerie's G1 XML is about 30 kB; meshes are separate files
+MAX_MJCF_DEPTH = 256  # element nesting; Menagerie's G1 nests its bodies about 15 deep
+
+
+def _depth(root: ET.Element) -> int:
+    """The element nesting depth, without recursion (a recursive walk is what a deep file breaks)."""
+    deepest, stack = 0, [(root, 1)]
+    while stack:
+        elem, d = stack.pop()
+        deepest = max(deepest, d)
+        if deepest > MAX_MJCF_DEPTH:
+            break
+        stack.extend((child, d + 1) for child in elem)
+    return deepest
+
+
 def _parse(path: Path, data: bytes) -> ET.Element:
+    if len(data) > MAX_MJCF_BYTES:
+        raise RobotModelError(
+            f"robot MJCF {path} is larger than {MAX_MJCF_BYTES // 2**20} MiB: not a robot model",
+            fix=f"pass the robot's MJCF file (meshes stay in their own files), {_FIX_BUILTIN}",
+        )
     try:
         root = ET.fromstring(data)
     except ET.ParseError as exc:
@@ -95,6 +117,11 @@ def _parse(path: Path, data: bytes) -> ET.Element:
             f"robot MJCF has root element <{root.tag}>, not <mujoco>: {path}",
             detail="task.robot_mjcf must be a MuJoCo MJCF file (URDF is not accepted).",
             fix=f"convert the model to MJCF (e.g. load the URDF in MuJoCo and save it as XML), {_FIX_BUILTIN}",
+        )
+    if _depth(root) > MAX_MJCF_DEPTH:
+        raise RobotModelError(
+            f"robot MJCF {path} nests its elements more than {MAX_MJCF_DEPTH} deep: not a robot model",
+            fix=f"check {path.name} for runaway nesting, {_FIX_BUILTIN}",
         )
     return root
 
@@ -120,7 +147,7 @@ def mjcf_matches(path: Path, digest: str) -> bool:
 
 def _read_model(path: Path) -> tuple[ET.Element, list[Path]]:
     """The main file's XML with every include expanded, and the included files (resolved)."""
-    root = _parse(path, path.read_bytes())
+    root = _parse(path, read_input(path, "robot MJCF", MAX_MJCF_BYTES + 1))
     included: list[Path] = []
     _expand_includes(root, path.parent, path.parent, depth=0, stack=(path,), included=included)
     return root, included
@@ -182,7 +209,7 @@ def _load_include(
             fix="remove the circular <include>",
         )
     included.append(found)
-    sub = _parse(found, found.read_bytes())
+    sub = _parse(found, read_input(found, "robot MJCF include", MAX_MJCF_BYTES + 1))
     _expand_includes(sub, found.parent, main_dir, depth + 1, (*stack, found), included)
     return sub
 

@@ -116,6 +116,11 @@ def validate_manifest_file(path: Path) -> tuple[Manifest, ConsistencyReport]:
         json.dumps(data, ensure_ascii=False).encode("utf-8")  # "\ud800" parses, but is no character
     except FileNotFoundError:
         raise UnilabError(f"{path} does not exist", fix="pass RUN_DIR/manifest.json") from None
+    except RecursionError:
+        raise UnilabError(
+            f"{path} is nested too deeply to read: not a manifest",
+            fix="pass RUN_DIR or RUN_DIR/manifest.json as `unilab apply` wrote it",
+        ) from None
     except UnicodeEncodeError:
         raise UnilabError(
             f"{path} holds text that is not valid Unicode (a lone surrogate escape such as \\ud800)",

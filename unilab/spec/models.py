@@ -49,7 +49,10 @@ SPEC_CONTEXT = {"reading_spec": True}
 
 def _home_resolves(path: str, info: ValidationInfo) -> str:
     """A path that starts with `~` or `~NAME` must name a home directory this host knows:
-    otherwise every later use of it (the run directory, the file's digest) fails."""
+    otherwise every later use of it (the run directory, the file's digest) fails. No path may hold
+    a NUL byte: no file system accepts one, and the run would fail at its first use."""
+    if "\x00" in path:
+        raise ValueError("must be a path: it holds a NUL byte, which no file system accepts")
     if not (info.context or {}).get("reading_spec"):
         return path
     if path.startswith("~") and os.path.expanduser(path) == path:

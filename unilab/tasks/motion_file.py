@@ -15,6 +15,7 @@ Layout (T frames, J joints, B bodies = the robot's bodies in model order, world 
 
 from __future__ import annotations
 
+import math
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -142,16 +143,64 @@ def _read_npz(path: Path) -> dict[str, Any]:
             fix=f"save the motion with numpy.savez with keys {', '.join(REQUIRED_KEYS)}; {_REGENERATE}",
         )
     try:
+        _check_members(path)
         with np.load(path, allow_pickle=False) as data:
             if not isinstance(data, np.lib.npyio.NpzFile):  # pragma: no cover - np.load returns NpzFile here
                 raise TypeError
-            return {k: data[k] for k in data.files}
+            # Only the members unilab reads are inflated: an archive may carry others of any size.
+            return {k: data[k] for k in data.files if k in REQUIRED_KEYS}
+    except MotionFileError:
+        raise
     except (zipfile.BadZipFile, ValueError, OSError, TypeError, EOFError, AttributeError) as e:
         raise MotionFileError(
             f"motion file is not an .npz archive: {path}",
             detail=f"numpy could not read it as an npz of arrays ({type(e).__name__}: {e})",
             fix=f"save the motion with numpy.savez with keys {', '.join(REQUIRED_KEYS)}; {_REGENERATE}",
         ) from e
+
+
+MAX_MEMBER_BYTES = 256 * 2**20  # one array: a 10-minute 50 fps clip of 30 bodies is about 50 MB
+MAX_READ_BYTES = 1024 * 2**20  # all the arrays unilab reads from one motion file
+
+
+def _check_members(path: Path) -> None:
+    """Before anything is inflated: each member unilab reads holds a plain array whose header
+    claims a size within the limits, and the archive agrees (a 2 MB zip can inflate to gigabytes,
+    and a header can claim 2^40 elements)."""
+    import numpy as np
+
+    def refuse(what: str, detail: str | None = None) -> MotionFileError:
+        return MotionFileError(
+            f"motion file {path}: {what}",
+            detail=detail
+            or f"unilab reads at most {MAX_MEMBER_BYTES // 2**20} MiB per array and "
+            f"{MAX_READ_BYTES // 2**20} MiB per motion file, checked before decompressing",
+            fix=f"split or trim the clip; {_REGENERATE}",
+        )
+
+    total = 0
+    with zipfile.ZipFile(path) as z:
+        members = {i.filename.removesuffix(".npy"): i for i in z.infolist()}
+        for key in REQUIRED_KEYS:
+            info = members.get(key)
+            if info is None:
+                continue  # _validate names a missing key with its fix
+            if info.file_size > MAX_MEMBER_BYTES + 4096:  # an array's bytes and its header
+                raise refuse(f"`{key}` inflates to {info.file_size:,} bytes")
+            with z.open(info) as f:
+                version = np.lib.format.read_magic(f)
+                read_header = (
+                    np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+                )
+                shape, _, dtype = read_header(f)
+            if dtype.hasobject:
+                raise refuse(f"`{key}` holds Python objects, not numbers", "motion arrays are read without pickles")
+            size = math.prod(shape) * dtype.itemsize
+            if size > MAX_MEMBER_BYTES:
+                raise refuse(f"`{key}`'s header claims {math.prod(shape):,} elements ({size:,} bytes)")
+            total += size
+    if total > MAX_READ_BYTES:
+        raise refuse(f"its arrays hold {total:,} bytes")
 
 
 def _validate(
