@@ -183,3 +183,77 @@ def test_a_checkpoint_for_another_observation_layout_is_refused_before_the_run_i
     with pytest.raises(UnilabError, match=r"run\.init_from: .* does not load into this run.s learner: size mismatch"):
         with loading_init(plan):
             raise RuntimeError("size mismatch for mlp.0.weight")
+
+
+def _poison(run_dir: Path) -> str:
+    """Write a NaN into the first actor weight of the run's newest checkpoint and re-sign the file
+    (its sidecar digest), as an edited or foreign checkpoint would be; returns the tensor's name."""
+
+    (ckpt, *_) = sorted((run_dir / "checkpoints").glob("ckpt-*.pt"), reverse=True)
+    blob = torch.load(ckpt, weights_only=True)
+    actor = blob["state"]["learner"]["actor"]
+    name = next(k for k, v in actor.items() if v.is_floating_point())
+    actor[name].view(-1)[0] = float("nan")
+    _resign(ckpt, blob)
+    return f"learner.actor.{name}"
+
+
+def test_non_finite_weights_are_refused_by_eval_export_and_init_from(
+    source: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A checkpoint with a NaN weight is refused, naming the tensor, by every command that would
+    use its policy: export would write an ONNX policy that outputs NaN, init_from fine-tune from it."""
+    from unilab.cli.main import main
+
+    copy = tmp_path / "a"
+    shutil.copytree(source, copy)
+    tensor = _poison(copy)
+    says = f"tensor {tensor} holds 1 non-finite value"
+    for argv in (["eval", str(copy), "--episodes", "2"], ["export", str(copy), "--out", str(tmp_path / "p.onnx")]):
+        rc, err = main(argv), capsys.readouterr().err
+        assert rc == 1 and says in err and "fix: " in err and "Traceback" not in err, err
+    assert not (tmp_path / "p.onnx").exists()
+    r = unilab(
+        "apply", str(SPECS / "cartpole.toml"), "--quiet", "--set", f'run.init_from="{copy}"',
+        "--set", f"algo={TINY_SAC}", "--set", "algo.alpha_init=0.05", "--set", f'run.output_dir="{tmp_path / "runs"}"',
+    )  # fmt: skip
+    assert r.returncode == 1 and says in r.stderr and "run.init_from" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr and "internal error" not in r.stderr, r.stderr
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+def _resign(ckpt: Path, blob: dict) -> None:
+    import hashlib
+
+    torch.save(blob, ckpt)
+    digest = hashlib.sha256(ckpt.read_bytes()).hexdigest()
+    (ckpt.parent / (ckpt.name + ".sha256")).write_text(f"{digest}  {ckpt.name}\n")
+
+
+@pytest.mark.parametrize(
+    ("edit", "says"),
+    [
+        (lambda s: s.pop("normalizer"), "the checkpoint's state lacks `normalizer`"),
+        (lambda s: s.__setitem__("obs_dim", 2**40), "the checkpoint's `obs_dim` is 1099511627776"),
+        (lambda s: s["learner"].pop("actor"), "lacks the actor's weights"),
+        (lambda s: s["learner"]["actor"].popitem(), "the checkpoint's policy does not fit the run's plan"),
+    ],
+    ids=["no-normalizer", "huge-obs-dim", "no-actor", "missing-weight"],
+)
+def test_a_checkpoint_state_with_missing_keys_or_wild_sizes_is_refused(
+    source: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], edit, says: str
+) -> None:
+    """eval and export check a checkpoint's state before reading it: one clear refusal, never an
+    internal error (or an allocation of what a wild size claims)."""
+    copy = tmp_path / "a"
+    shutil.copytree(source, copy)
+    (ckpt, *_) = sorted((copy / "checkpoints").glob("ckpt-*.pt"), reverse=True)
+    blob = torch.load(ckpt, weights_only=True)
+    edit(blob["state"])
+    _resign(ckpt, blob)
+    from unilab.cli.main import main
+
+    for argv in (["eval", str(copy), "--episodes", "2"], ["export", str(copy), "--out", str(tmp_path / "p.onnx")]):
+        rc, err = main(argv), capsys.readouterr().err  # in this process: the refusal comes before any physics
+        assert rc == 1 and says in err and "fix: " in err, err
+        assert "Traceback" not in err and "internal error" not in err, err

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from unilab.manifest.consistency import check_fields, check_manifest
 from unilab.manifest.models import (
+    ApplySession,
     BackendDiagnostics,
     CheckpointRecord,
     Counters,
@@ -46,8 +47,13 @@ def manifest(**kw: object) -> Manifest:
     return Manifest.model_construct(**base)
 
 
+def _session(ended: str) -> ApplySession:
+    return ApplySession(started_at="2026-11-29T10:00:00Z", plan_id=SHA, ended=ended)  # type: ignore[arg-type]
+
+
 def test_a_coherent_manifest_has_no_problem() -> None:
     assert check_fields(manifest()) == []
+    assert check_fields(manifest(sessions=[_session("killed"), _session("interrupted"), _session("succeeded")])) == []
 
 
 def test_each_contradiction_is_named() -> None:
@@ -76,6 +82,8 @@ def test_each_contradiction_is_named() -> None:
         ),
         "timing.wall_s is nan (not a finite number)": manifest(timing=Timing(wall_s=float("nan"))),
         "metrics.episode_return_mean is inf": manifest(metrics=Metrics(episode_return_mean=float("inf"))),
+        "the last session ended running but status is succeeded": manifest(sessions=[_session("running")]),
+        "session 0 still says running": manifest(sessions=[_session("running"), _session("succeeded")]),
     }
     for says, m in cases.items():
         problems = check_fields(m)

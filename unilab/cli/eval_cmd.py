@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from unilab.cli.args import add_run_dir_arg, path_arg
 
@@ -11,7 +12,10 @@ DEFAULT_EPISODES = 64
 
 def cmd_eval(args: argparse.Namespace) -> int:
     from unilab.evaluate.rollout import EvalRequest, evaluate, render, report_json
+    from unilab.run.run_lock import killed_note
 
+    if (note := killed_note(args.run_dir)) is not None:  # eval goes on: its checkpoints are intact
+        print(f"note: {note}; its newest checkpoint is what it saved before", file=sys.stderr)
     report = evaluate(
         EvalRequest(
             run_dir=args.run_dir,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -11,12 +12,16 @@ from unilab.cli.args import add_run_dir_arg, path_arg
 from unilab.errors import UnilabError
 
 if TYPE_CHECKING:
+    from unilab.host.facts import HostFacts
     from unilab.plan.models import Plan
 
 
-def _resolve(target: Path, overrides: list[str], resume_dir: Path | None = None) -> Plan:
+def _resolve(
+    target: Path, overrides: list[str], resume_dir: Path | None = None, replan: bool = False
+) -> tuple[Plan, str | None]:
     """A spec is planned against this host; a saved plan is re-checked against it (stale-plan refusal).
-    `resume_dir`: the plan is that run's own, which no re-plan can replace."""
+    `resume_dir`: the plan is that run's own, re-planned for this host only with `replan` (then the
+    second value is the run's plan id the new plan continues; else None)."""
     from unilab.cli.common import reading
     from unilab.host.probe import probe_host
     from unilab.plan.fingerprint import compare_fingerprint
@@ -35,24 +40,48 @@ def _resolve(target: Path, overrides: list[str], resume_dir: Path | None = None)
         changes = compare_fingerprint(plan.host_facts, facts)
         if changes:
             more = f" (and {len(changes) - 1} more)" if len(changes) > 1 else ""
-            if resume_dir is not None:  # a new plan would have a new plan id, which --resume refuses
+            if resume_dir is not None and replan:
+                # Compiled afresh from the plan's spec values: an edited derived value does not carry
+                # over, and the checkpoint must still belong to this plan id (resolve_resume).
+                return _replanned(plan, facts, resume_dir), plan.plan_id
+            if resume_dir is not None:
                 raise UnilabError(
                     f"run {resume_dir} was planned for other host facts: {changes[0].render()}{more}",
-                    detail="a run resumes only on the host facts its plan was compiled against",
-                    fix="restore what changed to its planned value, or start a new run: unilab apply SPEC",
+                    detail="a run resumes with its own plan, on the host facts it was compiled against",
+                    fix=f"continue it on this host with a plan re-made for it: unilab apply --resume {resume_dir} "
+                    "--replan (refused if that would change what is trained); or restore what changed, or start "
+                    "a new run: unilab apply SPEC",
                 )
             raise UnilabError(
                 f"the saved plan {target} is stale: {changes[0].render()}{more}",
                 detail="a plan is only valid on the host facts it was compiled against",
                 fix="re-plan: unilab plan SPEC --out PLAN.toml (or apply the spec directly)",
             )
-        return plan
+        from unilab.plan.recheck import recheck_saved_plan
+
+        recheck_saved_plan(plan, facts, target)  # its id proves nothing: anyone can recompute it
+        return plan, None
     from unilab.plan.compile import compile_plan
     from unilab.spec.load import load_spec
 
     with reading(target, "spec"):
         loaded = load_spec(target, overrides)
-    return compile_plan(loaded.spec, facts, loaded.spec_dir)
+    return compile_plan(loaded.spec, facts, loaded.spec_dir), None
+
+
+def _replanned(plan: Plan, facts: HostFacts, run_dir: Path) -> Plan:
+    """The run's plan made again for this host; the changes are shown as `unilab diff` shows them."""
+    from unilab.plan.replan import replan_for_resume
+
+    new, changes = replan_for_resume(plan, facts, run_dir)
+    print(
+        f"re-planned {run_dir} for this host: {len(changes)} change{'s' if len(changes) != 1 else ''} to how it "
+        "executes, none to what it trains",
+        file=sys.stderr,
+    )
+    for c in changes:
+        print(f"  {c.render()}", file=sys.stderr)
+    return new
 
 
 def _die_with_a_parent_that_asked() -> None:
@@ -94,21 +123,33 @@ def cmd_apply(args: argparse.Namespace) -> int:
                 f"{args.resume} is not a unilab run directory (no plan.toml)",
                 fix="pass the directory `unilab apply` printed at the end of the run",
             )
-    plan = _resolve(target, args.set, args.resume if args.target is None else None)
+    if args.replan and args.resume is None:
+        raise UnilabError("--replan re-plans a run being resumed", fix="use it with --resume RUN_DIR, or drop it")
+    plan, resumes_plan = _resolve(target, args.set, args.resume if args.target is None else None, args.replan)
     from unilab.run.stop import stop_signals_interrupt
     from unilab.run.terminal import terminal_may_go
 
     # A closed pipe or hung-up terminal must not end the training run; a SIGTERM before the run's
     # own stop handling is in place ends it as cleanly as a Ctrl-C.
     with terminal_may_go(), stop_signals_interrupt():
-        return run_apply(ApplyRequest(plan=plan, resume_dir=args.resume, progress=not args.quiet))
+        return run_apply(
+            ApplyRequest(plan=plan, resume_dir=args.resume, progress=not args.quiet, resumes_plan=resumes_plan)
+        )
 
 
 def cmd_manifest_validate(args: argparse.Namespace) -> int:
     from unilab.run.manifest_io import validate_manifest_file
+    from unilab.run.run_lock import RESUME_KILLED_FIX, describe_killed, killed_session
 
     m, report = validate_manifest_file(args.file)
     shown = args.file / "manifest.json" if args.file.is_dir() else args.file
+    if report.run_dir_checked and (session := killed_session(shown.parent, m)) is not None:
+        # Well-formed, but its `running` is no longer true: the user should know before trusting it.
+        raise UnilabError(
+            describe_killed(shown.parent, session),
+            detail="the manifest is well-formed; only the run's end was never recorded, and nothing was changed",
+            fix=RESUME_KILLED_FIX.format(run_dir=shown.parent),
+        )
     checked = []
     if report.plan_checked:
         checked.append("plan.toml has its plan_id")
@@ -158,6 +199,12 @@ def add_parsers(sub: argparse._SubParsersAction, spec_opts) -> None:
         metavar="RUN_DIR",
         help="continue RUN_DIR from its last checkpoint with its own plan (a SPEC|PLAN given must have the "
         "same plan id)",
+    )
+    sp.add_argument(
+        "--replan",
+        action="store_true",
+        help="with --resume on a host whose facts changed (another node, CPU set, GPU, package patch version): "
+        "re-plan the run for this host, show the changes and continue, unless they change what is trained",
     )
     sp.add_argument(
         "--quiet", action="store_true", help="print only the final summary (no start lines, no progress line)"

@@ -61,6 +61,11 @@ def check_fields(m: Manifest) -> list[str]:
             out.append(f"updated_at {m.updated_at} is before started_at {m.started_at}")
         if finished is not None and finished < started:
             out.append(f"finished_at {m.finished_at} is before started_at {m.started_at}")
+    if m.sessions and m.sessions[-1].ended != m.status:
+        out.append(f"the last session ended {m.sessions[-1].ended} but status is {m.status} (it is this apply's)")
+    earlier = [i for i, s in enumerate(m.sessions[:-1]) if s.ended == "running"]
+    if earlier:
+        out.append(f"session {earlier[0]} still says running, but a later apply ran (a resume records it as killed)")
     if m.timing.train_s > m.timing.wall_s:
         out.append(f"timing.train_s {m.timing.train_s:.1f} exceeds the session's wall_s {m.timing.wall_s:.1f}")
     w = m.topology.world_size

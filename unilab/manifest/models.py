@@ -238,6 +238,24 @@ class FirstError(_M):
     message: str = Field(description="The error, in one line.")
 
 
+class ApplySession(_M):
+    """One `unilab apply` of a run: the first, then each `--resume`."""
+
+    started_at: str = Field(pattern=UTC_TIME, description="When this apply started (UTC, ISO 8601).")
+    plan_id: str = Field(pattern=SHA256, description="The plan this apply ran.")
+    host_fingerprint: str | None = Field(
+        None, description="sha256 of the host facts that plan was compiled against (null: not recorded)."
+    )
+    hostname: str | None = Field(None, description="Host the apply ran on (null: not recorded).")
+    pid: int | None = Field(None, description="Process id of the apply (null: not recorded).")
+    resumed_from: str | None = Field(None, description="Checkpoint this apply continued from (null: the first).")
+    ended: Literal["running", "succeeded", "failed", "interrupted", "killed"] = Field(
+        description="How it ended: the manifest's status at its end, or `killed`: it died without a word "
+        "(kill -9, the OOM killer, a lost machine) and left the manifest saying `running`, which the next "
+        "resume found."
+    )
+
+
 class Manifest(_M):
     """manifest.json of a run directory."""
 
@@ -272,3 +290,8 @@ class Manifest(_M):
         default_factory=list, description="Checkpoints the run keeps, oldest first, each with its sha256."
     )
     first_error: FirstError | None = Field(None, description="The first failure of a failed run (null otherwise).")
+    sessions: list[ApplySession] = Field(
+        default_factory=list,
+        description="Every apply of this run, oldest first; the last is this one (empty in manifests written "
+        "before sessions were recorded).",
+    )

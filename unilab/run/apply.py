@@ -19,6 +19,7 @@ from unilab.atomic import write_text_atomic
 from unilab.errors import EXIT_INTERRUPTED, RUN_FAILED_FIX, RunDiverged, UnilabError
 from unilab.plan.inputs import check_init_from, check_planned_inputs
 from unilab.plan.models import Plan
+from unilab.run.run_lock import lock_run_dir
 from unilab.run.stop import STOP_SIGNALS, ignore_stop_signals, signals_blocked, stop_signals_restored
 
 
@@ -27,6 +28,8 @@ class ApplyRequest:
     plan: Plan
     resume_dir: Path | None = None
     progress: bool = True
+    # A resume re-planned for this host (--replan): the plan id of the run it continues.
+    resumes_plan: str | None = None
 
 
 def new_run_dir(plan: Plan) -> Path:
@@ -39,9 +42,9 @@ def new_run_dir(plan: Plan) -> Path:
     return path
 
 
-def resolve_resume(plan: Plan, run_dir: Path) -> Path:
-    """The newest loadable checkpoint of `run_dir`, which must belong to the same plan and still
-    have env steps to go."""
+def resolve_resume(plan: Plan, run_dir: Path, run_plan_id: str | None = None) -> Path:
+    """The newest loadable checkpoint of `run_dir`, which must belong to the same plan (the run's
+    plan `run_plan_id` when `plan` re-plans it for this host) and still have env steps to go."""
     from unilab.plan.render import load_plan
     from unilab.run.checkpoint import (
         check_recorded_digest,
@@ -58,7 +61,8 @@ def resolve_resume(plan: Plan, run_dir: Path) -> Path:
             fix="pass the directory `unilab apply` printed at the end of the run",
         )
     theirs = load_plan(saved)
-    if theirs.plan_id != plan.plan_id:
+    run_plan_id = run_plan_id or plan.plan_id
+    if theirs.plan_id != run_plan_id:
         raise UnilabError(
             f"{run_dir} was run with plan {theirs.plan_id}, this plan is {plan.plan_id}",
             detail="--resume continues the same plan; a changed spec, override or host makes a new plan",
@@ -67,7 +71,7 @@ def resolve_resume(plan: Plan, run_dir: Path) -> Path:
     ckpts = list_checkpoints(run_dir / "checkpoints")
     if not ckpts:
         raise UnilabError(f"{run_dir}/checkpoints holds no checkpoint to resume from", fix="start a new run")
-    blob = load_checkpoint(ckpts[-1], plan_id=plan.plan_id)  # a corrupt file is named as such first
+    blob = load_checkpoint(ckpts[-1], plan_id=run_plan_id)  # a corrupt file is named as such first
     check_recorded_digest(run_dir, ckpts[-1])
     named = env_steps_of(ckpts[-1])
     if blob["env_steps"] != named:  # the newest by name is the one every resume would pick
@@ -85,6 +89,56 @@ def resolve_resume(plan: Plan, run_dir: Path) -> Path:
             "run.total_env_steps (a finished run cannot be extended: its plan fixes the budget)",
         )
     return ckpts[-1]
+
+
+def replace_plan(run_dir: Path, plan: Plan) -> None:
+    """A run re-planned for this host: its plan.toml becomes the new plan, the one it replaces is
+    kept beside it as plan.<id>.toml (its checkpoints belong to it; the manifest's sessions name
+    both)."""
+    from unilab.plan.render import load_plan, render
+
+    old = run_dir / "plan.toml"
+    keep = run_dir / f"plan.{load_plan(old).plan_id.removeprefix('sha256:')[:12]}.toml"
+    if not keep.exists():
+        write_text_atomic(keep, old.read_text(encoding="utf-8"), "previous plan")
+    write_text_atomic(old, render(plan), "plan")
+
+
+def restore_plan_unless_recorded(run_dir: Path, plan: Plan) -> None:
+    """A re-planned resume that ended before its manifest named the new plan (it failed or was
+    stopped while starting) puts the run's plan.toml back: the directory stays the run it was."""
+    import json
+
+    try:
+        recorded = json.loads((run_dir / "manifest.json").read_text(encoding="utf-8")).get("plan_id")
+    except (OSError, ValueError, AttributeError):
+        return
+    if recorded == plan.plan_id:
+        return
+    kept = run_dir / f"plan.{str(recorded).removeprefix('sha256:')[:12]}.toml"
+    if kept.is_file():
+        write_text_atomic(run_dir / "plan.toml", kept.read_text(encoding="utf-8"), "plan")
+        kept.unlink()
+
+
+def killed_before(run_dir: Path) -> str | None:
+    """Called holding the run directory's lock: a manifest that still says `running` names an apply
+    that was killed (the sentence for it), else None."""
+    import json
+
+    from unilab.manifest.models import Manifest
+    from unilab.run.run_lock import describe_killed
+
+    try:
+        m = Manifest.model_validate(json.loads((run_dir / "manifest.json").read_text(encoding="utf-8")))
+    except (OSError, ValueError):
+        return None
+    if m.status != "running":
+        return None
+    from unilab.manifest.models import ApplySession
+
+    last = m.sessions[-1] if m.sessions else ApplySession(started_at=m.started_at, plan_id=m.plan_id, ended="running")
+    return describe_killed(run_dir, last)
 
 
 def drop_if_nothing_ran(run_dir: Path, resume_dir: Path | None, made_parents: list[Path] | None = None) -> bool:
@@ -108,29 +162,6 @@ def _has_checkpoint(run_dir: Path) -> bool:
 
 def resume_command(run_dir: Path) -> str:
     return f"unilab apply --resume {run_dir}"
-
-
-def lock_run_dir(run_dir: Path) -> int | None:
-    """An exclusive lock on the run directory for as long as this process runs it (the returned
-    descriptor; closing it, or the process ending, releases it): two applies on one directory would
-    interleave its events and checkpoints. None when the directory does not exist (yet)."""
-    import fcntl
-
-    if not run_dir.is_dir():
-        return None
-    try:  # the lock is on the directory itself: nothing is added to the run's files
-        fd = os.open(run_dir, os.O_RDONLY | os.O_DIRECTORY)
-    except OSError as exc:
-        raise UnilabError(f"cannot open run directory {run_dir}: {exc.strerror}", fix="check its permissions") from None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        raise UnilabError(
-            f"run directory {run_dir} is in use by another unilab apply",
-            fix="wait for that run to finish, or stop it (Ctrl-C), then resume it once",
-        ) from None
-    return fd
 
 
 def run_apply(req: ApplyRequest) -> int:
@@ -171,12 +202,16 @@ def _run_apply(req: ApplyRequest) -> int:
     if req.resume_dir is not None:
         lock = lock_run_dir(req.resume_dir)  # before reading it: another apply may be writing it
         try:
-            checkpoint = resolve_resume(plan, req.resume_dir)
+            checkpoint = resolve_resume(plan, req.resume_dir, req.resumes_plan)
+            if req.resumes_plan is not None:
+                replace_plan(req.resume_dir, plan)
         except BaseException:
             if lock is not None:
                 os.close(lock)
             raise
         run_dir = req.resume_dir
+        if (killed := killed_before(run_dir)) is not None:
+            print(f"note: {killed}; this resume records that apply as killed", file=sys.stderr)
     else:
         run_dir = new_run_dir(plan)
         made = [p for p in run_dir.parents if not p.exists()]
@@ -244,5 +279,7 @@ def _run_apply(req: ApplyRequest) -> int:
                 exc.fix = f"{exc.fix}; {resume}" if exc.fix else resume
         raise
     finally:
+        if req.resumes_plan is not None:
+            restore_plan_unless_recorded(run_dir, plan)
         if lock is not None:
             os.close(lock)

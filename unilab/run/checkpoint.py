@@ -7,6 +7,7 @@ import hashlib
 import io
 import pickle
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -98,9 +99,26 @@ def _first_sentence(text: str, limit: int = 200) -> str:
     return text[: cut if cut > 0 else limit].rstrip(",;:") + " ..."
 
 
-def load_checkpoint(path: Path, *, plan_id: str | None) -> dict[str, Any]:
+def run_plan_ids(run_dir: Path, plan_id: str) -> set[str]:
+    """The plan ids whose checkpoints `run_dir` may hold: `plan_id` (the run's plan now) and those
+    of the run's earlier sessions, which differ only where a resume re-planned the run for another
+    host (`--replan`), as the manifest records."""
+    import json
+
+    ids = {plan_id}
+    try:
+        m = json.loads((run_dir / "manifest.json").read_text(encoding="utf-8"))
+        ids.add(str(m["plan_id"]))
+        ids.update(str(s["plan_id"]) for s in m.get("sessions", []))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        pass
+    return ids
+
+
+def load_checkpoint(path: Path, *, plan_id: str | set[str] | None) -> dict[str, Any]:
     """Load with weights_only=True (no arbitrary code from the file). Refuses a corrupt file, an
-    unknown format, and, when `plan_id` is given, a checkpoint written by another plan."""
+    unknown format, and, when `plan_id` is given (one id or a run's ids), a checkpoint written by
+    another plan."""
     if not path.is_file():
         raise UnilabError(f"checkpoint {path} does not exist", fix="pass a run directory that holds checkpoints/")
     try:
@@ -133,13 +151,44 @@ def load_checkpoint(path: Path, *, plan_id: str | None) -> dict[str, Any]:
             f"{path} is not a unilab checkpoint (format {CHECKPOINT_FORMAT})",
             fix="resume from a run directory written by this unilab",
         )
-    if plan_id is not None and blob.get("plan_id") != plan_id:
+    ids = {plan_id} if isinstance(plan_id, str) else plan_id
+    if ids is not None and blob.get("plan_id") not in ids:
         raise UnilabError(
-            f"checkpoint {path} belongs to plan {blob.get('plan_id')}, this run's plan is {plan_id}",
+            f"checkpoint {path} belongs to plan {blob.get('plan_id')}, this run's plan is "
+            + (plan_id if isinstance(plan_id, str) else " or ".join(sorted(ids))),
             detail="a resume continues exactly the same plan; a changed spec or host makes a new plan",
             fix="resume with the run's own plan (`unilab apply --resume RUN_DIR`) or start a new run",
         )
     return blob
+
+
+def check_finite_weights(state: Any, *, what: str, fix: str) -> None:
+    """Refuse a checkpoint state holding a NaN or an infinity in any floating-point tensor (weights,
+    optimizer moments, the temperature, the normalizer's statistics), naming the first such tensor.
+    A run's own updates never write one (a non-finite step is skipped), so it comes from an edited
+    or foreign file; loaded, it would export a policy that outputs NaN or fine-tune from NaN."""
+    for where, tensor in _float_tensors(state, ""):
+        finite = torch.isfinite(tensor)
+        if not bool(finite.all()):
+            bad = int(finite.numel() - int(finite.sum()))
+            raise UnilabError(
+                f"{what}: tensor {where} holds {bad} non-finite value{'s' if bad != 1 else ''} "
+                f"(NaN or infinite) of {tensor.numel()}",
+                detail="a run's own updates never write one; the file was edited or written elsewhere",
+                fix=fix,
+            )
+
+
+def _float_tensors(node: Any, where: str) -> Iterator[tuple[str, torch.Tensor]]:
+    if isinstance(node, torch.Tensor):
+        if node.is_floating_point():
+            yield where or "state", node
+    elif isinstance(node, dict):
+        for key, value in node.items():
+            yield from _float_tensors(value, f"{where}.{key}" if where else str(key))
+    elif isinstance(node, (list, tuple)):
+        for i, value in enumerate(node):
+            yield from _float_tensors(value, f"{where}[{i}]")
 
 
 def check_policy_fits(

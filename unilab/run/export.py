@@ -153,14 +153,61 @@ def run_checkpoint(run_dir: Path, name: Path | None, command: str) -> Path:
 def verified_checkpoint(run_dir: Path, plan: Plan, path: Path) -> tuple[dict[str, Any], str]:
     """A checkpoint of the run loaded (refused when corrupt or another plan's) and its bytes checked
     against the sha256 the run recorded; returns the checkpoint and that digest."""
-    from unilab.run.checkpoint import check_recorded_digest, load_checkpoint
+    from unilab.run.checkpoint import check_finite_weights, check_recorded_digest, load_checkpoint, run_plan_ids
 
-    blob = load_checkpoint(path, plan_id=plan.plan_id)  # a corrupt file is named as such first
-    return blob, check_recorded_digest(run_dir, path)
+    blob = load_checkpoint(path, plan_id=run_plan_ids(run_dir, plan.plan_id))  # a corrupt file is named first
+    digest = check_recorded_digest(run_dir, path)
+    check_finite_weights(
+        blob["state"], what=f"checkpoint {path}", fix="use an earlier checkpoint of the run (--checkpoint NAME)"
+    )
+    return blob, digest
+
+
+MAX_POLICY_DIM = 1 << 20  # observations or actions a checkpoint may claim (the G1's are 101 and 29)
+_STATE_FIX = "use another checkpoint of the run (--checkpoint NAME); only `unilab apply` writes them"
+
+
+def check_policy_state(plan: Plan, state: Any) -> None:
+    """A checkpoint state holds what its policy is read from, with sizes that can be true, before
+    anything reads it: otherwise a file with a missing key or a wild size reaches torch and fails
+    as an internal error (or allocates what the size claims)."""
+    need = ["ppo"] if plan.algo.name == "ppo" else ["learner", "obs_dim", "act_dim"]
+    if plan.algo.name != "ppo" and plan.algo.normalize_observations:
+        need.append("normalizer")
+    missing = [k for k in need if not isinstance(state, dict) or k not in state]
+    if missing:
+        raise UnilabError(f"the checkpoint's state lacks `{missing[0]}`", fix=_STATE_FIX)
+    for key in ("obs_dim", "act_dim"):
+        v = state.get(key)
+        if v is None and plan.algo.name == "ppo":
+            continue
+        if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= MAX_POLICY_DIM:
+            raise UnilabError(
+                f"the checkpoint's `{key}` is {v!r}: not a size between 1 and {MAX_POLICY_DIM:,}", fix=_STATE_FIX
+            )
+    inner = state["ppo"] if plan.algo.name == "ppo" else state["learner"]
+    key = "actor_state_dict" if plan.algo.name == "ppo" else "actor"
+    if not isinstance(inner, dict) or not isinstance(inner.get(key), dict):
+        raise UnilabError(f"the checkpoint's state lacks the actor's weights (`{key}`)", fix=_STATE_FIX)
 
 
 def policy_from_state(plan: Plan, state: dict[str, Any]) -> tuple[nn.Module, int]:
     """The deployable policy held in a checkpoint's learner state, and its observation size."""
+    check_policy_state(plan, state)
+    try:
+        return _policy_from_state(plan, state)
+    except (RuntimeError, KeyError, ValueError, TypeError, AttributeError) as exc:
+        # Keys or shapes that disagree with the run's plan (the sizes the state records, the
+        # networks the plan builds): torch names the first, in a line worth showing.
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+        raise UnilabError(
+            f"the checkpoint's policy does not fit the run's plan: {first}",
+            detail="its weights' names or shapes differ from the networks the plan builds",
+            fix=_STATE_FIX,
+        ) from None
+
+
+def _policy_from_state(plan: Plan, state: dict[str, Any]) -> tuple[nn.Module, int]:
     from unilab.learn.normalizer import ObsNormalizer
     from unilab.run.learners import make_offpolicy_learner
 

@@ -18,16 +18,18 @@ def read_init_state(plan: Plan) -> dict[str, Any]:
     """The learner state of the plan's run.init_from checkpoint, checked again against its sha256
     just before it is read."""
     from unilab.plan.inputs import check_init_from, resolve_input_path
-    from unilab.run.checkpoint import load_checkpoint
+    from unilab.run.checkpoint import check_finite_weights, load_checkpoint
 
     init = plan.run.init_from
     if init is None:
         raise UnilabError("internal: the plan has no run.init_from")
     check_init_from(plan.run, Path.cwd())
     try:
-        return load_checkpoint(resolve_input_path(init.checkpoint, Path.cwd()), plan_id=init.plan_id)["state"]
+        state = load_checkpoint(resolve_input_path(init.checkpoint, Path.cwd()), plan_id=init.plan_id)["state"]
     except UnilabError as exc:  # its fixes speak of resuming; this is another run's checkpoint
         raise UnilabError(f"run.init_from: {exc.summary}", detail=exc.detail, fix=_FIX) from None
+    check_finite_weights(state, what=f"run.init_from: {init.checkpoint}", fix=_FIX)
+    return state
 
 
 def check_init_fits(init_state: dict[str, Any] | None, hello: Any) -> None:

@@ -56,7 +56,7 @@ def _gather(obj: Any, world: int) -> list[Any]:
 def run_rank(job: RankJob, stop: StopFlag) -> int:
     """Returns the exit code; raises RunFailed / UnilabError for failures (after recording them)."""
     from unilab.host.probe import probe_host
-    from unilab.run.checkpoint import load_checkpoint
+    from unilab.run.checkpoint import load_checkpoint, run_plan_ids
 
     plan, rank, world = job.plan, job.rank, job.plan.topology.world_size
     from unilab.run import mps_attach
@@ -66,7 +66,7 @@ def run_rank(job: RankJob, stop: StopFlag) -> int:
         raise UnilabError("internal: an MPS rank must be prepared (unilab.run.rank_env) before CUDA initialises")
     resume_state = init_state = None
     if job.resume_checkpoint is not None:
-        resume_state = load_checkpoint(job.resume_checkpoint, plan_id=plan.plan_id)["state"]
+        resume_state = load_checkpoint(job.resume_checkpoint, plan_id=run_plan_ids(job.run_dir, plan.plan_id))["state"]
     elif plan.run.init_from is not None:  # a resumed run continues from its own checkpoint instead
         from unilab.run.init_state import read_init_state
 

@@ -3,6 +3,8 @@ progress line. Other ranks send it their evidence; they write nothing themselves
 
 from __future__ import annotations
 
+import os
+import socket
 import time
 from pathlib import Path
 from typing import Any
@@ -10,6 +12,7 @@ from typing import Any
 from unilab.errors import UnilabError
 from unilab.host.facts import HostFacts
 from unilab.manifest.models import (
+    ApplySession,
     BackendDiagnostics,
     CheckpointRecord,
     Counters,
@@ -45,6 +48,24 @@ def existing_checkpoints(run_dir: Path) -> list[CheckpointRecord]:
     return out
 
 
+def previous_sessions(run_dir: Path) -> list[ApplySession]:
+    """The applies recorded in the manifest a resume finds (one synthesized from its fields when it
+    predates session records). Its last apply, if the manifest still says `running`, was killed:
+    this resume holds the run directory's lock, so no apply runs it."""
+    import json
+
+    try:
+        old = Manifest.model_validate(json.loads((run_dir / "manifest.json").read_text(encoding="utf-8")))
+    except (OSError, ValueError):
+        return []
+    sessions = list(old.sessions) or [
+        ApplySession(started_at=old.started_at, plan_id=old.plan_id, resumed_from=old.resumed_from, ended=old.status)
+    ]
+    if sessions[-1].ended == "running":
+        sessions[-1] = sessions[-1].model_copy(update={"ended": "killed"})
+    return sessions
+
+
 class RunRecorder:
     def __init__(
         self,
@@ -63,6 +84,15 @@ class RunRecorder:
         # A resumed run keeps the checkpoints already on disk in its record (same directory).
         self.checkpoints: list[CheckpointRecord] = existing_checkpoints(run_dir) if resumed_from else []
         self.resumed_from = resumed_from
+        self.sessions = previous_sessions(run_dir) if resumed_from else []
+        self.session = {
+            "started_at": self.started_at,
+            "plan_id": plan.plan_id,
+            "host_fingerprint": plan.plan.host_fingerprint,
+            "hostname": socket.gethostname(),
+            "pid": os.getpid(),
+            "resumed_from": resumed_from,
+        }
         self.prov = provenance(facts)
         self.physics_graph = GraphEvidence(**plan.graphs.physics.model_dump())
         self.data_parallel: DataParallelEvidence | None = None
@@ -182,6 +212,7 @@ class RunRecorder:
             metrics=metrics,
             checkpoints=self.checkpoints,
             first_error=first_error,
+            sessions=[*self.sessions, ApplySession(**self.session, ended=status)],  # type: ignore[arg-type]
         )
 
     def write(self, status: str, first_error: FirstError | None = None) -> None:
