@@ -39,6 +39,7 @@ SPECS = [
     {"name": "g1_walk"},
     {"name": "g1_walk", "observation_noise": True, "push_interval_s": 2.0},
     {"name": "g1_walk", "domain_randomization": True, "observation_noise": True, "push_interval_s": 1.0},
+    {"name": "g1_walk", "gait_period_s": 0.8, "observation_noise": True},
     {"name": "g1_motion_tracking", "motion": "builtin:g1_squat"},
     {"name": "g1_motion_tracking", "motion": "builtin:g1_squat", "observation_noise": True, "push_interval_s": 3.0},
     {"name": "g1_motion_tracking", "motion": "builtin:g1_squat", "domain_randomization": True},

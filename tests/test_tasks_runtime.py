@@ -109,13 +109,26 @@ def test_walk_standing_beats_falling(walk: Collector) -> None:
     assert terms["track_lin_vel_xy_exp"][0] == pytest.approx(STEP_DT * 1.0, rel=1e-4)  # perfect tracking
 
 
-def test_walk_rewards_and_base_frame_match_their_definitions(walk: Collector) -> None:
+@pytest.fixture(params=["plain", "gait-clock"])
+def walk_variants(request: pytest.FixtureRequest, robot: tuple[str, RobotLayout]) -> Iterator[Collector]:
+    """g1_walk as shipped, and with a gait clock and commands that change within the episode."""
+    from unilab.spec.models import CommandRanges
+
+    if request.param == "plain":
+        yield from _collector(robot, name="g1_walk")
+    else:
+        commands = CommandRanges(resample_s=0.3, standing_share=0.2)
+        yield from _collector(robot, name="g1_walk", gait_period_s=0.8, commands=commands)
+
+
+def test_walk_rewards_and_base_frame_match_their_definitions(walk_variants: Collector) -> None:
     """g1_walk computes its rewards, base-frame vectors and reset targets through persistent
     buffers and views; they must equal the plain definitions (docs/tasks.md) up to float rounding
     in every regime: standing, walking, touchdowns, falls and resets."""
     from unilab.robot import g1
     from unilab.tasks import quat
 
+    walk = walk_variants
     walk.reset_all()
     task = walk.task
     gen = torch.Generator().manual_seed(3)
@@ -129,19 +142,21 @@ def test_walk_rewards_and_base_frame_match_their_definitions(walk: Collector) ->
         qpos, qvel = task.state.qpos, task.state.qvel
         cmd, v_b, g = task.velocity_command, frame[:, 0], frame[:, 1]
         touchdown = task._air_time_at_touchdown
-        definitions = torch.stack(
-            [
-                torch.exp(-((cmd[:, :2] - v_b[:, :2]) ** 2).sum(1) / 0.5**2),
-                torch.exp(-((cmd[:, 2] - qvel[:, 5]) ** 2) / 0.5**2),
-                torch.exp(-(g[:, :2] ** 2).sum(1) / 0.25**2),
-                (qpos[:, 2] - g1.DEFAULT_BASE_HEIGHT) ** 2,
-                (task.state.actuator_force**2).sum(1),
-                ((task.actions - task.last_actions) ** 2).sum(1),
-                ((touchdown - 0.4) * (touchdown > 0)).sum(1) * (cmd[:, :2].norm(dim=1) > 0.1),
-                (~terminated).float(),
-            ],
-            dim=1,
-        )
+        feet_x = torch.stack([task.gait_phase, (task.gait_phase + 0.5) % 1.0], dim=1)
+        feet_target = 0.037 + 0.06 * torch.sin(2 * math.pi * feet_x).clamp(min=0)
+        feet_z = task.state.xpos[:, task.layout.feet_body_ids.tolist(), 2]
+        terms = {
+            "track_lin_vel_xy_exp": torch.exp(-((cmd[:, :2] - v_b[:, :2]) ** 2).sum(1) / 0.5**2),
+            "track_ang_vel_z_exp": torch.exp(-((cmd[:, 2] - qvel[:, 5]) ** 2) / 0.5**2),
+            "upright": torch.exp(-(g[:, :2] ** 2).sum(1) / 0.25**2),
+            "base_height": (qpos[:, 2] - g1.DEFAULT_BASE_HEIGHT) ** 2,
+            "joint_torques_l2": (task.state.actuator_force**2).sum(1),
+            "action_rate_l2": ((task.actions - task.last_actions) ** 2).sum(1),
+            "feet_air_time": ((touchdown - 0.4) * (touchdown > 0)).sum(1) * (cmd[:, :2].norm(dim=1) > 0.1),
+            "feet_phase": torch.exp(-((feet_z - feet_target) ** 2).sum(1) / 0.0015) * (cmd.norm(dim=1) > 0.1),
+            "alive": (~terminated).float(),
+        }
+        definitions = torch.stack([terms[name] for name in task.reward_names], dim=1)
         torch.testing.assert_close(task.reward_terms, definitions * scale, rtol=1e-5, atol=1e-7, msg=where)
         torch.testing.assert_close(reward, (definitions * scale).sum(1), rtol=1e-5, atol=1e-7, msg=where)
 
@@ -172,6 +187,53 @@ def test_walk_rewards_and_base_frame_match_their_definitions(walk: Collector) ->
     joints = qpos[:, task._qpos_idx]
     assert torch.all((joints >= task.joint_lower) & (joints <= task.joint_upper))
     assert (joints - task.default_joint_pos).abs().max() <= 0.1 + 1e-6
+
+
+def test_walk_gait_clock_cycles_per_stride_and_restarts_at_reset(robot: tuple[str, RobotLayout]) -> None:
+    """With `task.gait_period_s`, the clock the policy observes advances one stride (0.8 s) per
+    cycle, wraps into [0, 1), and a reset restarts it for the reset worlds only."""
+    for walk in _collector(robot, name="g1_walk", gait_period_s=0.8):
+        walk.reset_all()
+        task = walk.task
+        assert torch.all(task.gait_phase == 0)
+        steps = round(0.8 / STEP_DT)
+        for _ in range(steps + 10):
+            walk.step(torch.zeros(N, walk.action_dim))
+        live = task.episode_step == steps + 10
+        expected = (10 * STEP_DT / 0.8) % 1.0
+        torch.testing.assert_close(task.gait_phase[live], torch.full((int(live.sum()),), expected), atol=1e-4, rtol=0)
+        obs = task.compute_observations()[:, task.observation_layout()["gait_phase"]]
+        angle = 2 * math.pi * task.gait_phase
+        torch.testing.assert_close(obs, torch.stack([angle.sin(), angle.cos()], dim=1))
+        mask = torch.tensor([True, False, False, False])
+        before = task.gait_phase.clone()
+        task.reset_targets(mask)
+        assert task.gait_phase[0] == 0 and torch.equal(task.gait_phase[1:], before[1:])
+
+
+@pytest.mark.parametrize("standing_share", [None, 1.0])
+def test_walk_commands_change_within_the_episode(robot: tuple[str, RobotLayout], standing_share: float | None) -> None:
+    """Every `commands.resample_s` of an episode a new command is drawn, a `standing_share` of
+    them zero; between draws the command holds."""
+    from unilab.spec.models import CommandRanges
+
+    commands = CommandRanges(resample_s=0.1, standing_share=standing_share)  # 5 env steps
+    for walk in _collector(robot, name="g1_walk", num_envs=16, commands=commands):
+        task = walk.task
+        walk.reset_all()
+        seen = [task.velocity_command.clone()]
+        for k in range(1, 11):
+            walk.step(torch.zeros(16, walk.action_dim))
+            seen.append(task.velocity_command.clone())
+            if standing_share == 1.0:
+                assert torch.all(task.velocity_command == 0), f"step {k}"
+        if standing_share is None:
+            full = task.episode_step == 10  # worlds that did not fall and reset in the 10 steps
+            assert full.any()
+            for k in range(1, 11):
+                same = torch.all(seen[k][full] == seen[k - 1][full], dim=1)
+                assert bool(same.all()) == (k % 5 != 0), f"step {k}"
+            assert torch.all(task.velocity_command[full].norm(dim=1) > 0)
 
 
 def test_walk_episode_starts_standing_not_touching_down(walk: Collector) -> None:

@@ -89,10 +89,10 @@ class TaskPlan(TaskSpec):
         """What compile writes, checked again on every plan read: a weight for each of the task's
         reward terms and no other (a plan edited by hand, its plan_id recomputed, must not run
         weights it does not show)."""
-        from unilab.tasks.declarations import default_reward_weights
+        from unilab.tasks.declarations import default_reward_weights, has_gait_clock
 
         if self.reward_weights is not None:
-            terms = list(default_reward_weights(self.name))
+            terms = list(default_reward_weights(self.name, has_gait_clock(self)))
             if sorted(self.reward_weights) != sorted(terms):
                 raise ValueError(f"reward_weights must name each of {self.name}'s reward terms once: {terms}")
         return self

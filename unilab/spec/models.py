@@ -116,11 +116,22 @@ class RunSpec(_Section):
 
 
 class CommandRanges(_Section):
-    """`[task.commands]`: uniform ranges of the velocity command resampled each episode (g1_walk)."""
+    """`[task.commands]`: how the velocity command is drawn (g1_walk): uniform ranges, a share of
+    standing commands, and how often it changes within an episode."""
 
     lin_vel_x: Pair = Field((-0.5, 1.0), description="Forward velocity range, m/s.")
     lin_vel_y: Pair = Field((-0.3, 0.3), description="Lateral velocity range, m/s.")
     ang_vel_z: Pair = Field((-0.5, 0.5), description="Yaw rate range, rad/s.")
+    standing_share: Annotated[float, Field(gt=0, le=1)] | None = Field(
+        None,
+        description="Share of the draws that command standing still (all three velocities 0; mjlab and MuJoCo "
+        "Playground use about 0.1); unset: none.",
+    )
+    resample_s: Annotated[float, Field(gt=0, le=3600)] | None = Field(
+        None,
+        description="A new command is drawn every this many seconds within an episode (rounded to whole env "
+        "steps), as well as at reset; unset: one command per episode.",
+    )
 
     @field_validator("lin_vel_x", "lin_vel_y", "ang_vel_z")
     @classmethod
@@ -175,6 +186,13 @@ class TaskSpec(_Section):
         "further. G1 tasks; cartpole refuses it.",
     )
     commands: CommandRanges = Field(default_factory=CommandRanges, description="Velocity command ranges (g1_walk).")
+    gait_period_s: Annotated[float, Field(gt=0, le=10)] | None = Field(
+        None,
+        description="g1_walk: a gait clock of this stride period, seconds (MuJoCo Playground's G1 uses about "
+        "0.7-0.8): the observation gains its phase (sine and cosine) and the reward the `feet_phase` term, "
+        "which pays feet that swing and stand in its rhythm while a walk is commanded (docs/tasks.md). "
+        "Unset: no clock.",
+    )
     reward_weights: dict[str, Annotated[float, Field(ge=-1e6, le=1e6)]] | None = Field(
         None,
         description="Reward term weights by name, per second (the task multiplies by the env step's duration), "

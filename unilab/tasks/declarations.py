@@ -83,7 +83,14 @@ _WALK_REWARD_WEIGHTS = {
     "feet_air_time": 0.5,
     "alive": 0.5,
 }
-_WALK_REWARDS = tuple(_WALK_REWARD_WEIGHTS)
+
+
+def _walk_observations(task: TaskSpec) -> tuple[str, ...]:
+    if not has_gait_clock(task):
+        return _WALK_OBSERVATIONS
+    i = _WALK_OBSERVATIONS.index("velocity_command") + 1
+    return (*_WALK_OBSERVATIONS[:i], "gait_phase", *_WALK_OBSERVATIONS[i:])
+
 _WALK_TERMINATIONS = ("fall_base_height", "fall_orientation", "time_out")
 
 _TRACK_OBSERVATIONS = (
@@ -124,17 +131,31 @@ _DEFAULT_REWARD_WEIGHTS = {
 }
 
 
-def default_reward_weights(task_name: str) -> dict[str, float]:
-    """Every reward term of the task and its default weight (per second), in the task's order."""
+# g1_walk with a gait clock (`task.gait_period_s`): one more reward term, before `alive`.
+GAIT_REWARD_WEIGHTS = {"feet_phase": 1.0}
+
+
+def default_reward_weights(task_name: str, gait_clock: bool = False) -> dict[str, float]:
+    """Every reward term of the task and its default weight (per second), in the task's order
+    (``gait_clock``: g1_walk with `task.gait_period_s` set)."""
     if task_name not in _DEFAULT_REWARD_WEIGHTS:
         raise ValueError(f"unknown task {task_name!r}")  # unreachable: TaskSpec.name is a Literal
-    return dict(_DEFAULT_REWARD_WEIGHTS[task_name])
+    weights = dict(_DEFAULT_REWARD_WEIGHTS[task_name])
+    if gait_clock and task_name == "g1_walk":
+        alive = weights.pop("alive")
+        weights |= GAIT_REWARD_WEIGHTS
+        weights["alive"] = alive
+    return weights
+
+
+def has_gait_clock(task: TaskSpec) -> bool:
+    return task.name == "g1_walk" and task.gait_period_s is not None
 
 
 def reward_weights(task: TaskSpec) -> dict[str, float]:
     """The weight of every reward term: the task's defaults with ``task.reward_weights`` applied.
     The plan rule `task.reward-weights` refuses a name the task does not have before this runs."""
-    weights = default_reward_weights(task.name)
+    weights = default_reward_weights(task.name, has_gait_clock(task))
     overrides = task.reward_weights or {}
     unknown = sorted(set(overrides) - set(weights))
     if unknown:
@@ -185,9 +206,10 @@ def declared_terms(task: TaskSpec) -> list[TermDecl]:
     if task.name == "g1_walk":
         return [
             TermDecl("velocity_command", "command"),
-            *(TermDecl(n, "observation") for n in _WALK_OBSERVATIONS),
+            *([TermDecl("gait_clock", "command")] if has_gait_clock(task) else []),
+            *(TermDecl(n, "observation") for n in _walk_observations(task)),
             *noise,
-            *(TermDecl(n, "reward") for n in _WALK_REWARDS),
+            *(TermDecl(n, "reward") for n in default_reward_weights(task.name, has_gait_clock(task))),
             *(TermDecl(n, "termination") for n in _WALK_TERMINATIONS),
             TermDecl("reset_joints_around_default", "event"),
             *events,

@@ -1,8 +1,15 @@
 """`g1_walk`: velocity-command tracking on flat ground (mjlab / legged_gym style terms).
 
-Commands (vx, vy, yaw rate) are drawn per episode from ``task.commands``; the policy outputs
-joint offsets around the standing pose, which become PD position targets. Reward weights are
-per second (the task multiplies by the env step's duration).
+Commands (vx, vy, yaw rate) are drawn from ``task.commands`` at reset and, with
+``commands.resample_s``, again within an episode, a ``commands.standing_share`` of them zero; the
+policy outputs joint offsets around the standing pose, which become PD position targets. Reward
+weights are per second (the task multiplies by the env step's duration).
+
+With ``task.gait_period_s``, a gait clock (MuJoCo Playground's G1 joystick task has one) gives the
+policy a stepping rhythm: a phase that cycles once per stride, observed as its sine and cosine,
+and the `feet_phase` reward for feet that follow it while a walk is commanded. Each foot swings
+for half of the stride, anti-phase to the other, along ``SWING_HEIGHT * max(sin(2 pi x), 0)``
+over its phase x.
 """
 
 from __future__ import annotations
@@ -26,6 +33,10 @@ FOOT_CONTACT_HEIGHT = 0.06  # m: foot body origin below this counts as a contact
 MOVING_COMMAND = 0.1  # m/s: a linear velocity command above this asks to walk (air-time reward)
 RESET_JOINT_NOISE = 0.1  # rad, uniform around the standing pose
 RESET_VEL_NOISE = 0.05  # m/s and rad/s on the base
+SWING_HEIGHT = 0.06  # m above the standing foot height at mid-swing (about what the 0.25 action scale reaches)
+FOOT_STANDING_Z = 0.037  # m: the foot body origin's height standing in the default pose
+FEET_PHASE_VAR = 0.0015  # m^2: exp(-sum of squared height errors / this); standing earns about 0.42
+MOVING_COMMAND_NORM = 0.1  # |(vx, vy, yaw rate)| above which the feet are asked to step
 
 
 class G1WalkTask(Task):
@@ -86,19 +97,50 @@ class G1WalkTask(Task):
         self._r_feet_air_time, self._r_alive = torch.zeros(2, n, device=dev)
         self._c_neg_inv_track_var = self.const(-1.0 / TRACKING_STD**2)
         self._c_neg_inv_upright_var = self.const(-1.0 / UPRIGHT_STD**2)
+        # Gait clock: the left foot's phase in [0, 1); the right foot runs half a stride behind.
+        self.gait_phase = torch.zeros(n, device=dev)
+        self._feet_phase = torch.zeros(n, feet, device=dev)
+        self._phase_offsets = torch.tensor([0.5 * (i % 2) for i in range(feet)], device=dev)
+        self._gait_angle = torch.zeros(n, device=dev)
+        self._gait_obs = torch.zeros(n, 2, device=dev)
+        self._swing_target = torch.zeros(n, feet, device=dev)
+        self._phase_err = torch.zeros(n, device=dev)
+        self._stepping = torch.zeros(n, device=dev, dtype=torch.bool)
+        self._r_feet_phase = torch.zeros(n, device=dev)
+        gait = self.spec.gait_period_s
+        self._c_phase_step = self.const(self.step_dt / gait if gait is not None else 0.0)
+        self._c_two_pi = self.const(2.0 * math.pi)
+        self._c_swing_height = self.const(SWING_HEIGHT)
+        self._c_foot_standing_z = self.const(FOOT_STANDING_Z)
+        self._c_neg_inv_phase_var = self.const(-1.0 / FEET_PHASE_VAR)
+        self._c_moving_norm = self.const(MOVING_COMMAND_NORM)
         c = self.spec.commands
+        self._standing_draw = torch.zeros(n, device=dev)
+        self._standing = torch.zeros(n, device=dev, dtype=torch.bool)
+        self._c_standing_share = self.const(c.standing_share or 0.0)
+        # Whole env steps between draws within an episode (None: one draw per episode).
+        self._resample_steps = (
+            None if c.resample_s is None else self.const(max(1, round(c.resample_s / self.step_dt)), torch.int32)
+        )
+        self._resample_due = torch.zeros(n, device=dev, dtype=torch.bool)
+        self._episode_step_mod = torch.zeros(n, device=dev, dtype=torch.int32)
         self._cmd_lo = torch.tensor([c.lin_vel_x[0], c.lin_vel_y[0], c.ang_vel_z[0]], device=dev)
         self._cmd_span = torch.tensor(
             [c.lin_vel_x[1] - c.lin_vel_x[0], c.lin_vel_y[1] - c.lin_vel_y[0], c.ang_vel_z[1] - c.ang_vel_z[0]],
             device=dev,
         )
 
-        self.commands = [CommandTerm("velocity_command", G1WalkTask.resample_command)]
+        self.commands = [
+            CommandTerm("velocity_command", G1WalkTask.resample_command, G1WalkTask.resample_due_commands)
+        ]
+        if gait is not None:
+            self.commands.append(CommandTerm("gait_clock", G1WalkTask.reset_gait_clock, G1WalkTask.advance_gait_clock))
         self.observations = [
             ObservationTerm("base_lin_vel", 3, Task.obs_base_lin_vel, noise=0.5),
             ObservationTerm("base_ang_vel", 3, Task.obs_base_ang_vel, noise=0.2),
             ObservationTerm("projected_gravity", 3, Task.obs_projected_gravity, noise=0.05),
             ObservationTerm("velocity_command", 3, G1WalkTask.obs_velocity_command),
+            *([ObservationTerm("gait_phase", 2, G1WalkTask.obs_gait_phase)] if gait is not None else []),
             *self.shared_observations(joint_vel_noise=1.5),
         ]
         self.rewards = self.weighted_rewards(
@@ -110,6 +152,7 @@ class G1WalkTask(Task):
                 "joint_torques_l2": Task.rew_joint_torques_l2,
                 "action_rate_l2": Task.rew_action_rate_l2,
                 "feet_air_time": G1WalkTask.rew_feet_air_time,
+                **({"feet_phase": G1WalkTask.rew_feet_phase} if gait is not None else {}),
                 "alive": G1WalkTask.rew_alive,
             }
         )
@@ -124,10 +167,7 @@ class G1WalkTask(Task):
     # ------------------------------------------------------------------ per-step state
     def advance(self) -> None:
         super().advance()
-        xpos = self.state.xpos
-        if xpos is not self._feet_src:
-            self._feet_src, self._feet_z = xpos, _rows_view(xpos, self.layout.feet_body_ids.tolist())
-        feet_z = self._feet_z if self._feet_z is not None else xpos[:, self._feet_idx, 2]
+        feet_z = self._feet_heights()
         contact, first_contact = self._contact_now, self._first_contact
         torch.lt(feet_z, self._c_contact_height, out=contact)
         torch.gt(contact, self.feet_contact, out=first_contact)  # on bools: contact and not before
@@ -135,6 +175,13 @@ class G1WalkTask(Task):
         torch.where(first_contact, self.feet_air_time, self._c_zero, out=self._air_time_at_touchdown)
         self.feet_air_time.masked_fill_(contact, 0.0)
         self.feet_contact.copy_(contact)
+
+    def _feet_heights(self) -> torch.Tensor:
+        """[N, feet] foot body heights of the current state (a view of it where the ids allow)."""
+        xpos = self.state.xpos
+        if xpos is not self._feet_src:
+            self._feet_src, self._feet_z = xpos, _rows_view(xpos, self.layout.feet_body_ids.tolist())
+        return self._feet_z if self._feet_z is not None else xpos[:, self._feet_idx, 2]
 
     def reset_task_buffers(self, mask: torch.Tensor) -> None:
         # Air times and touchdown times to 0; first contacts (compute_rewards reads them as
@@ -149,7 +196,26 @@ class G1WalkTask(Task):
     def resample_command(self, mask: torch.Tensor) -> None:
         new = self._cmd_draw.uniform_(generator=self.generator)  # as self.rand(n, 3) draws
         torch.addcmul(self._cmd_lo, new, self._cmd_span, out=new)
+        if self.spec.commands.standing_share is not None:  # a share asks to stand still (mjlab's standing envs)
+            torch.lt(self._standing_draw.uniform_(generator=self.generator), self._c_standing_share, out=self._standing)
+            new.masked_fill_(self._standing.unsqueeze(1), 0.0)
         torch.where(mask.unsqueeze(1), new, self.velocity_command, out=self.velocity_command)
+
+    def resample_due_commands(self) -> None:
+        """Every ``commands.resample_s`` of an episode, a new command: one policy learns to start,
+        stop and turn, not only to hold the command it was reset with."""
+        if self._resample_steps is None:
+            return
+        due = self._resample_due
+        torch.remainder(self.episode_step, self._resample_steps, out=self._episode_step_mod)
+        torch.eq(self._episode_step_mod, 0, out=due)
+        self.resample_command(due)
+
+    def reset_gait_clock(self, mask: torch.Tensor) -> None:
+        self.gait_phase.masked_fill_(mask, 0.0)
+
+    def advance_gait_clock(self) -> None:
+        self.gait_phase.add_(self._c_phase_step).frac_()  # phases are >= 0: frac is the wrap into [0, 1)
 
     def reset_around_default(self, mask: torch.Tensor) -> None:
         # Rows outside `mask` are ignored by the backend, so every row is written.
@@ -178,6 +244,13 @@ class G1WalkTask(Task):
 
     def obs_velocity_command(self) -> torch.Tensor:
         return self.velocity_command
+
+    def obs_gait_phase(self) -> torch.Tensor:
+        angle, out = self._gait_angle, self._gait_obs
+        torch.mul(self.gait_phase, self._c_two_pi, out=angle)
+        torch.sin(angle, out=out[:, 0])
+        torch.cos(angle, out=out[:, 1])
+        return out
 
     # ------------------------------------------------------------------ rewards
     # Each term writes into its own persistent buffer through views made once (no allocation, no
@@ -213,6 +286,19 @@ class G1WalkTask(Task):
         torch.sum(td, dim=1, out=out)
         torch.gt(torch.linalg.vector_norm(self._cmd_xy, dim=1), self._c_moving, out=self._moving)
         return torch.where(self._moving, out, self._c_zero, out=out)
+
+    def rew_feet_phase(self) -> torch.Tensor:
+        # Each foot's target height: a swing arc over the first half of its phase, the floor over
+        # the second; rewarded while a command asks to move (a standing robot keeps its feet down).
+        x, target, err, out = self._feet_phase, self._swing_target, self._phase_err, self._r_feet_phase
+        torch.add(self.gait_phase.unsqueeze(1), self._phase_offsets, out=x).frac_()
+        torch.mul(x, self._c_two_pi, out=target)
+        target.sin_().clamp_(min=0.0).mul_(self._c_swing_height).add_(self._c_foot_standing_z)
+        target.sub_(self._feet_heights())
+        torch.sum(target.square_(), dim=1, out=err)
+        torch.mul(err, self._c_neg_inv_phase_var, out=out).exp_()
+        torch.gt(torch.linalg.vector_norm(self.velocity_command, dim=1), self._c_moving_norm, out=self._stepping)
+        return torch.where(self._stepping, out, self._c_zero, out=out)
 
     def rew_alive(self) -> torch.Tensor:
         return torch.where(self.terminated, self._c_zero, self._c_one, out=self._r_alive)

@@ -8,7 +8,7 @@ from unilab.errors import Diagnostic, UnilabError
 from unilab.plan.context import Context
 from unilab.plan.rules.registry import Rule, rule
 from unilab.spec.models import FlashSacSpec, SacSpec
-from unilab.tasks.declarations import default_reward_weights
+from unilab.tasks.declarations import default_reward_weights, has_gait_clock
 from unilab.tasks.timing import control_dt, nearest_whole_step_seconds, seconds_text, whole_steps
 
 
@@ -78,7 +78,7 @@ def task_robot(r: Rule, ctx: Context) -> list[Diagnostic]:
 @rule(
     "task.options",
     "task",
-    "Options a task does not use are not set: velocity commands are g1_walk's; the "
+    "Options a task does not use are not set: velocity commands and the gait clock are g1_walk's; the "
     "cartpole check task takes no noise, randomization, pushes or joint action scale.",
 )
 def task_options(r: Rule, ctx: Context) -> list[Diagnostic]:
@@ -86,6 +86,8 @@ def task_options(r: Rule, ctx: Context) -> list[Diagnostic]:
     unused: list[str] = []
     if t.name != "g1_walk" and "commands" in t.model_fields_set:
         unused.append("commands")
+    if t.name != "g1_walk" and t.gait_period_s is not None:
+        unused.append("gait_period_s")
     if t.name == "cartpole":
         unused += [
             k
@@ -107,7 +109,7 @@ def task_options(r: Rule, ctx: Context) -> list[Diagnostic]:
 )
 def task_reward_weights(r: Rule, ctx: Context) -> list[Diagnostic]:
     t = ctx.spec.task
-    terms = list(default_reward_weights(t.name))
+    terms = list(default_reward_weights(t.name, has_gait_clock(t)))
     out = []
     for name in t.reward_weights or {}:
         if name in terms:
