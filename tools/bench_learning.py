@@ -4,6 +4,15 @@ Trains a spec (default `specs/g1.toml`) for the same env-step budget per run; pr
 training episode return at fixed env-step marks and a deterministic `unilab eval` of each final
 policy, and saves the curves as a PNG.
 
+For `g1_walk` it also evaluates the checkpoints saved at every eighth of the budget, and plots how
+closely each followed its velocity commands: the mean |v_xy - cmd| and |w_z - cmd| over a robot
+standing still under the same commands (1: no better than standing; the walking target is 0.5
+and 0.6). Its last lines, one per run:
+
+    <label>: walk_lin_vs_standing=<ratio> walk_yaw_vs_standing=<ratio>
+
+of the final policy under `unilab eval RUN_DIR --episodes 64`.
+
     python tools/bench_learning.py [--spec specs/g1.toml] [--env-steps N] [--seeds 0,1]
                                    [--algo spec|NAME|TABLE ...] [--out docs/learning.png]
 """
@@ -19,6 +28,8 @@ import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tools"))
+from bench_learner import cpu_line  # noqa: E402  (beside this file)
 
 
 def algo_table(algo: str) -> str:
@@ -26,14 +37,23 @@ def algo_table(algo: str) -> str:
     return algo if algo.startswith("{") else f'{{name="{algo}"}}'
 
 
-def run(spec: Path, algo: str, seed: int, env_steps: int, extra: list[str]) -> tuple[list[tuple[int, float]], Path]:
-    """The (env steps, mean episode return) curve of one run, and its run directory."""
+CHECKPOINTS = 8  # evaluated per run (g1_walk), evenly over the budget
+FINAL_EPISODES = 64  # the walking target's `unilab eval --episodes 64`
+CHECKPOINT_EPISODES = 32
+
+
+def run(
+    spec: Path, algo: str, seed: int, env_steps: int, extra: list[str]
+) -> tuple[list[tuple[int, float, float]], Path]:
+    """The (env steps, wall seconds, mean episode return) curve of one run, and its run directory."""
     out = Path(tempfile.mkdtemp(prefix="bench_learning_"))
     sets = [
         f"run.seed={seed}",
         f"run.total_env_steps={env_steps}",
         f'run.output_dir="{out}"',
         "run.log_every_seconds=5.0",
+        f"run.checkpoint_every_env_steps={max(1, env_steps // CHECKPOINTS)}",
+        f"run.checkpoint_keep={CHECKPOINTS + 1}",
     ]
     if algo != "spec":
         sets.append(f"algo={algo_table(algo)}")
@@ -46,17 +66,47 @@ def run(spec: Path, algo: str, seed: int, env_steps: int, extra: list[str]) -> t
     (run_dir,) = [p for p in out.iterdir() if p.is_dir()]
     events = [json.loads(x) for x in (run_dir / "events.jsonl").read_text().splitlines()]
     curve = [
-        (e["env_steps"], e["episode_return"])
+        (e["env_steps"], e.get("elapsed_s", 0.0), e["episode_return"])
         for e in events
         if e["event"] == "iteration" and e.get("episode_return") is not None
     ]
     return curve, run_dir
 
 
-def evaluate(run_dir: Path, episodes: int = 32) -> dict:
-    """`unilab eval RUN_DIR --json` of the run's final policy (deterministic actions)."""
+def evaluate(run_dir: Path, episodes: int = FINAL_EPISODES, checkpoint: Path | None = None) -> dict:
+    """`unilab eval RUN_DIR --json` of the run's final policy, or of `checkpoint` (deterministic actions)."""
     cmd = [sys.executable, "-m", "unilab", "eval", str(run_dir), "--episodes", str(episodes), "--json"]
+    if checkpoint is not None:
+        cmd += ["--checkpoint", checkpoint.name]
     return json.loads(_run(cmd))
+
+
+def tracking_ratios(report: dict) -> tuple[float, float] | None:
+    """(|v_xy - cmd|, |w_z - cmd|) over a standing robot's under the same commands; None off g1_walk."""
+    t = report.get("command_tracking")
+    if t is None:
+        return None
+    return (
+        t["lin_vel_xy_error"] / max(t["standing_lin_vel_xy_error"], 1e-9),
+        t["yaw_rate_error"] / max(t["standing_yaw_rate_error"], 1e-9),
+    )
+
+
+def checkpoint_tracking(run_dir: Path) -> list[tuple[int, float, float]]:
+    """(env steps, lin ratio, yaw ratio) of every checkpoint the run kept but its last."""
+    points = []
+    for ckpt in sorted((run_dir / "checkpoints").glob("ckpt-*.pt"))[:-1]:
+        ratios = tracking_ratios(evaluate(run_dir, CHECKPOINT_EPISODES, ckpt))
+        if ratios is None:
+            return []
+        points.append((int(ckpt.stem.split("-")[1]), *ratios))
+    return points
+
+
+def elapsed_at(curve: list[tuple[int, float, float]], step: int) -> float | None:
+    """The run's wall seconds when it reported `step` env steps (the first report at or after it)."""
+    after = [t for s, t, _ in curve if s >= step]
+    return after[0] if after else (curve[-1][1] if curve else None)
 
 
 def _run(cmd: list[str]) -> str:
@@ -67,9 +117,9 @@ def _run(cmd: list[str]) -> str:
     return r.stdout
 
 
-def at(curve: list[tuple[int, float]], step: int) -> float | None:
+def at(curve: list[tuple[int, float, float]], step: int) -> float | None:
     """The return reported closest to (not after) `step`."""
-    before = [r for s, r in curve if s <= step]
+    before = [r for s, _, r in curve if s <= step]
     return before[-1] if before else None
 
 
@@ -95,20 +145,27 @@ def main() -> int:
     env_steps = args.env_steps or int(spec["run"]["total_env_steps"])
     if any(s.startswith("run.total_env_steps=") for s in args.set):
         sys.exit("pass the budget as --env-steps N, not --set run.total_env_steps (the marks follow --env-steps)")
-    curves: dict[str, list[tuple[int, float]]] = {}
+    print(cpu_line())
+    curves: dict[str, list[tuple[int, float, float]]] = {}
     evals: dict[str, dict] = {}
+    tracking: dict[str, list[tuple[int, float, float]]] = {}
     for algo in algos:
         for seed in seeds:
             shown = f"{spec['algo']['name']} (the spec's)" if algo == "spec" else algo.replace("name=", "")
             label = f"{shown} seed {seed}"
             curves[label], run_dir = run(args.spec, algo, seed, env_steps, args.set)
             evals[label] = evaluate(run_dir)
+            tracking[label] = checkpoint_tracking(run_dir)
+            if (final := tracking_ratios(evals[label])) is not None:
+                tracking[label].append((env_steps, *final))
+            wall = curves[label][-1][1] if curves[label] else 0.0
+            print(f"{label}: trained in {wall / 60:.1f} min ({run_dir})", flush=True)
     marks = [env_steps * k // 4 for k in range(1, 5)]
     print("mean training episode return at env steps: " + "  ".join(f"{m:>9,}" for m in marks))
     for label, curve in curves.items():
         vals = ["       --" if at(curve, m) is None else f"{at(curve, m):9.2f}" for m in marks]
         print(f"{label:<42}" + "  ".join(vals))
-    print("eval of the final policy (unilab eval --episodes 32, deterministic):")
+    print(f"eval of the final policy (unilab eval --episodes {FINAL_EPISODES}, deterministic):")
     for label, rep in evals.items():
         r, n = rep["episode_return"], rep["episode_length"]
         print(
@@ -126,17 +183,45 @@ def main() -> int:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4))
+    walk = any(tracking.values())
+    fig, axes = plt.subplots(2 if walk else 1, 2, figsize=(11, 7 if walk else 3.8), squeeze=False)
     for label, curve in curves.items():
-        ax.plot([s for s, _ in curve], [r for _, r in curve], label=label)
-    ax.set_xlabel("env steps")
-    ax.set_ylabel("mean episode return")
-    ax.set_title(f"{args.spec.name}: training episode return, {env_steps:,} env steps per run")
-    ax.legend()
-    ax.grid(alpha=0.3)
+        axes[0][0].plot([s for s, _, _ in curve], [r for _, _, r in curve], label=label)
+        axes[0][1].plot([t / 60 for _, t, _ in curve], [r for _, _, r in curve], label=label)
+    for ax, xlabel in zip(axes[0], ("env steps", "wall time, minutes"), strict=True):
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel("mean training episode return")
+    if walk:
+        for label, points in tracking.items():
+            steps = [p[0] for p in points]
+            line = axes[1][0].plot(steps, [p[1] for p in points], marker="o", label=f"{label}: |v_xy - cmd|")[0]
+            axes[1][0].plot(
+                steps,
+                [p[2] for p in points],
+                marker="s",
+                ls="--",
+                color=line.get_color(),
+                label=f"{label}: |w_z - cmd|",
+            )
+            minutes = [(elapsed_at(curves[label], s) or 0.0) / 60 for s in steps]
+            axes[1][1].plot(minutes, [p[1] for p in points], marker="o", color=line.get_color())
+            axes[1][1].plot(minutes, [p[2] for p in points], marker="s", ls="--", color=line.get_color())
+        for ax, xlabel in zip(axes[1], ("env steps", "wall time, minutes"), strict=True):
+            ax.axhline(1.0, color="grey", lw=0.8)
+            ax.axhline(0.5, color="green", lw=0.8, ls=":")
+            ax.set_xlabel(xlabel)
+            ax.set_ylabel("tracking error / standing still's")
+        axes[1][0].legend(fontsize=7)
+    axes[0][0].legend(fontsize=7)
+    for ax in (a for row in axes for a in row):
+        ax.grid(alpha=0.3)
+    fig.suptitle(f"{args.spec.name}: {env_steps:,} env steps per run")
     fig.tight_layout()
-    fig.savefig(args.out, dpi=110)
+    fig.savefig(args.out, dpi=100)
     print(f"curves saved to {args.out}")
+    for label, rep in evals.items():
+        if (ratios := tracking_ratios(rep)) is not None:
+            print(f"{label}: walk_lin_vs_standing={ratios[0]:.3f} walk_yaw_vs_standing={ratios[1]:.3f}")
     return 0
 
 
