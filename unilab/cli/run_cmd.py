@@ -57,8 +57,14 @@ def _resolve(
                 detail="a plan is only valid on the host facts it was compiled against",
                 fix="re-plan: unilab plan SPEC --out PLAN.toml (or apply the spec directly)",
             )
+        from unilab.plan.inputs import check_init_from, check_planned_inputs
         from unilab.plan.recheck import recheck_saved_plan
 
+        # The plan's files first: a changed or missing one is named as such, not as a plan that
+        # no longer compiles to itself (apply checks them again just before it runs).
+        check_planned_inputs(plan.task, Path.cwd(), resume_dir)
+        if resume_dir is None:
+            check_init_from(plan.run, Path.cwd())
         recheck_saved_plan(plan, facts, target)  # its id proves nothing: anyone can recompute it
         return plan, None
     from unilab.plan.compile import compile_plan
