@@ -91,6 +91,7 @@ def _walk_observations(task: TaskSpec) -> tuple[str, ...]:
     i = _WALK_OBSERVATIONS.index("velocity_command") + 1
     return (*_WALK_OBSERVATIONS[:i], "gait_phase", *_WALK_OBSERVATIONS[i:])
 
+
 _WALK_TERMINATIONS = ("fall_base_height", "fall_orientation", "time_out")
 
 _TRACK_OBSERVATIONS = (

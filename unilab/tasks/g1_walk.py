@@ -130,9 +130,7 @@ class G1WalkTask(Task):
             device=dev,
         )
 
-        self.commands = [
-            CommandTerm("velocity_command", G1WalkTask.resample_command, G1WalkTask.resample_due_commands)
-        ]
+        self.commands = [CommandTerm("velocity_command", G1WalkTask.resample_command, G1WalkTask.resample_due_commands)]
         if gait is not None:
             self.commands.append(CommandTerm("gait_clock", G1WalkTask.reset_gait_clock, G1WalkTask.advance_gait_clock))
         self.observations = [
