@@ -376,20 +376,33 @@ def test_a_video_is_written_whole_or_not_at_all(tmp_path: Path, monkeypatch: pyt
     assert sorted(p.name for p in tmp_path.iterdir()) == ["v.mp4"]
 
 
-def test_bad_video_requests_are_refused_before_anything_is_played(cartpole_run: Path, tmp_path: Path) -> None:
+def test_bad_video_requests_are_refused_before_anything_is_played(
+    cartpole_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from unilab.cli.main import main
+
+    def refused_here(*args: str, says: str) -> str:
+        """The refusal from a call in this process: a request is checked before MuJoCo renders."""
+        rc = main(["eval", *args])
+        captured = capsys.readouterr()
+        _refused(subprocess.CompletedProcess(args, rc, captured.out, captured.err), says)
+        return captured.err
+
     run = str(cartpole_run)
-    _refused(unilab("eval", run, "--video", str(tmp_path / "clip.avi")), "must end in .mp4")
-    _refused(unilab("eval", run, "--video", str(tmp_path / "no" / "clip.mp4")), "does not exist")
-    _refused(unilab("eval", run, "--video", str(tmp_path)), "must end in .mp4")
-    _refused(
-        unilab("eval", run, "--episodes", "2", "--video", str(tmp_path / "c.mp4"), "--video-episodes", "3"),
-        "--video-episodes 3 is out of range",
-    )
-    _refused(unilab("eval", run, "--video-episodes", "2"), "--video-episodes needs --video")
+    refused_here(run, "--video", str(tmp_path / "clip.avi"), says="must end in .mp4")
+    refused_here(run, "--video", str(tmp_path / "no" / "clip.mp4"), says="does not exist")
+    refused_here(run, "--video", str(tmp_path), says="must end in .mp4")
+    refused_here(
+        run, "--episodes", "2", "--video", str(tmp_path / "c.mp4"), "--video-episodes", "3",
+        says="--video-episodes 3 is out of range",
+    )  # fmt: skip
+    refused_here(run, "--video-episodes", "2", says="--video-episodes needs --video")
     for k in ("0", "65"):
-        r = unilab("eval", run, "--episodes", "100", "--video", str(tmp_path / "c.mp4"), "--video-episodes", k)
-        _refused(r, f"--video-episodes {k} is out of range")
-        assert "at most 64 are filmed" in r.stderr
+        err = refused_here(
+            run, "--episodes", "100", "--video", str(tmp_path / "c.mp4"), "--video-episodes", k,
+            says=f"--video-episodes {k} is out of range",
+        )  # fmt: skip
+        assert "at most 64 are filmed" in err
     # No OpenGL platform that works here: glfw without a display, a value MuJoCo rejects.
     for gl in ("glfw", "no-such-platform"):
         no_display = {"MUJOCO_GL": gl, "DISPLAY": None, "WAYLAND_DISPLAY": None}
