@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -21,6 +22,12 @@ class Diagnostic:
 
     def render(self) -> str:
         return f"[{self.rule_id}] {self.key_path}: {self.condition}\n    fix: {self.fix}"
+
+
+def first_validation_error(exc: Any) -> str:
+    """`key.path: message` of a pydantic ValidationError's first error, as refusals name it."""
+    first = exc.errors(include_url=False)[0]
+    return f"{'.'.join(str(p) for p in first['loc'])}: {first['msg']}"
 
 
 class UnilabError(Exception):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from unilab.errors import PlanRefused, UnilabError
+from unilab.errors import PlanRefused, UnilabError, first_validation_error
 from unilab.host.facts import HostFacts
 from unilab.inputfile import read_input
 from unilab.plan.models import Plan
@@ -42,10 +42,8 @@ def read_host_facts(path: Path | None) -> HostFacts:
     try:
         return HostFacts.model_validate(data)
     except ValidationError as exc:
-        first = exc.errors(include_url=False)[0]
         raise UnilabError(
-            f"host facts file {path} does not match schemas/host_facts.v1.json: "
-            f"{'.'.join(str(p) for p in first['loc'])}: {first['msg']}",
+            f"host facts file {path} does not match schemas/host_facts.v1.json: {first_validation_error(exc)}",
             fix="re-record it with `unilab host --json > node.json` using this unilab version",
         ) from None
 

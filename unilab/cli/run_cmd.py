@@ -24,6 +24,7 @@ def _resolve(
     second value is the run's plan id the new plan continues; else None)."""
     from unilab.cli.common import reading
     from unilab.host.probe import probe_host
+    from unilab.plan.diff import first_of
     from unilab.plan.fingerprint import compare_fingerprint
     from unilab.plan.render import is_plan_file, load_plan
 
@@ -39,21 +40,20 @@ def _resolve(
             plan = load_plan(target)
         changes = compare_fingerprint(plan.host_facts, facts)
         if changes:
-            more = f" (and {len(changes) - 1} more)" if len(changes) > 1 else ""
             if resume_dir is not None and replan:
                 # Compiled afresh from the plan's spec values: an edited derived value does not carry
                 # over, and the checkpoint must still belong to this plan id (resolve_resume).
                 return _replanned(plan, facts, resume_dir), plan.plan_id
             if resume_dir is not None:
                 raise UnilabError(
-                    f"run {resume_dir} was planned for other host facts: {changes[0].render()}{more}",
+                    f"run {resume_dir} was planned for other host facts: {first_of(changes)}",
                     detail="a run resumes with its own plan, on the host facts it was compiled against",
                     fix=f"continue it on this host with a plan re-made for it: unilab apply --resume {resume_dir} "
                     "--replan (refused if that would change what is trained); or restore what changed, or start "
                     "a new run: unilab apply SPEC",
                 )
             raise UnilabError(
-                f"the saved plan {target} is stale: {changes[0].render()}{more}",
+                f"the saved plan {target} is stale: {first_of(changes)}",
                 detail="a plan is only valid on the host facts it was compiled against",
                 fix="re-plan: unilab plan SPEC --out PLAN.toml (or apply the spec directly)",
             )

@@ -295,3 +295,12 @@ class Manifest(_M):
         description="Every apply of this run, oldest first; the last is this one (empty in manifests written "
         "before sessions were recorded).",
     )
+
+    def recorded_sessions(self) -> list[ApplySession]:
+        """The sessions, or for a manifest written before they were recorded the one its own fields
+        describe (pid and host unknown)."""
+        return list(self.sessions) or [
+            ApplySession(
+                started_at=self.started_at, plan_id=self.plan_id, resumed_from=self.resumed_from, ended=self.status
+            )
+        ]

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 
 def _value(v: Any) -> str:
@@ -51,3 +52,13 @@ def diff_plans(a: dict[str, Any], b: dict[str, Any]) -> list[Change]:
             changes.append(Change("changed", k, old=v, new=fb[k]))
     changes += [Change("added", k, new=v) for k, v in fb.items() if k not in fa]
     return changes
+
+
+class _Renders(Protocol):
+    def render(self) -> str: ...
+
+
+def first_of(changes: Sequence[_Renders]) -> str:
+    """The first change, and how many follow it: what a refusal names of a list of differences."""
+    more = f" (and {len(changes) - 1} more)" if len(changes) > 1 else ""
+    return f"{changes[0].render()}{more}"

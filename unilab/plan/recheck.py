@@ -14,9 +14,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from unilab.errors import Diagnostic, PlanRefused, UnilabError
+from unilab.errors import Diagnostic, PlanRefused, UnilabError, first_validation_error
 from unilab.host.facts import HostFacts
-from unilab.plan.diff import Change, diff_plans
+from unilab.plan.diff import Change, diff_plans, first_of
 from unilab.plan.models import Plan
 from unilab.spec.models import Spec, TrainingSpec
 
@@ -114,10 +114,8 @@ def recheck_saved_plan(plan: Plan, facts: HostFacts, source: Path) -> None:
         try:
             spec = spec_of_plan(plan, explicit_cpu_blocks=explicit)
         except ValidationError as exc:
-            first = exc.errors(include_url=False)[0]
-            where = ".".join(str(p) for p in first["loc"])
             raise UnilabError(
-                f"the saved plan {source} holds a value no spec can have: {where}: {first['msg']}",
+                f"the saved plan {source} holds a value no spec can have: {first_validation_error(exc)}",
                 detail="the plan was edited after `unilab plan` wrote it",
                 fix=fix,
             ) from None
@@ -134,10 +132,8 @@ def recheck_saved_plan(plan: Plan, facts: HostFacts, source: Path) -> None:
         changes = differences(plan, again)
         if not changes:
             return
-    first = changes[0]
-    more = f" (and {len(changes) - 1} more)" if len(changes) > 1 else ""
     raise UnilabError(
-        f"the saved plan {source} is not what its own spec compiles to: {first.render()}{more}",
+        f"the saved plan {source} is not what its own spec compiles to: {first_of(changes)}",
         detail="`unilab plan` did not write this value (old -> what compile writes); the plan was edited after it "
         "was written, and its plan_id recomputed",
         fix=fix,

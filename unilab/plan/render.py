@@ -16,7 +16,7 @@ from typing import Any, Literal
 import tomli_w
 from pydantic import ValidationError
 
-from unilab.errors import UnilabError
+from unilab.errors import UnilabError, first_validation_error
 from unilab.inputfile import read_input, read_input_head
 from unilab.plan.models import Plan, PlanBody
 
@@ -86,10 +86,8 @@ def load_plan(path: Path) -> Plan:
     try:
         plan = Plan.model_validate(data)
     except ValidationError as exc:
-        first = exc.errors(include_url=False)[0]
-        where = ".".join(str(p) for p in first["loc"])
         raise UnilabError(
-            f"plan file {path} is not a unilab plan: {where}: {first['msg']}",
+            f"plan file {path} is not a unilab plan: {first_validation_error(exc)}",
             fix="re-create it with `unilab plan SPEC --out FILE`",
         ) from None
     expected = compute_plan_id(plan)

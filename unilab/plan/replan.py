@@ -17,7 +17,7 @@ from pathlib import Path
 
 from unilab.errors import PlanRefused, UnilabError
 from unilab.host.facts import HostFacts
-from unilab.plan.diff import Change
+from unilab.plan.diff import Change, first_of
 from unilab.plan.models import Plan
 
 # Plan keys (prefixes) that record how a run executes, not what it trains.
@@ -78,9 +78,8 @@ def replan_for_resume(old: Plan, facts: HostFacts, run_dir: Path) -> tuple[Plan,
     changes = differences(old, new)
     training = [c for c in changes if trains_differently(c)]
     if training:
-        more = f" (and {len(training) - 1} more)" if len(training) > 1 else ""
         raise UnilabError(
-            f"run {run_dir} cannot continue on this host: {training[0].render()}{more} would change what is trained",
+            f"run {run_dir} cannot continue on this host: {first_of(training)} would change what is trained",
             detail="--replan continues a run only where the host changes how it executes (devices, CPUs, threads, "
             "workers, precision, graphs, MPS services, package patch versions)",
             fix=fix,

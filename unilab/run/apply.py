@@ -19,7 +19,7 @@ from unilab.atomic import write_text_atomic
 from unilab.errors import EXIT_INTERRUPTED, RUN_FAILED_FIX, RunDiverged, UnilabError
 from unilab.plan.inputs import check_init_from, check_planned_inputs
 from unilab.plan.models import Plan
-from unilab.run.run_lock import lock_run_dir
+from unilab.run.run_lock import killed_before_resume, lock_run_dir, read_run_manifest
 from unilab.run.stop import STOP_SIGNALS, ignore_stop_signals, signals_blocked, stop_signals_restored
 
 
@@ -91,14 +91,19 @@ def resolve_resume(plan: Plan, run_dir: Path, run_plan_id: str | None = None) ->
     return ckpts[-1]
 
 
-def replace_plan(run_dir: Path, plan: Plan) -> None:
-    """A run re-planned for this host: its plan.toml becomes the new plan, the one it replaces is
-    kept beside it as plan.<id>.toml (its checkpoints belong to it; the manifest's sessions name
-    both)."""
-    from unilab.plan.render import load_plan, render
+def kept_plan_path(run_dir: Path, plan_id: str) -> Path:
+    """Where a re-planned run keeps the plan its new one replaced."""
+    return run_dir / f"plan.{plan_id.removeprefix('sha256:')[:12]}.toml"
+
+
+def replace_plan(run_dir: Path, plan: Plan, old_plan_id: str) -> None:
+    """A run re-planned for this host: its plan.toml (plan `old_plan_id`, which resolve_resume
+    checked) becomes the new plan, and the one it replaces is kept beside it (its checkpoints
+    belong to it; the manifest's sessions name both)."""
+    from unilab.plan.render import render
 
     old = run_dir / "plan.toml"
-    keep = run_dir / f"plan.{load_plan(old).plan_id.removeprefix('sha256:')[:12]}.toml"
+    keep = kept_plan_path(run_dir, old_plan_id)
     if not keep.exists():
         write_text_atomic(keep, old.read_text(encoding="utf-8"), "previous plan")
     write_text_atomic(old, render(plan), "plan")
@@ -107,38 +112,13 @@ def replace_plan(run_dir: Path, plan: Plan) -> None:
 def restore_plan_unless_recorded(run_dir: Path, plan: Plan) -> None:
     """A re-planned resume that ended before its manifest named the new plan (it failed or was
     stopped while starting) puts the run's plan.toml back: the directory stays the run it was."""
-    import json
-
-    try:
-        recorded = json.loads((run_dir / "manifest.json").read_text(encoding="utf-8")).get("plan_id")
-    except (OSError, ValueError, AttributeError):
+    manifest = read_run_manifest(run_dir)
+    if manifest is None or manifest.plan_id == plan.plan_id:
         return
-    if recorded == plan.plan_id:
-        return
-    kept = run_dir / f"plan.{str(recorded).removeprefix('sha256:')[:12]}.toml"
+    kept = kept_plan_path(run_dir, manifest.plan_id)
     if kept.is_file():
         write_text_atomic(run_dir / "plan.toml", kept.read_text(encoding="utf-8"), "plan")
         kept.unlink()
-
-
-def killed_before(run_dir: Path) -> str | None:
-    """Called holding the run directory's lock: a manifest that still says `running` names an apply
-    that was killed (the sentence for it), else None."""
-    import json
-
-    from unilab.manifest.models import Manifest
-    from unilab.run.run_lock import describe_killed
-
-    try:
-        m = Manifest.model_validate(json.loads((run_dir / "manifest.json").read_text(encoding="utf-8")))
-    except (OSError, ValueError):
-        return None
-    if m.status != "running":
-        return None
-    from unilab.manifest.models import ApplySession
-
-    last = m.sessions[-1] if m.sessions else ApplySession(started_at=m.started_at, plan_id=m.plan_id, ended="running")
-    return describe_killed(run_dir, last)
 
 
 def drop_if_nothing_ran(run_dir: Path, resume_dir: Path | None, made_parents: list[Path] | None = None) -> bool:
@@ -204,13 +184,13 @@ def _run_apply(req: ApplyRequest) -> int:
         try:
             checkpoint = resolve_resume(plan, req.resume_dir, req.resumes_plan)
             if req.resumes_plan is not None:
-                replace_plan(req.resume_dir, plan)
+                replace_plan(req.resume_dir, plan, req.resumes_plan)
         except BaseException:
             if lock is not None:
                 os.close(lock)
             raise
         run_dir = req.resume_dir
-        if (killed := killed_before(run_dir)) is not None:
+        if (killed := killed_before_resume(run_dir)) is not None:
             print(f"note: {killed}; this resume records that apply as killed", file=sys.stderr)
     else:
         run_dir = new_run_dir(plan)

@@ -103,16 +103,12 @@ def run_plan_ids(run_dir: Path, plan_id: str) -> set[str]:
     """The plan ids whose checkpoints `run_dir` may hold: `plan_id` (the run's plan now) and those
     of the run's earlier sessions, which differ only where a resume re-planned the run for another
     host (`--replan`), as the manifest records."""
-    import json
+    from unilab.run.run_lock import read_run_manifest
 
-    ids = {plan_id}
-    try:
-        m = json.loads((run_dir / "manifest.json").read_text(encoding="utf-8"))
-        ids.add(str(m["plan_id"]))
-        ids.update(str(s["plan_id"]) for s in m.get("sessions", []))
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        pass
-    return ids
+    manifest = read_run_manifest(run_dir)
+    if manifest is None:
+        return {plan_id}
+    return {plan_id, manifest.plan_id, *(s.plan_id for s in manifest.sessions)}
 
 
 def load_checkpoint(path: Path, *, plan_id: str | set[str] | None) -> dict[str, Any]:

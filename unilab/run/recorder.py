@@ -52,15 +52,12 @@ def previous_sessions(run_dir: Path) -> list[ApplySession]:
     """The applies recorded in the manifest a resume finds (one synthesized from its fields when it
     predates session records). Its last apply, if the manifest still says `running`, was killed:
     this resume holds the run directory's lock, so no apply runs it."""
-    import json
+    from unilab.run.run_lock import read_run_manifest
 
-    try:
-        old = Manifest.model_validate(json.loads((run_dir / "manifest.json").read_text(encoding="utf-8")))
-    except (OSError, ValueError):
+    old = read_run_manifest(run_dir)
+    if old is None:
         return []
-    sessions = list(old.sessions) or [
-        ApplySession(started_at=old.started_at, plan_id=old.plan_id, resumed_from=old.resumed_from, ended=old.status)
-    ]
+    sessions = old.recorded_sessions()
     if sessions[-1].ended == "running":
         sessions[-1] = sessions[-1].model_copy(update={"ended": "killed"})
     return sessions
@@ -85,14 +82,15 @@ class RunRecorder:
         self.checkpoints: list[CheckpointRecord] = existing_checkpoints(run_dir) if resumed_from else []
         self.resumed_from = resumed_from
         self.sessions = previous_sessions(run_dir) if resumed_from else []
-        self.session = {
-            "started_at": self.started_at,
-            "plan_id": plan.plan_id,
-            "host_fingerprint": plan.plan.host_fingerprint,
-            "hostname": socket.gethostname(),
-            "pid": os.getpid(),
-            "resumed_from": resumed_from,
-        }
+        self.session = ApplySession(
+            started_at=self.started_at,
+            plan_id=plan.plan_id,
+            host_fingerprint=plan.plan.host_fingerprint,
+            hostname=socket.gethostname(),
+            pid=os.getpid(),
+            resumed_from=resumed_from,
+            ended="running",
+        )
         self.prov = provenance(facts)
         self.physics_graph = GraphEvidence(**plan.graphs.physics.model_dump())
         self.data_parallel: DataParallelEvidence | None = None
@@ -212,7 +210,7 @@ class RunRecorder:
             metrics=metrics,
             checkpoints=self.checkpoints,
             first_error=first_error,
-            sessions=[*self.sessions, ApplySession(**self.session, ended=status)],  # type: ignore[arg-type]
+            sessions=[*self.sessions, self.session.model_copy(update={"ended": status})],
         )
 
     def write(self, status: str, first_error: FirstError | None = None) -> None:

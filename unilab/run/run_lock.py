@@ -56,16 +56,27 @@ def held_by_an_apply(run_dir: Path) -> bool | None:
     return False
 
 
+def read_run_manifest(run_dir: Path) -> Manifest | None:
+    """The run directory's manifest, or None when it is missing or does not validate (the commands
+    that need one say so themselves; these helpers only read what it records)."""
+    import json
+
+    try:
+        return Manifest.model_validate(json.loads((run_dir / "manifest.json").read_text(encoding="utf-8")))
+    except (OSError, ValueError):
+        return None
+
+
 def killed_session(run_dir: Path, manifest: Manifest) -> ApplySession | None:
     """The apply a `running` manifest names when no process runs the directory any more: it was
     killed. None when the manifest says otherwise, when an apply holds the lock, or when the apply
     ran on another host (its lock may live in that host's kernel, not this one's)."""
     if manifest.status != "running" or held_by_an_apply(run_dir) is not False:
         return None
-    last = manifest.sessions[-1] if manifest.sessions else None
-    if last is not None and last.hostname is not None and last.hostname != socket.gethostname():
+    last = manifest.recorded_sessions()[-1]
+    if last.hostname is not None and last.hostname != socket.gethostname():
         return None
-    return last or ApplySession(started_at=manifest.started_at, plan_id=manifest.plan_id, ended="running")
+    return last
 
 
 def describe_killed(run_dir: Path, session: ApplySession) -> str:
@@ -80,15 +91,19 @@ def describe_killed(run_dir: Path, session: ApplySession) -> str:
 
 def killed_note(run_dir: Path) -> str | None:
     """`describe_killed` of the run directory's manifest when its apply was killed; None otherwise,
-    and when the manifest cannot be read (the commands that need it say so themselves)."""
-    import json
-
-    try:
-        manifest = Manifest.model_validate(json.loads((run_dir / "manifest.json").read_text(encoding="utf-8")))
-    except (OSError, ValueError):
-        return None
-    session = killed_session(run_dir, manifest)
+    and when the manifest cannot be read."""
+    manifest = read_run_manifest(run_dir)
+    session = None if manifest is None else killed_session(run_dir, manifest)
     return None if session is None else describe_killed(run_dir, session)
+
+
+def killed_before_resume(run_dir: Path) -> str | None:
+    """Called by a resume holding the run directory's lock: a manifest that still says `running`
+    names an apply that was killed (the sentence for it), else None."""
+    manifest = read_run_manifest(run_dir)
+    if manifest is None or manifest.status != "running":
+        return None
+    return describe_killed(run_dir, manifest.recorded_sessions()[-1])
 
 
 RESUME_KILLED_FIX = "resume it from its newest checkpoint: unilab apply --resume {run_dir}"

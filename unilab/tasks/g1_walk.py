@@ -97,23 +97,9 @@ class G1WalkTask(Task):
         self._r_feet_air_time, self._r_alive = torch.zeros(2, n, device=dev)
         self._c_neg_inv_track_var = self.const(-1.0 / TRACKING_STD**2)
         self._c_neg_inv_upright_var = self.const(-1.0 / UPRIGHT_STD**2)
-        # Gait clock: the left foot's phase in [0, 1); the right foot runs half a stride behind.
-        self.gait_phase = torch.zeros(n, device=dev)
-        self._feet_phase = torch.zeros(n, feet, device=dev)
-        self._phase_offsets = torch.tensor([0.5 * (i % 2) for i in range(feet)], device=dev)
-        self._gait_angle = torch.zeros(n, device=dev)
-        self._gait_obs = torch.zeros(n, 2, device=dev)
-        self._swing_target = torch.zeros(n, feet, device=dev)
-        self._phase_err = torch.zeros(n, device=dev)
-        self._stepping = torch.zeros(n, device=dev, dtype=torch.bool)
-        self._r_feet_phase = torch.zeros(n, device=dev)
         gait = self.spec.gait_period_s
-        self._c_phase_step = self.const(self.step_dt / gait if gait is not None else 0.0)
-        self._c_two_pi = self.const(2.0 * math.pi)
-        self._c_swing_height = self.const(SWING_HEIGHT)
-        self._c_foot_standing_z = self.const(FOOT_STANDING_Z)
-        self._c_neg_inv_phase_var = self.const(-1.0 / FEET_PHASE_VAR)
-        self._c_moving_norm = self.const(MOVING_COMMAND_NORM)
+        if gait is not None:
+            self._build_gait_clock(gait)
         c = self.spec.commands
         self._standing_draw = torch.zeros(n, device=dev)
         self._standing = torch.zeros(n, device=dev, dtype=torch.bool)
@@ -161,6 +147,26 @@ class G1WalkTask(Task):
         ]
         self.events = [EventTerm("reset_joints_around_default", "reset", G1WalkTask.reset_around_default)]
         self.events += shared_events(self)
+
+    def _build_gait_clock(self, period_s: float) -> None:
+        """Buffers of the gait clock (`task.gait_period_s`): the left foot's phase in [0, 1); the
+        right foot runs half a stride behind."""
+        n, dev, feet = self.num_envs, self.device, len(self.layout.feet_body_ids)
+        self.gait_phase = torch.zeros(n, device=dev)
+        self._feet_phase = torch.zeros(n, feet, device=dev)
+        self._phase_offsets = torch.tensor([0.5 * (i % 2) for i in range(feet)], device=dev)
+        self._gait_angle = torch.zeros(n, device=dev)
+        self._gait_obs = torch.zeros(n, 2, device=dev)
+        self._swing_target = torch.zeros(n, feet, device=dev)
+        self._phase_err = torch.zeros(n, device=dev)
+        self._stepping = torch.zeros(n, device=dev, dtype=torch.bool)
+        self._r_feet_phase = torch.zeros(n, device=dev)
+        self._c_phase_step = self.const(self.step_dt / period_s)
+        self._c_two_pi = self.const(2.0 * math.pi)
+        self._c_swing_height = self.const(SWING_HEIGHT)
+        self._c_foot_standing_z = self.const(FOOT_STANDING_Z)
+        self._c_neg_inv_phase_var = self.const(-1.0 / FEET_PHASE_VAR)
+        self._c_moving_norm = self.const(MOVING_COMMAND_NORM)
 
     # ------------------------------------------------------------------ per-step state
     def advance(self) -> None:
