@@ -1,45 +1,104 @@
 #!/usr/bin/env bash
-# Create .venv and install unilab into it. `bash tools/setup.sh test` also installs the test tools.
-# torch is installed first and pinned. On a machine without an NVIDIA driver, PyPI's torch wheel is
-# a multi-GB CUDA build that cannot be used there, so the CPU wheel is taken from PyTorch's own
-# index when that index answers (PyTorch's documented CPU install); otherwise pip's configuration
-# decides (a local wheel, say). UNILAB_TORCH=cpu or UNILAB_TORCH=pypi decides instead (a container
-# image built without a GPU in sight but meant for GPU hosts wants pypi). An importable torch in
-# .venv is kept: install the CUDA torch you need there first.
+# Create .venv and install unilab into it (docs/install.md).
+#
+#   bash tools/setup.sh                  the CPU runtime: plan, apply, eval, export
+#   bash tools/setup.sh video gpu        with extras: gpu video profile onnx wandb, all, or test
+#   bash tools/setup.sh test             everything the test suite needs (every extra)
+#
+# The torch build is chosen, not guessed: UNILAB_TORCH=cpu takes PyTorch's CPU wheel (about 200 MB),
+# UNILAB_TORCH=cuda PyPI's CUDA wheel (several GB). Unset, it is cuda when the gpu extra (or all,
+# or test) is asked for on a host with an NVIDIA driver, and cpu otherwise: the Quick start trains
+# on the CPU. The torch version is the pin in pyproject.toml. An importable torch in .venv is kept
+# (install another build there first to use it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-extra=""
-[ "${1:-}" = "test" ] && extra="[test]"
-torch_pin="torch==2.13.0"
-cpu_index="https://download.pytorch.org/whl/cpu"
-case "${UNILAB_TORCH:-auto}" in
-  auto | cpu | pypi) ;;
-  *) echo "error: UNILAB_TORCH=${UNILAB_TORCH}; use cpu, pypi, or leave it unset" >&2; exit 1 ;;
-esac
-[ -x .venv/bin/python ] || python3 -m venv .venv
-.venv/bin/python -m pip install --quiet --upgrade pip
-if ! .venv/bin/python -c "import torch" 2>/dev/null; then
-  choice="${UNILAB_TORCH:-auto}"
-  case "$choice" in
-    cpu | pypi) ;;
-    auto)
-      choice=pypi
-      if command -v nvidia-smi >/dev/null 2>&1 || [ -e /proc/driver/nvidia/version ] || [ -e /dev/dxg ]; then
-        :  # an NVIDIA driver (or WSL2's GPU device): PyPI's CUDA build
-      elif .venv/bin/python -c "import urllib.request as u; u.urlopen('$cpu_index/torch/', timeout=5)" 2>/dev/null; then
-        choice=cpu
-      else
-        echo "no NVIDIA driver here, and $cpu_index does not answer: pip's own configuration picks the torch wheel"
-      fi
-      ;;
+
+step=""
+trap 'rc=$?; [ $rc -ne 0 ] && [ -n "$step" ] && echo "setup.sh: failed while $step (exit $rc); see the messages above" >&2' EXIT
+fail() { step=""; echo "setup.sh: $1" >&2; exit 1; }
+
+known="gpu video profile onnx wandb all test"
+extras=""
+for arg in "$@"; do
+  case " $known " in
+    *" $arg "*) extras="${extras:+$extras,}$arg" ;;
+    *) fail "unknown extra '$arg'; the extras are: $known" ;;
   esac
-  if [ "$choice" = cpu ]; then
-    echo "installing PyTorch's CPU build from $cpu_index"
+done
+
+step="finding Python 3.11 or newer"
+if [ -n "${PYTHON:-}" ] && ! command -v "$PYTHON" >/dev/null 2>&1; then
+  fail "PYTHON=$PYTHON is not an executable; name a Python 3.11 or newer, or leave PYTHON unset"
+fi
+python=""
+for candidate in "${PYTHON:-}" python3 python3.13 python3.12 python3.11; do
+  [ -n "$candidate" ] && command -v "$candidate" >/dev/null 2>&1 || continue
+  if "$candidate" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
+    python="$candidate"
+    break
+  fi
+done
+[ -n "$python" ] || fail "unilab needs Python 3.11 or newer, and none is on PATH ($(python3 --version 2>&1 || echo 'no python3')).
+Install one (Debian/Ubuntu: apt install python3.11 python3.11-venv; macOS: brew install python@3.11), or
+name it with PYTHON=/path/to/python3.11 bash tools/setup.sh"
+
+if [ ! -x .venv/bin/python ]; then
+  step="checking the venv module"
+  "$python" -c 'import venv, ensurepip' 2>/dev/null || fail "$python has no working venv module (ensurepip is missing).
+Install it (Debian/Ubuntu: apt install python$("$python" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')-venv), then run this again"
+  step="creating .venv with $python"
+  "$python" -m venv .venv
+fi
+
+step="reading the torch pin from pyproject.toml"
+torch_pin=$(.venv/bin/python -c '
+import tomllib
+deps = tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]
+print(next(d for d in deps if d.replace(" ", "").startswith("torch==")))')
+
+choice="${UNILAB_TORCH:-}"
+case "$choice" in
+  cpu | cuda) why="UNILAB_TORCH=$choice" ;;
+  "")
+    driver=no
+    if command -v nvidia-smi >/dev/null 2>&1 || [ -e /proc/driver/nvidia/version ] || [ -e /dev/dxg ]; then driver=yes; fi
+    case ",$extras," in
+      *,gpu,* | *,all,* | *,test,*) wants_gpu=yes ;;
+      *) wants_gpu=no ;;
+    esac
+    if [ "$driver" = yes ] && [ "$wants_gpu" = yes ]; then
+      choice=cuda why="an NVIDIA driver is present and a GPU extra was asked for"
+    else
+      choice=cpu why="$([ "$driver" = yes ] && echo "no GPU extra was asked for" || echo "no NVIDIA driver here")"
+    fi
+    ;;
+  *) fail "UNILAB_TORCH=$choice: use cpu or cuda, or leave it unset" ;;
+esac
+
+step="upgrading pip in .venv"
+.venv/bin/python -m pip install --quiet --upgrade pip
+
+cpu_index="https://download.pytorch.org/whl/cpu"
+if .venv/bin/python -c "import torch" 2>/dev/null; then
+  echo "keeping the torch in .venv ($(.venv/bin/python -c 'import torch; print(torch.__version__)'))"
+elif [ "$choice" = cpu ]; then
+  step="installing $torch_pin (CPU build)"
+  echo "installing $torch_pin, CPU build ($why; UNILAB_TORCH=cuda for the CUDA build)"
+  # PyTorch's CPU index when it answers, else pip's own configuration (a local wheel, say): PyPI's
+  # Linux wheel is a CUDA build.
+  if .venv/bin/python -c "import urllib.request as u; u.urlopen('$cpu_index/torch/', timeout=5)" 2>/dev/null; then
     .venv/bin/python -m pip install --quiet --index-url "$cpu_index" "$torch_pin" \
-      || { echo "the CPU build did not install; trying pip's default index"; .venv/bin/python -m pip install --quiet "$torch_pin"; }
+      || .venv/bin/python -m pip install --quiet "$torch_pin"
   else
     .venv/bin/python -m pip install --quiet "$torch_pin"
   fi
+else
+  step="installing $torch_pin (CUDA build from PyPI, several GB)"
+  echo "installing $torch_pin, CUDA build ($why; UNILAB_TORCH=cpu for the CPU build)"
+  .venv/bin/python -m pip install --quiet "$torch_pin"
 fi
-.venv/bin/python -m pip install --quiet -e ".${extra}"
-echo "unilab installed in .venv (activate with: . .venv/bin/activate)"
+
+step="installing unilab${extras:+[$extras]} and its dependencies"
+.venv/bin/python -m pip install --quiet -e ".${extras:+[$extras]}"
+step=""
+echo "unilab${extras:+[$extras]} installed in .venv (activate with: . .venv/bin/activate)"
