@@ -20,6 +20,7 @@ of the final policy under `unilab eval RUN_DIR --episodes 64`.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import subprocess
 import sys
@@ -145,6 +146,11 @@ def main() -> int:
     env_steps = args.env_steps or int(spec["run"]["total_env_steps"])
     if any(s.startswith("run.total_env_steps=") for s in args.set):
         sys.exit("pass the budget as --env-steps N, not --set run.total_env_steps (the marks follow --env-steps)")
+    # Checked before the runs, not after an hour of them.
+    if args.out.suffix.lower() != ".png" or not args.out.parent.is_dir():
+        sys.exit(f"--out {args.out}: name a .png file in an existing directory (the curves are drawn there)")
+    if importlib.util.find_spec("matplotlib") is None:
+        sys.exit("the curves need matplotlib, the `profile` extra: bash tools/setup.sh profile")
     print(cpu_line())
     curves: dict[str, list[tuple[int, float, float]]] = {}
     evals: dict[str, dict] = {}

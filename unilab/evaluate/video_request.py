@@ -8,6 +8,7 @@ from pathlib import Path
 
 from unilab.atomic import check_out_path
 from unilab.errors import UnilabError
+from unilab.extras import require
 
 MAX_VIDEO_EPISODES = 64  # about 40 s of software rendering per 20 s episode: more is a mistake
 
@@ -29,6 +30,7 @@ def check_video_request(video: Path | None, video_episodes: int | None, episodes
             fix=f"pass --video-episodes between 1 and {top}" + (" (or more --episodes)" if top < k else ""),
         )
     check_video_path(video)
+    require("imageio_ffmpeg", "video", "--video")  # before minutes of episodes are played
     return k
 
 

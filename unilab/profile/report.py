@@ -5,6 +5,7 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
+from unilab.extras import require
 from unilab.profile.models import ArmResult, Profile, Spread
 
 
@@ -154,16 +155,7 @@ def ops_tables(p: Profile) -> list[str]:
 
 def require_matplotlib() -> None:
     """profile.png needs matplotlib: check before the arms run, not after minutes of runs."""
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError as exc:
-        from unilab.errors import UnilabError
-
-        raise UnilabError(
-            "`unilab profile` needs matplotlib to write profile.png, and it cannot be imported",
-            detail=f"{type(exc).__name__}: {exc}",
-            fix="reinstall unilab with its dependencies (bash tools/setup.sh), or pip install 'matplotlib>=3.8'",
-        ) from None
+    require("matplotlib", "profile", "`unilab profile` (it writes profile.png)")
 
 
 def render_png(p: Profile, path: Path) -> None:

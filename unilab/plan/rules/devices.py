@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from unilab.errors import Diagnostic
+from unilab.extras import install_command
 from unilab.plan.context import Context, resolve_device
 from unilab.plan.rules.registry import MPS_ALGOS, Rule, mps_start_command, rule
 
@@ -282,11 +283,11 @@ def sim_packages(r: Rule, ctx: Context) -> list[Diagnostic]:
     missing = [name for name, version in needed.items() if version is None]
     if not missing:
         return []
-    only_warp = set(missing) <= {"warp-lang", "mujoco-warp"}
-    return [
-        r.diag(
-            f"{' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} not installed on the host",
+    if set(missing) <= {"warp-lang", "mujoco-warp"}:
+        fix = f'install them on that host with {install_command("gpu")}, then plan again; or set sim.backend = "mujoco"'
+    else:
+        fix = (
             f"install unilab with its dependencies on that host (pip install {' '.join(missing)}, or bash "
-            "tools/setup.sh in a checkout), then plan again" + ('; or use sim.backend = "mujoco"' if only_warp else ""),
+            "tools/setup.sh in a checkout), then plan again"
         )
-    ]
+    return [r.diag(f"{' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} not installed on the host", fix)]
