@@ -499,3 +499,17 @@ def test_a_runs_own_motion_file_is_found_where_the_run_was_applied_and_a_changed
     _refused(unilab("eval", str(run_dir), cwd=elsewhere), "task.motion")
     r = unilab("eval", str(run_dir), cwd=elsewhere)
     assert str(applied) in r.stderr, r.stderr
+
+
+def test_eval_is_refused_off_linux_before_anything_is_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import platform
+
+    from unilab.errors import UnilabError
+    from unilab.evaluate.rollout import EvalRequest, evaluate
+
+    monkeypatch.setattr(platform, "system", lambda: "Darwin")
+    req = EvalRequest(run_dir=tmp_path / "missing", episodes=4, seed=0, checkpoint=None, workers=None, progress=False)
+    with pytest.raises(UnilabError) as e:
+        evaluate(req)
+    assert "`unilab eval` runs unilab's runtime, which needs Linux" in e.value.summary
+    assert "this host runs Darwin" in e.value.summary and "plan, diff, schema" in e.value.fix

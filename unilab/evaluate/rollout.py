@@ -23,6 +23,7 @@ from unilab.errors import UnilabError
 from unilab.evaluate.models import CommandTracking, EvalReport, EvalVideo, Stat, VideoClip
 from unilab.evaluate.status import StatusLine
 from unilab.evaluate.video_request import check_video_request
+from unilab.host.platform import require_runtime_platform
 from unilab.plan.models import Plan
 
 if TYPE_CHECKING:
@@ -234,7 +235,7 @@ def _check_request(req: EvalRequest) -> tuple[int, int]:
         )
     if not 0 <= req.seed < 2**31:  # the range of run.seed: the tasks derive their draws from it
         raise UnilabError(f"--seed {req.seed} is out of range", fix="pass --seed between 0 and 2147483647")
-    cpus = len(os.sched_getaffinity(0))
+    cpus = len(os.sched_getaffinity(0))  # Linux: require_runtime_platform ran first
     if req.workers is not None and not 1 <= req.workers <= cpus:
         raise UnilabError(
             f"--workers {req.workers} is out of range: this process may use {cpus} CPU{'s' if cpus != 1 else ''}",
@@ -245,6 +246,7 @@ def _check_request(req: EvalRequest) -> tuple[int, int]:
 
 
 def evaluate(req: EvalRequest) -> EvalReport:
+    require_runtime_platform("unilab eval")
     workers, filmed = _check_request(req)
     if filmed:
         from unilab.evaluate.gl import load_mujoco_for_rendering

@@ -187,6 +187,7 @@ class PackageFacts(_Facts):
     warp_lang: str | None = None
     mujoco: str | None = None
     mujoco_warp: str | None = None
+    wandb: str | None = Field(None, description="The `wandb` extra, for `[run.wandb]` (null: not installed).")
 
 
 class HostFacts(_Facts):

@@ -184,6 +184,7 @@ def probe_host(env: dict[str, str] | None = None, nvml: Any = "auto", state_dir:
             warp_lang=_version("warp-lang"),
             mujoco=_version("mujoco"),
             mujoco_warp=_version("mujoco-warp"),
+            wandb=_version("wandb"),
         ),
         nccl_env={k: v for k, v in sorted(env.items()) if k.startswith(_NCCL_PREFIXES)},
     )

@@ -93,6 +93,13 @@ def run_rank(job: RankJob, stop: StopFlag) -> int:
             resumed_from=rec.resumed_from,
             run_dir=str(job.run_dir),
         )
+        try:
+            rec.open_wandb()
+        except UnilabError as exc:  # refused before anything ran: the log says why, as for a refused resume
+            error = {"where": "rank0.wandb", "message": exc.summary}
+            events.info("run_not_started", status="failed", first_error=error)
+            events.close()
+            raise
 
     dp = None
     if world > 1:
@@ -233,6 +240,10 @@ def _finish(rec: RunRecorder, events: EventLog, status: str, first_error: FirstE
         # session's run_started had no run: refused (first_error) or stopped before it began.
         error = first_error.model_dump() if first_error else None
         events.info("run_not_started", status=status, first_error=error)
+    try:
+        rec.finish_wandb(status)
+    except Exception as exc:  # the run and its record are complete; the mirror's end is not theirs
+        print(f"warning: the W&B mirror did not finish: {type(exc).__name__}: {exc}", file=sys.stderr)
     events.close()
 
 

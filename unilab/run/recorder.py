@@ -30,6 +30,7 @@ from unilab.plan.models import Plan
 from unilab.run.events import EventLog
 from unilab.run.manifest_io import provenance, utc_now, write_manifest
 from unilab.run.progress import ProgressLine, cpu_ranges, plural
+from unilab.run.wandb_mirror import WandbMirror
 from unilab.sim.contract import physics_warning_fix
 
 
@@ -101,6 +102,7 @@ class RunRecorder:
                 wire_dtype=plan.gradient_wire.dtype,
             )
         self.tb: Any = None
+        self.wandb: WandbMirror | None = None
         self.last_metrics: dict[str, float] = {}
         self._episodes_logged: int | None = None  # rank 0's episode count at the previous log
         self.prog: Any = None
@@ -123,6 +125,20 @@ class RunRecorder:
                 fix="reinstall unilab's dependencies: bash tools/setup.sh",
             ) from None
         self.tb = SummaryWriter(str(self.run_dir / "tensorboard"))
+
+    def open_wandb(self) -> None:
+        """Before the collector starts: a mirror that cannot start refuses the run, not ends it."""
+        if self.plan.run.wandb is None or self.wandb is not None:
+            return
+        self.wandb = WandbMirror(self.plan, self.run_dir, resumed=self.resumed_from is not None)
+        self.events.info("wandb_mirror", mode=self.wandb.mode, why=self.wandb.why, run_dir=self.wandb.run.dir)
+        self.line.note(f"mirrored to {self.wandb.where}")
+
+    def finish_wandb(self, status: str) -> None:
+        """After the final manifest is written: attach it and end the W&B run."""
+        if self.wandb is not None:
+            mirror, self.wandb = self.wandb, None
+            mirror.finish(self.run_dir / "manifest.json", failed=status == "failed")
 
     def manifest(self, status: str, first_error: FirstError | None = None) -> Manifest:
         p, prog, w = self.plan, self.prog, self.world
@@ -293,20 +309,21 @@ class RunRecorder:
             **{k: round(v, 6) for k, v in metrics.items()},
         }
         self.events.info("iteration", **record)
+        scalars = {"perf/env_steps_per_s": sps, "perf/updates_per_s": ups}
+        if fresh:
+            scalars["episode/return"] = prog.last_return
+            scalars["episode/length"] = prog.last_length or 0.0
+            scalars["episode/terminated_fraction"] = prog.last_terminated_fraction or 0.0
+            for name, v in prog.last_reward_terms.items():  # the return's terms, as mjlab logs them
+                scalars[f"episode_reward/{name}"] = v
+        scalars |= {f"learner/{k}": v for k, v in metrics.items() if k not in ("elapsed_s", "env_steps_run")}
+        step = prog.env_steps * self.world
         if self.tb is not None:
-            step = prog.env_steps * self.world
-            self.tb.add_scalar("perf/env_steps_per_s", sps, step)
-            self.tb.add_scalar("perf/updates_per_s", ups, step)
-            if fresh:
-                self.tb.add_scalar("episode/return", prog.last_return, step)
-                self.tb.add_scalar("episode/length", prog.last_length or 0.0, step)
-                self.tb.add_scalar("episode/terminated_fraction", prog.last_terminated_fraction or 0.0, step)
-                for name, v in prog.last_reward_terms.items():  # the return's terms, as mjlab logs them
-                    self.tb.add_scalar(f"episode_reward/{name}", v, step)
-            for k, v in metrics.items():
-                if k not in ("elapsed_s", "env_steps_run"):
-                    self.tb.add_scalar(f"learner/{k}", v, step)
+            for tag, v in scalars.items():
+                self.tb.add_scalar(tag, v, step)
             self.tb.flush()
+        if self.wandb is not None:
+            self.wandb.log(scalars, step)
         self.line.update(prog.env_steps * self.world, sps, ups, prog.last_return if fresh else None, run_s)
 
     def on_checkpoint(self, prog: Any, state: dict[str, Any]) -> Path:

@@ -10,7 +10,17 @@ from typing import Any
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
-from unilab.spec.models import CommandRanges, FlashSacSpec, PpoSpec, RunSpec, SacSpec, SimSpec, TaskSpec, TrainingSpec
+from unilab.spec.models import (
+    CommandRanges,
+    FlashSacSpec,
+    PpoSpec,
+    RunSpec,
+    SacSpec,
+    SimSpec,
+    TaskSpec,
+    TrainingSpec,
+    WandbSpec,
+)
 
 INTRO = """# Spec reference
 
@@ -89,6 +99,12 @@ def _table(title: str, model: type[BaseModel], note: str = "") -> list[str]:
 def render_markdown() -> str:
     lines = [INTRO, "Top level: `schema_version = 1` (*required*).", ""]
     lines += _table("[run]", RunSpec)
+    lines += _table(
+        "[run.wandb]",
+        WandbSpec,
+        "Only when the table is given (`[run.wandb]`, or `--set 'run.wandb={mode=\"offline\"}'`); needs the "
+        "`wandb` extra (rule `run.wandb`).",
+    )
     lines += _table("[task]", TaskSpec)
     lines += _table("[task.commands]", CommandRanges)
     lines += _table("[sim]", SimSpec)

@@ -65,6 +65,26 @@ def _home_resolves(path: str, info: ValidationInfo) -> str:
     return path
 
 
+class WandbSpec(_Section):
+    """`[run.wandb]`: mirror the run's scalars and its manifest to Weights & Biases (the `wandb`
+    extra). TensorBoard is written either way."""
+
+    project: Annotated[str, Field(min_length=1, max_length=128)] = Field("unilab", description="W&B project.")
+    entity: Annotated[str, Field(min_length=1, max_length=128)] | None = Field(
+        None, description="W&B entity (user or team); unset: the account's default."
+    )
+    mode: Literal["auto", "online", "offline"] = Field(
+        "auto",
+        description="`offline` writes the W&B run into the run directory (`wandb sync RUN_DIR/wandb/offline-run-*` "
+        "uploads it later); `online` streams it and refuses to start without an API key or a reachable server; "
+        "`auto` streams when both are there and otherwise goes offline, saying so. Never waits on the network "
+        "for more than a few seconds at start.",
+    )
+    tags: list[Annotated[str, Field(min_length=1, max_length=64)]] = Field(
+        default_factory=list, max_length=64, description="W&B tags of the run."
+    )
+
+
 class RunSpec(_Section):
     """`[run]`: identity, seed, budget and bookkeeping of one training run."""
 
@@ -102,6 +122,12 @@ class RunSpec(_Section):
         "collects with the loaded policy instead of random actions. That run must have the same task, algorithm, "
         "network shape and `algo.alpha_init` (PPO: `algo.init_noise_std`), which the loaded temperature (noise) "
         "replaces (rule `run.init-from`).",
+    )
+
+    wandb: WandbSpec | None = Field(
+        None,
+        description="Mirror the run's scalars and manifest to Weights & Biases (`[run.wandb]`, the `wandb` extra); "
+        "unset: no mirror.",
     )
 
     @field_validator("output_dir")

@@ -1,8 +1,9 @@
-"""Rules on the run's own inputs: the checkpoint it starts from."""
+"""Rules on the run's own inputs and records: the checkpoint it starts from, its W&B mirror."""
 
 from __future__ import annotations
 
 from unilab.errors import Diagnostic, UnilabError
+from unilab.extras import install_command
 from unilab.plan.context import Context
 from unilab.plan.init_from import network_keys
 from unilab.plan.rules.registry import Rule, rule
@@ -80,3 +81,19 @@ def run_init_from(r: Rule, ctx: Context) -> list[Diagnostic]:
                 )
             )
     return out
+
+
+@rule(
+    "run.wandb",
+    "run.wandb",
+    "A W&B mirror (`[run.wandb]`) needs the `wandb` extra installed on the host.",
+)
+def run_wandb(r: Rule, ctx: Context) -> list[Diagnostic]:
+    if ctx.spec.run.wandb is None or ctx.facts.packages.wandb is not None:
+        return []
+    return [
+        r.diag(
+            "wandb is not installed on the host",
+            f"install it there with {install_command('wandb')}, or remove [run.wandb]",
+        )
+    ]

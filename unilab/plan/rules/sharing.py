@@ -16,15 +16,13 @@ def _wants_mps(ctx: Context) -> bool:
 @rule(
     "mps.host",
     "training.cuda_process_sharing",
-    "mps: Linux, an NVIDIA driver (NVML), every rank on a GPU, no MIG device.",
+    "mps: an NVIDIA driver (NVML), every rank on a GPU, no MIG device (Linux: rule host.platform).",
 )
 def mps_host(r: Rule, ctx: Context) -> list[Diagnostic]:
     if not _wants_mps(ctx):
         return []
     f = ctx.facts
     off = 'or set training.cuda_process_sharing = "none"'
-    if f.os.system != "Linux":
-        return [r.diag(f"MPS needs Linux, the host runs {f.os.system}", f"run on a Linux GPU host, {off}")]
     if not f.nvidia.driver_present:
         return [
             r.diag(

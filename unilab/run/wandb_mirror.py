@@ -1,0 +1,112 @@
+"""A Weights & Biases mirror of a run (`[run.wandb]`): the scalars rank 0 writes to TensorBoard,
+the plan as the W&B config, and the final manifest as a file of the W&B run.
+
+The W&B run lives in the run directory (`RUN_DIR/wandb/`) under an id derived from the run id,
+so a resume continues the same W&B run. Offline, nothing touches the network: `wandb sync`
+uploads the directory later. `auto` goes online only when an API key is configured and the server
+answers within CONNECT_TIMEOUT_S, and says which it chose.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import socket
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+from unilab.errors import UnilabError
+from unilab.extras import require
+from unilab.plan.models import Plan
+
+CONNECT_TIMEOUT_S = 3.0
+INIT_TIMEOUT_S = 30.0  # W&B's own start-up (its service process), online or not
+DEFAULT_BASE_URL = "https://api.wandb.ai"
+OFFLINE_FIX = 'set run.wandb.mode = "offline" and upload later with `wandb sync RUN_DIR/wandb/offline-run-*`'
+
+
+def wandb_run_id(run_id: str) -> str:
+    """A W&B run id for a unilab run directory (W&B ids are at most 64 characters of [a-z0-9])."""
+    return hashlib.sha256(run_id.encode()).hexdigest()[:16]
+
+
+def _server_answers(base_url: str) -> bool:
+    url = urlparse(base_url)
+    try:
+        with socket.create_connection(
+            (url.hostname or "", url.port or (443 if url.scheme == "https" else 80)), timeout=CONNECT_TIMEOUT_S
+        ):
+            return True
+    except OSError:
+        return False
+
+
+def _has_api_key(wandb: Any) -> bool:
+    if os.environ.get("WANDB_API_KEY"):
+        return True
+    try:  # ~/.netrc, as `wandb login` writes it
+        import netrc
+
+        host = urlparse(os.environ.get("WANDB_BASE_URL", DEFAULT_BASE_URL)).hostname
+        return netrc.netrc().authenticators(host or "") is not None
+    except (OSError, netrc.NetrcParseError):
+        return False
+
+
+def choose_mode(requested: str, wandb: Any) -> tuple[str, str]:
+    """(online or offline, why)."""
+    if requested == "offline":
+        return "offline", "run.wandb.mode = offline"
+    base = os.environ.get("WANDB_BASE_URL", DEFAULT_BASE_URL)
+    key, answers = _has_api_key(wandb), _server_answers(base)
+    if key and answers:
+        return "online", f"an API key is configured and {base} answers"
+    why = "no W&B API key is configured (WANDB_API_KEY or `wandb login`)" if not key else f"{base} does not answer"
+    if requested == "online":
+        raise UnilabError(f"run.wandb.mode = online, but {why}", fix=f"log in (`wandb login`) or {OFFLINE_FIX}")
+    return "offline", why
+
+
+class WandbMirror:
+    def __init__(self, plan: Plan, run_dir: Path, resumed: bool) -> None:
+        spec = plan.run.wandb
+        if spec is None:
+            raise ValueError("WandbMirror needs [run.wandb]")
+        wandb = require("wandb", "wandb", "[run.wandb]")
+        self.mode, self.why = choose_mode(spec.mode, wandb)
+        self.run_dir = run_dir
+        try:
+            self.run = wandb.init(
+                project=spec.project,
+                entity=spec.entity,
+                name=run_dir.name,
+                id=wandb_run_id(run_dir.name),
+                resume="allow" if resumed else None,
+                dir=str(run_dir),
+                mode=self.mode,
+                tags=list(spec.tags),
+                config=plan.model_dump(mode="json", exclude_none=True),
+                settings=wandb.Settings(init_timeout=INIT_TIMEOUT_S, silent=True, console="off"),
+            )
+        except Exception as exc:  # W&B raises its own error types (CommError, UsageError, ...)
+            raise UnilabError(
+                f"the W&B mirror could not start ({self.mode}): {type(exc).__name__}: {exc}",
+                fix=OFFLINE_FIX if self.mode == "online" else "check RUN_DIR/wandb/debug.log, or remove [run.wandb]",
+            ) from None
+
+    @property
+    def where(self) -> str:
+        if self.mode == "online":
+            return f"W&B run {self.run.url} ({self.why})"
+        local = Path(self.run.dir).parent
+        return f"W&B offline run in {local} ({self.why}); upload it with: wandb sync {local}"
+
+    def log(self, scalars: dict[str, float], step: int) -> None:
+        self.run.log(scalars, step=step)
+
+    def finish(self, manifest: Path | None, failed: bool) -> None:
+        """Attach the final manifest and end the W&B run."""
+        if manifest is not None and manifest.is_file():
+            self.run.save(str(manifest), base_path=str(self.run_dir), policy="now")
+        self.run.finish(exit_code=1 if failed else 0)
