@@ -442,7 +442,7 @@ def test_help_texts() -> None:
     profile = " ".join(unilab("profile", "--help").stdout.split())
     assert "<run.output_dir>/profile-<utc time>" in profile and "runs/profile-" not in profile
     top = " ".join(unilab("--help").stdout.split())
-    assert "compare two specs or saved plans" in top and "two plans key" not in top
+    assert "compare two specs, saved plans or runs' plans" in top and "two plans key" not in top
     plan = " ".join(unilab("plan", "--help").stdout.split())
     assert "json when FILE ends in .json" in plan
 

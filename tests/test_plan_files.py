@@ -195,7 +195,7 @@ def test_a_single_rank_gpu_run_pins_its_planned_gpu_before_it_starts(
     import signal
 
     before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
-    assert run_apply(ApplyRequest(plan=plan, progress=False)) == 0
+    assert run_apply(ApplyRequest(plan=plan, progress=False)).code == 0
     assert seen == [facts.nvidia.gpus[3].uuid]
     # A caller that goes on (a test, a notebook) gets its stop-signal handlers back, not SIG_IGN.
     assert {s: signal.getsignal(s) for s in before} == before

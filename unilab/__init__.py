@@ -1,3 +1,34 @@
-"""unilab: a declarative training runtime for humanoid reinforcement learning."""
+"""unilab: a declarative training runtime for humanoid reinforcement learning.
+
+The Python API (docs/python.md): ``unilab.plan``, ``unilab.apply``, ``unilab.load_manifest``.
+They load on first use, so ``python -m unilab`` and the CLI start without them.
+"""
+
+from typing import Any
 
 __version__ = "0.1.0"
+
+__all__ = ["Manifest", "Plan", "PlanRefused", "Run", "UnilabError", "__version__", "apply", "load_manifest", "plan"]
+
+# `unilab.plan` is the planner package, made callable as unilab.api.plan (unilab/plan/__init__.py).
+_API = {
+    "apply": "unilab.api",
+    "load_manifest": "unilab.api",
+    "Run": "unilab.api",
+    "Plan": "unilab.plan.models",
+    "Manifest": "unilab.manifest.models",
+    "UnilabError": "unilab.errors",
+    "PlanRefused": "unilab.errors",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _API and name != "plan":
+        raise AttributeError(f"module 'unilab' has no attribute {name!r}")
+    import importlib
+
+    if name == "plan":
+        return importlib.import_module("unilab.plan")
+    value = getattr(importlib.import_module(_API[name]), name)
+    globals()[name] = value
+    return value

@@ -20,3 +20,14 @@ def add_run_dir_arg(sp: argparse.ArgumentParser) -> None:
     sp.add_argument(
         "run_dir", type=path_arg, metavar="RUN_DIR", help="a run directory written by `unilab apply` (runs/NAME-TIME)"
     )
+
+
+def add_checkpoint_arg(sp: argparse.ArgumentParser) -> None:
+    """--checkpoint of the commands that read one of a run's checkpoints (eval, export)."""
+    sp.add_argument(
+        "--checkpoint",
+        type=path_arg,
+        metavar="FILE",
+        help="a checkpoint of the run still on disk: a file name in RUN_DIR/checkpoints/, or a path to one there "
+        "(default: the newest)",
+    )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from unilab.cli.args import add_run_dir_arg, path_arg
+from unilab.cli.args import add_checkpoint_arg, add_run_dir_arg, path_arg
 
 DEFAULT_EPISODES = 64
 
@@ -51,13 +51,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help=f"episodes to play, one per world (default {DEFAULT_EPISODES})",
     )
     sp.add_argument("--seed", type=int, default=0, help="seed of the resets and observation noise (default 0)")
-    sp.add_argument(
-        "--checkpoint",
-        type=path_arg,
-        metavar="FILE",
-        help="a checkpoint of the run still on disk: a file name in RUN_DIR/checkpoints/, or a path to one there "
-        "(default: the newest)",
-    )
+    add_checkpoint_arg(sp)
     sp.add_argument(
         "--workers", type=int, metavar="N", help="CPU MuJoCo worker processes (default: one per CPU this may use)"
     )

@@ -55,12 +55,25 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _plan_of_run_dir(side: str, path: Path) -> Path:
+    """A run directory stands for the plan it ran (RUN_DIR/plan.toml)."""
+    if not path.is_dir():
+        return path
+    if not (path / "plan.toml").is_file():
+        raise UnilabError(
+            f"{side} ({path}) is a directory without plan.toml",
+            fix="pass a spec, a saved plan, or a run directory written by `unilab apply`",
+        )
+    return path / "plan.toml"
+
+
 def _cmd_diff(args: argparse.Namespace) -> int:
     from unilab.cli.common import plan_from_path
     from unilab.plan.diff import diff_plans
     from unilab.plan.render import is_plan_file, plan_data
 
-    saved = [p.is_file() and is_plan_file(p) for p in (args.a, args.b)]
+    paths = [_plan_of_run_dir(side, path) for side, path in (("A", args.a), ("B", args.b))]
+    saved = [p.is_file() and is_plan_file(p) for p in paths]
     if args.host_facts is not None and all(saved):
         raise UnilabError(
             "both sides are saved plans; --host-facts compiles a spec against recorded facts",
@@ -68,7 +81,7 @@ def _cmd_diff(args: argparse.Namespace) -> int:
         )
     # --host-facts is for the spec side(s); a saved plan holds the facts it was compiled against.
     sides = []
-    for side, path, is_saved in (("A", args.a, saved[0]), ("B", args.b, saved[1])):
+    for side, path, is_saved in (("A", paths[0], saved[0]), ("B", paths[1], saved[1])):
         try:
             sides.append(plan_data(plan_from_path(path, args.set, None if is_saved else args.host_facts)))
         except UnilabError as exc:  # say which side failed: both may come from similar files
@@ -234,14 +247,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     sp = sub.add_parser(
         "diff",
-        help="compare two specs or saved plans key by key (exit 0 equal, 2 different, 1 error)",
-        description="Compare A and B (each a spec, compiled for this host, or a saved plan) key by "
-        "key. --set applies to both sides (so both must be specs): compare a spec with its override by "
+        help="compare two specs, saved plans or runs' plans key by key (exit 0 equal, 2 different, 1 error)",
+        description="Compare A and B (each a spec, compiled for this host, a saved plan, or a run directory's "
+        "plan) key by key. --set applies to both sides (so both must be specs): compare a spec with its override by "
         "saving one side first (unilab plan SPEC --set ... --out B.toml). Exit code: 0 when equal, 2 when "
         "they differ, 1 on error.",
     )
-    sp.add_argument("a", type=path_arg, metavar="A", help="spec (.toml) or saved plan")
-    sp.add_argument("b", type=path_arg, metavar="B", help="spec (.toml) or saved plan")
+    sp.add_argument("a", type=path_arg, metavar="A", help="spec (.toml), saved plan, or run directory (its plan)")
+    sp.add_argument("b", type=path_arg, metavar="B", help="spec (.toml), saved plan, or run directory (its plan)")
     spec_opts(sp)
     sp.set_defaults(func=_cmd_diff)
 

@@ -4,90 +4,9 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
-from pathlib import Path
-from typing import TYPE_CHECKING
 
-from unilab.cli.args import add_run_dir_arg, path_arg
+from unilab.cli.args import add_checkpoint_arg, add_run_dir_arg, path_arg
 from unilab.errors import UnilabError
-
-if TYPE_CHECKING:
-    from unilab.host.facts import HostFacts
-    from unilab.plan.models import Plan
-
-
-def _resolve(
-    target: Path, overrides: list[str], resume_dir: Path | None = None, replan: bool = False
-) -> tuple[Plan, str | None]:
-    """A spec is planned against this host; a saved plan is re-checked against it (stale-plan refusal).
-    `resume_dir`: the plan is that run's own, re-planned for this host only with `replan` (then the
-    second value is the run's plan id the new plan continues; else None)."""
-    from unilab.cli.common import reading
-    from unilab.host.probe import probe_host
-    from unilab.plan.diff import first_of
-    from unilab.plan.fingerprint import compare_fingerprint
-    from unilab.plan.render import is_plan_file, load_plan
-
-    facts = probe_host()
-    with reading(target, "spec or plan"):
-        is_plan = target.is_file() and is_plan_file(target)
-    if is_plan:
-        if overrides:
-            raise UnilabError(
-                f"{target} is a saved plan; --set applies to specs only", fix="put the override on the spec and re-plan"
-            )
-        with reading(target, "plan"):
-            plan = load_plan(target)
-        changes = compare_fingerprint(plan.host_facts, facts)
-        if changes:
-            if resume_dir is not None and replan:
-                # Compiled afresh from the plan's spec values: an edited derived value does not carry
-                # over, and the checkpoint must still belong to this plan id (resolve_resume).
-                return _replanned(plan, facts, resume_dir), plan.plan_id
-            if resume_dir is not None:
-                raise UnilabError(
-                    f"run {resume_dir} was planned for other host facts: {first_of(changes)}",
-                    detail="a run resumes with its own plan, on the host facts it was compiled against",
-                    fix=f"continue it on this host with a plan re-made for it: unilab apply --resume {resume_dir} "
-                    "--replan (refused if that would change what is trained); or restore what changed, or start "
-                    "a new run: unilab apply SPEC",
-                )
-            raise UnilabError(
-                f"the saved plan {target} is stale: {first_of(changes)}",
-                detail="a plan is only valid on the host facts it was compiled against",
-                fix="re-plan: unilab plan SPEC --out PLAN.toml (or apply the spec directly)",
-            )
-        from unilab.plan.inputs import check_init_from, check_planned_inputs
-        from unilab.plan.recheck import recheck_saved_plan
-
-        # The plan's files first: a changed or missing one is named as such, not as a plan that
-        # no longer compiles to itself (apply checks them again just before it runs).
-        check_planned_inputs(plan.task, Path.cwd(), resume_dir)
-        if resume_dir is None:
-            check_init_from(plan.run, Path.cwd())
-        recheck_saved_plan(plan, facts, target)  # its id proves nothing: anyone can recompute it
-        return plan, None
-    from unilab.plan.compile import compile_plan
-    from unilab.spec.load import load_spec
-
-    with reading(target, "spec"):
-        loaded = load_spec(target, overrides)
-    return compile_plan(loaded.spec, facts, loaded.spec_dir), None
-
-
-def _replanned(plan: Plan, facts: HostFacts, run_dir: Path) -> Plan:
-    """The run's plan made again for this host; the changes are shown as `unilab diff` shows them."""
-    from unilab.plan.replan import replan_for_resume
-
-    new, changes = replan_for_resume(plan, facts, run_dir)
-    print(
-        f"re-planned {run_dir} for this host: {len(changes)} change{'s' if len(changes) != 1 else ''} to how it "
-        "executes, none to what it trains",
-        file=sys.stderr,
-    )
-    for c in changes:
-        print(f"  {c.render()}", file=sys.stderr)
-    return new
 
 
 def _die_with_a_parent_that_asked() -> None:
@@ -104,34 +23,16 @@ def _die_with_a_parent_that_asked() -> None:
 
 def cmd_apply(args: argparse.Namespace) -> int:
     from unilab.run.apply import ApplyRequest, run_apply
+    from unilab.run.resolve import resolve_apply
 
     _die_with_a_parent_that_asked()
 
-    target = args.target
-    if target is None:
-        if args.resume is None:
-            raise UnilabError(
-                "apply needs a SPEC or a saved PLAN", fix="unilab apply specs/g1.toml (or --resume RUN_DIR)"
-            )
-        if args.set:
-            raise UnilabError(
-                "--resume continues the run's own plan; --set would make another plan",
-                fix=f"drop --set to resume {args.resume}, or start a new run: unilab apply SPEC --set ...",
-            )
-        target = args.resume / "plan.toml"  # the run's own plan, re-checked against this host
-        if not args.resume.is_dir():
-            raise UnilabError(
-                f"--resume {args.resume}: " + ("no such directory" if not args.resume.exists() else "not a directory"),
-                fix="pass the run directory `unilab apply` printed at the end of the run",
-            )
-        if not target.is_file():
-            raise UnilabError(
-                f"{args.resume} is not a unilab run directory (no plan.toml)",
-                fix="pass the directory `unilab apply` printed at the end of the run",
-            )
-    if args.replan and args.resume is None:
-        raise UnilabError("--replan re-plans a run being resumed", fix="use it with --resume RUN_DIR, or drop it")
-    plan, resumes_plan = _resolve(target, args.set, args.resume if args.target is None else None, args.replan)
+    if args.checkpoint is not None and args.resume is None:
+        raise UnilabError(
+            "--checkpoint picks the checkpoint a resumed run continues from",
+            fix="use it with --resume RUN_DIR; to start a new run from a checkpoint's policy, set run.init_from",
+        )
+    plan, resumes_plan = resolve_apply(args.target, args.set, args.resume, args.replan)
     from unilab.run.stop import stop_signals_interrupt
     from unilab.run.terminal import terminal_may_go
 
@@ -139,8 +40,14 @@ def cmd_apply(args: argparse.Namespace) -> int:
     # own stop handling is in place ends it as cleanly as a Ctrl-C.
     with terminal_may_go(), stop_signals_interrupt():
         return run_apply(
-            ApplyRequest(plan=plan, resume_dir=args.resume, progress=not args.quiet, resumes_plan=resumes_plan)
-        )
+            ApplyRequest(
+                plan=plan,
+                resume_dir=args.resume,
+                progress=not args.quiet,
+                resumes_plan=resumes_plan,
+                checkpoint=args.checkpoint,
+            )
+        ).code
 
 
 def cmd_manifest_validate(args: argparse.Namespace) -> int:
@@ -171,7 +78,7 @@ def cmd_manifest_validate(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     from unilab.run.export import export_onnx
 
-    out = export_onnx(args.run_dir, args.out)
+    out = export_onnx(args.run_dir, args.out, args.checkpoint)
     print(f"exported the actor with its observation normalizer to {out}")
     return 0
 
@@ -207,6 +114,13 @@ def add_parsers(sub: argparse._SubParsersAction, spec_opts) -> None:
         "same plan id)",
     )
     sp.add_argument(
+        "--checkpoint",
+        type=path_arg,
+        metavar="FILE",
+        help="with --resume: continue from this checkpoint of the run (a file name in RUN_DIR/checkpoints/ or a "
+        "path to one; default: the newest); the checkpoints after it are moved to checkpoints/superseded-<utc time>/",
+    )
+    sp.add_argument(
         "--replan",
         action="store_true",
         help="with --resume on a host whose facts changed (another node, CPU set, GPU, package patch version): "
@@ -231,7 +145,8 @@ def add_parsers(sub: argparse._SubParsersAction, spec_opts) -> None:
     sp = sub.add_parser(
         "export",
         help="export a run's policy for deployment",
-        description="Write the actor of RUN_DIR's last checkpoint, with its observation normalizer, "
+        description="Write the actor of RUN_DIR's newest checkpoint (or --checkpoint), with its observation "
+        "normalizer, "
         "as an ONNX model: input `obs` [batch, obs_dim], output `action` [batch, act_dim] in [-1, 1]; "
         "its metadata holds the control period and, for the G1, the joint names, standing pose and "
         "action scale (joint targets = default_joint_pos + action_scale * action).",
@@ -245,4 +160,5 @@ def add_parsers(sub: argparse._SubParsersAction, spec_opts) -> None:
         help="written atomically (default: RUN_DIR/policy.onnx); inside RUN_DIR only a previous export "
         "(*.onnx) may be replaced",
     )
+    add_checkpoint_arg(sp)
     sp.set_defaults(func=cmd_export)

@@ -30,6 +30,8 @@ class ApplyRequest:
     progress: bool = True
     # A resume re-planned for this host (--replan): the plan id of the run it continues.
     resumes_plan: str | None = None
+    # The checkpoint a resume continues from (--checkpoint; None: the newest).
+    checkpoint: Path | None = None
 
 
 def new_run_dir(plan: Plan) -> Path:
@@ -42,9 +44,10 @@ def new_run_dir(plan: Plan) -> Path:
     return path
 
 
-def resolve_resume(plan: Plan, run_dir: Path, run_plan_id: str | None = None) -> Path:
-    """The newest loadable checkpoint of `run_dir`, which must belong to the same plan (the run's
-    plan `run_plan_id` when `plan` re-plans it for this host) and still have env steps to go."""
+def resolve_resume(plan: Plan, run_dir: Path, run_plan_id: str | None = None, checkpoint: Path | None = None) -> Path:
+    """The newest loadable checkpoint of `run_dir` (or ``checkpoint``, a file name in its
+    checkpoints/ or a path to one), which must belong to the same plan (the run's plan
+    `run_plan_id` when `plan` re-plans it for this host) and still have env steps to go."""
     from unilab.plan.render import load_plan
     from unilab.run.checkpoint import (
         check_recorded_digest,
@@ -71,12 +74,18 @@ def resolve_resume(plan: Plan, run_dir: Path, run_plan_id: str | None = None) ->
     ckpts = list_checkpoints(run_dir / "checkpoints")
     if not ckpts:
         raise UnilabError(f"{run_dir}/checkpoints holds no checkpoint to resume from", fix="start a new run")
-    blob = load_checkpoint(ckpts[-1], plan_id=run_plan_id)  # a corrupt file is named as such first
-    check_recorded_digest(run_dir, ckpts[-1])
-    named = env_steps_of(ckpts[-1])
-    if blob["env_steps"] != named:  # the newest by name is the one every resume would pick
+    if checkpoint is not None:
+        from unilab.run.export import run_checkpoint
+
+        path = run_checkpoint(run_dir, checkpoint, "unilab apply --resume")
+    else:
+        path = ckpts[-1]
+    blob = load_checkpoint(path, plan_id=run_plan_id)  # a corrupt file is named as such first
+    check_recorded_digest(run_dir, path)
+    named = env_steps_of(path)
+    if blob["env_steps"] != named:  # checkpoints are ordered, and superseded, by the steps in their names
         raise UnilabError(
-            f"checkpoint {ckpts[-1]} holds the state after {blob['env_steps']:,} env steps, its name says "
+            f"checkpoint {path} holds the state after {blob['env_steps']:,} env steps, its name says "
             + (f"{named:,}" if named is not None else "no env steps"),
             detail="checkpoints are picked by name; a renamed one would be resumed from the wrong point",
             fix=f"rename it back to {checkpoint_name(int(blob['env_steps']))} (and its .sha256 file), or remove it",
@@ -88,7 +97,26 @@ def resolve_resume(plan: Plan, run_dir: Path, run_plan_id: str | None = None) ->
             fix="nothing is left to run in it; for more training, start a new run with a larger "
             "run.total_env_steps (a finished run cannot be extended: its plan fixes the budget)",
         )
-    return ckpts[-1]
+    return path
+
+
+def supersede_newer(run_dir: Path, resumed: Path) -> Path | None:
+    """A resume from an older checkpoint continues the run from there: the checkpoints after it
+    belong to a history the run no longer has. They are moved, with their digest files, into
+    checkpoints/superseded-<utc time>/ (nothing is deleted); returns that directory, or None."""
+    from unilab.run.checkpoint import digest_path, env_steps_of, list_checkpoints
+
+    steps = env_steps_of(resumed) or 0
+    newer = [c for c in list_checkpoints(run_dir / "checkpoints") if (env_steps_of(c) or 0) > steps]
+    if not newer:
+        return None
+    aside = run_dir / "checkpoints" / f"superseded-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}"
+    aside.mkdir()
+    for c in newer:
+        for f in (c, digest_path(c)):
+            if f.exists():
+                f.rename(aside / f.name)
+    return aside
 
 
 def kept_plan_path(run_dir: Path, plan_id: str) -> Path:
@@ -144,7 +172,13 @@ def resume_command(run_dir: Path) -> str:
     return f"unilab apply --resume {run_dir}"
 
 
-def run_apply(req: ApplyRequest) -> int:
+@dataclass(frozen=True)
+class ApplyOutcome:
+    code: int  # the process exit status: 0 finished, 130 stopped (unilab.exit_status)
+    run_dir: Path | None  # None: stopped before the run started, and no directory was kept
+
+
+def run_apply(req: ApplyRequest) -> ApplyOutcome:
     # The run changes how this process takes the stop signals (a stop flag, then ignoring them
     # while it records its end) and, for one rank, pins it to the learner's CPUs: a caller that
     # goes on afterwards (a notebook, a test) gets its handlers and CPUs back, and so do the
@@ -157,7 +191,7 @@ def run_apply(req: ApplyRequest) -> int:
         os.sched_setaffinity(0, cpus)
 
 
-def _run_apply(req: ApplyRequest) -> int:
+def _run_apply(req: ApplyRequest) -> ApplyOutcome:
     from unilab.plan.render import render
 
     plan = req.plan
@@ -182,9 +216,14 @@ def _run_apply(req: ApplyRequest) -> int:
     if req.resume_dir is not None:
         lock = lock_run_dir(req.resume_dir)  # before reading it: another apply may be writing it
         try:
-            checkpoint = resolve_resume(plan, req.resume_dir, req.resumes_plan)
+            checkpoint = resolve_resume(plan, req.resume_dir, req.resumes_plan, req.checkpoint)
             if req.resumes_plan is not None:
                 replace_plan(req.resume_dir, plan, req.resumes_plan)
+            if (aside := supersede_newer(req.resume_dir, checkpoint)) is not None:
+                print(
+                    f"note: resuming from {checkpoint.name}; the checkpoints after it were moved to {aside}",
+                    file=sys.stderr,
+                )
         except BaseException:
             if lock is not None:
                 os.close(lock)
@@ -230,9 +269,10 @@ def _run_apply(req: ApplyRequest) -> int:
             ignore_stop_signals()
         if drop_if_nothing_ran(run_dir, req.resume_dir, made):  # stopped before the collector started
             print("stopped before the run started; no run directory was kept", file=sys.stderr)
-        elif code == EXIT_INTERRUPTED and _has_checkpoint(run_dir):
+            return ApplyOutcome(code, None)
+        if code == EXIT_INTERRUPTED and _has_checkpoint(run_dir):
             print(f"resume with: {resume_command(run_dir)}")
-        return code
+        return ApplyOutcome(code, run_dir)
     except BaseException as exc:
         # No import here: a Ctrl-C can land while torch is half imported.
         if drop_if_nothing_ran(run_dir, req.resume_dir, made):

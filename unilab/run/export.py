@@ -337,7 +337,9 @@ def _finish_model(model_bytes: bytes, obs_dim: int, act_dim: int, metadata: dict
     return model.SerializeToString()
 
 
-def export_onnx(run_dir: Path, out: Path | None) -> Path:
+def export_onnx(run_dir: Path, out: Path | None, checkpoint: Path | None = None) -> Path:
+    """The policy of the run's newest checkpoint (or ``checkpoint``: a file name in
+    RUN_DIR/checkpoints or a path to one) as ONNX, with its observation normalizer."""
     plan = read_run_plan(run_dir)  # a missing or unreadable run directory is named first
     out = out or run_dir / "policy.onnx"
     try:
@@ -346,7 +348,7 @@ def export_onnx(run_dir: Path, out: Path | None) -> Path:
         raise UnilabError(
             f"cannot use --out {exc.filename or out}: {exc.strerror or exc}", fix="check the path and its permissions"
         ) from None
-    state = newest_state(run_dir, plan)
+    state = verified_checkpoint(run_dir, plan, run_checkpoint(run_dir, checkpoint, "export"))[0]["state"]
     policy, obs_dim = policy_from_state(plan, state)
     example = torch.zeros(1, obs_dim)
     buf = io.BytesIO()

@@ -1,0 +1,71 @@
+"""The Python API as docs/python.md shows it: its example runs as written, and the API refuses
+what the CLI refuses, with the CLI's errors."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import unilab
+from tests.conftest import ROOT
+
+DOC = ROOT / "docs" / "python.md"
+
+
+def _example() -> str:
+    blocks = re.findall(r"```python\n(.*?)```", DOC.read_text(), re.S)
+    assert len(blocks) == 1, "docs/python.md has one runnable example"
+    return blocks[0]
+
+
+@pytest.mark.slow
+def test_the_documented_example_runs(tmp_path: Path) -> None:
+    shutil.copytree(ROOT / "specs", tmp_path / "specs")
+    (tmp_path / "example.py").write_text(_example())
+    r = subprocess.run([sys.executable, "example.py"], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    run_dir = next((tmp_path / "runs").iterdir())
+    assert f"{run_dir.relative_to(tmp_path)} succeeded 4000" in r.stdout, r.stdout
+    assert "mean return" in r.stdout
+
+
+def test_plan_takes_a_path_or_a_mapping_and_refuses_as_the_cli_does(tmp_path: Path) -> None:
+    from tests.conftest import host
+
+    facts = host("cpu_laptop")
+    from_file = unilab.plan(ROOT / "specs" / "cartpole.toml", host_facts=facts)
+    import tomllib
+
+    data = tomllib.loads((ROOT / "specs" / "cartpole.toml").read_text())
+    assert unilab.plan(data, host_facts=facts).plan_id == from_file.plan_id
+    assert isinstance(from_file, unilab.Plan)
+    with pytest.raises(unilab.PlanRefused) as refused:
+        unilab.plan(data, overrides=["run.total_env_steps=1000"], host_facts=facts)
+    assert [d.rule_id for d in refused.value.diagnostics] == ["algo.warmup"]
+    assert "fix: lower algo.warmup_env_steps" in refused.value.render()
+    with pytest.raises(unilab.UnilabError, match="does not exist"):
+        unilab.plan(tmp_path / "missing.toml", host_facts=facts)
+
+
+def test_apply_refuses_a_plan_for_other_facts_and_an_edited_plan() -> None:
+    from tests.conftest import host
+
+    other = unilab.plan(ROOT / "specs" / "cartpole.toml", host_facts=host("one_h200"))
+    with pytest.raises(unilab.UnilabError, match=r"compiled for other host facts"):
+        unilab.apply(other)
+    here = unilab.plan(ROOT / "specs" / "cartpole.toml")
+    edited = here.model_copy(update={"run": here.run.model_copy(update={"total_env_steps": 10**12})})
+    with pytest.raises(unilab.UnilabError, match=r"not what its own spec compiles to|does not pass the plan rules"):
+        unilab.apply(edited)
+    with pytest.raises(unilab.UnilabError, match=r"overrides and resume do not apply"):
+        unilab.apply(here, overrides=["task.num_envs=8"])
+
+
+def test_load_manifest_names_a_directory_without_one(tmp_path: Path) -> None:
+    with pytest.raises(unilab.UnilabError, match=r"without manifest\.json"):
+        unilab.load_manifest(tmp_path)

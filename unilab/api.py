@@ -1,0 +1,138 @@
+"""unilab from Python: plan, apply and read a run, as the CLI does (docs/python.md).
+
+    import unilab
+
+    plan = unilab.plan("specs/g1.toml", overrides=["run.total_env_steps=100_000"])
+    print(plan.plan_id, plan.learner.precision.value)
+    run = unilab.apply(plan)
+    print(run.run_dir, run.manifest.status)
+
+Every refusal is the CLI's: a ``unilab.UnilabError`` (a spec error, a refused plan with its rule
+ids, a file that cannot be read) whose ``str()`` is the paragraph the CLI prints.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from unilab.errors import UnilabError
+from unilab.host.facts import HostFacts
+from unilab.manifest.models import Manifest
+from unilab.plan.models import Plan
+
+SpecSource = str | os.PathLike[str] | Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Run:
+    """What `apply` leaves: the run directory and its manifest (validated, with the run's plan and
+    checkpoint digests checked). ``stopped``: the run was interrupted (Ctrl-C, SIGTERM) and ended
+    with a final checkpoint; resume it with ``unilab.apply(resume=run.run_dir)``."""
+
+    run_dir: Path
+    manifest: Manifest
+    stopped: bool
+
+
+def plan(
+    spec: SpecSource, overrides: Sequence[str] = (), host_facts: HostFacts | str | os.PathLike[str] | None = None
+) -> Plan:
+    """Compile a run spec into a plan: ``spec`` is a spec file's path or the spec as a mapping
+    (the TOML's tables as dicts; relative input paths resolve against the working directory);
+    ``overrides`` are `--set` strings (``"task.num_envs=128"``); ``host_facts`` is this host
+    (None), recorded facts (a `unilab host --json` file) or a HostFacts. Raises PlanRefused with
+    every violated rule."""
+    from unilab.cli.common import read_host_facts, reading
+    from unilab.plan.compile import compile_plan
+    from unilab.spec.load import apply_overrides, load_spec, validate_spec_data
+
+    if isinstance(spec, Mapping):
+        data = apply_overrides(_plain(spec), list(overrides))
+        from unilab.spec.load import parse_override
+
+        overridden = {".".join(parse_override(o)[0]) for o in overrides}
+        loaded_spec, spec_dir = validate_spec_data(data, "<spec mapping>", overridden), Path.cwd()
+    else:
+        path = Path(spec)
+        with reading(path, "spec"):
+            loaded = load_spec(path, list(overrides))
+        loaded_spec, spec_dir = loaded.spec, loaded.spec_dir
+    if isinstance(host_facts, HostFacts):
+        facts = host_facts
+    else:
+        facts = read_host_facts(None if host_facts is None else Path(host_facts))
+    return compile_plan(loaded_spec, facts, spec_dir)
+
+
+def apply(
+    spec: SpecSource | Plan | None = None,
+    overrides: Sequence[str] = (),
+    *,
+    resume: str | os.PathLike[str] | None = None,
+    checkpoint: str | os.PathLike[str] | None = None,
+    replan: bool = False,
+    progress: bool = True,
+) -> Run:
+    """Train, as `unilab apply` does: ``spec`` is a spec (a path or a mapping, planned for this
+    host), a saved plan's path or a Plan (re-checked against this host: a plan compiled for other
+    facts is refused), or None with ``resume`` (a run directory to continue, from its newest
+    checkpoint or ``checkpoint``; ``replan`` as `--replan`). Blocks until the run ends; returns its
+    directory and manifest."""
+    from unilab.run.apply import ApplyRequest, run_apply
+    from unilab.run.resolve import resolve_apply, resolve_plan_object
+
+    resume_dir = None if resume is None else Path(resume)
+    if checkpoint is not None and resume_dir is None:
+        raise UnilabError(
+            "checkpoint picks the checkpoint a resumed run continues from",
+            fix="pass it with resume=RUN_DIR; to start a new run from a checkpoint's policy, set run.init_from",
+        )
+    resumes_plan = None
+    if isinstance(spec, Plan):
+        if overrides or resume_dir is not None:
+            raise UnilabError(
+                "a Plan is applied as it is: overrides and resume do not apply to it",
+                fix="plan again with the overrides (unilab.plan(spec, overrides=...)), or pass resume alone",
+            )
+        the_plan = resolve_plan_object(spec)
+    elif isinstance(spec, Mapping):
+        if resume_dir is not None:
+            raise UnilabError("resume continues a run's own plan: pass resume alone", fix="apply(resume=RUN_DIR)")
+        the_plan = plan(spec, overrides)
+    else:
+        target = None if spec is None else Path(spec)
+        the_plan, resumes_plan = resolve_apply(target, list(overrides), resume_dir, replan)
+    from unilab.run.stop import stop_signals_interrupt
+
+    with stop_signals_interrupt():
+        outcome = run_apply(
+            ApplyRequest(
+                plan=the_plan,
+                resume_dir=resume_dir,
+                progress=progress,
+                resumes_plan=resumes_plan,
+                checkpoint=None if checkpoint is None else Path(checkpoint),
+            )
+        )
+    if outcome.run_dir is None:
+        raise KeyboardInterrupt  # stopped before the run started: nothing to return
+    return Run(outcome.run_dir, load_manifest(outcome.run_dir), stopped=outcome.code != 0)
+
+
+def load_manifest(path: str | os.PathLike[str]) -> Manifest:
+    """A run's manifest (``path``: the run directory or its manifest.json), checked as `unilab
+    manifest validate` checks it: schema, consistency, and a run directory's plan and checkpoints."""
+    from unilab.run.manifest_io import validate_manifest_file
+
+    return validate_manifest_file(Path(path))[0]
+
+
+def _plain(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """A deep copy of the mapping as dicts and lists (tuples become TOML arrays)."""
+    return {
+        str(k): _plain(v) if isinstance(v, Mapping) else list(v) if isinstance(v, tuple) else v for k, v in spec.items()
+    }
