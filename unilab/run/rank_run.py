@@ -4,6 +4,7 @@ torch.distributed elastic worker (or torchrun process) for several."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
 from dataclasses import dataclass
@@ -13,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from unilab.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, UnilabError
+from unilab.extras import install_command
 from unilab.manifest.models import FirstError, RankEvidence
 from unilab.plan.models import Plan
 from unilab.run.collector_client import RunFailed
@@ -269,7 +271,10 @@ def summarize(rec: RunRecorder, status: str) -> None:
             f"length {m.metrics.episode_length_mean:.0f} steps"
         )
     if status == "succeeded" and m.checkpoints:
-        print(f"next: unilab eval {rec.run_dir} --video {rec.run_dir / 'eval.mp4'}   (score and film the policy)")
+        if importlib.util.find_spec("imageio_ffmpeg") is not None:
+            print(f"next: unilab eval {rec.run_dir} --video {rec.run_dir / 'eval.mp4'}   (score and film the policy)")
+        else:  # the video extra is not installed: offer what works, and how to film
+            print(f"next: unilab eval {rec.run_dir}   (score the policy; to film it: {install_command('video')})")
     print(f"run directory: {rec.run_dir}")
     for kind, n in m.backend.physics_warnings.items():
         fix = physics_warning_fix(kind, rec.plan.sim.njmax, rec.plan.sim.nconmax)
