@@ -67,3 +67,22 @@ def test_resume_and_export_from_a_chosen_checkpoint_and_diff_run_dirs(tmp_path: 
     (tmp_path / "empty").mkdir()
     e = unilab(tmp_path, "diff", str(run_dir), "empty")
     assert e.returncode == 1 and "B (empty) is a directory without plan.toml" in e.stderr
+
+
+def test_superseded_checkpoints_keep_their_digests_and_never_collide(tmp_path: Path) -> None:
+    from unilab.run.apply import supersede_newer
+
+    ck = tmp_path / "checkpoints"
+    ck.mkdir()
+    names = [f"ckpt-{n:013d}.pt" for n in (100, 200, 300)]
+    for n in names:
+        (ck / n).write_bytes(b"state " + n.encode())
+        (ck / f"{n}.sha256").write_text("digest\n")
+    assert supersede_newer(tmp_path, ck / names[2]) is None  # the newest: nothing to move
+    first = supersede_newer(tmp_path, ck / names[1])
+    assert first is not None and sorted(p.name for p in first.iterdir()) == [names[2], f"{names[2]}.sha256"]
+    (ck / names[2]).write_bytes(b"the resumed history")
+    second = supersede_newer(tmp_path, ck / names[0])  # within the same second, as often as not
+    assert second is not None and second != first
+    assert sorted(p.name for p in second.iterdir()) == sorted([*names[1:], f"{names[1]}.sha256"])
+    assert (first / names[2]).read_bytes() == b"state " + names[2].encode()

@@ -512,4 +512,4 @@ def test_eval_is_refused_off_linux_before_anything_is_read(tmp_path: Path, monke
     with pytest.raises(UnilabError) as e:
         evaluate(req)
     assert "`unilab eval` runs unilab's runtime, which needs Linux" in e.value.summary
-    assert "this host runs Darwin" in e.value.summary and "plan, diff, schema" in e.value.fix
+    assert "this host runs Darwin" in e.value.summary and "--host-facts" in e.value.fix

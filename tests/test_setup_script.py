@@ -21,7 +21,9 @@ esac
 """
 
 
-def _setup(tmp_path: Path, *args: str, version: str, no_venv: bool = False) -> subprocess.CompletedProcess[str]:
+def _setup(
+    tmp_path: Path, *args: str, version: str, no_venv: bool = False, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     checkout = tmp_path / "checkout"
     (checkout / "tools").mkdir(parents=True)
     shutil.copy(ROOT / "tools" / "setup.sh", checkout / "tools")
@@ -34,7 +36,7 @@ def _setup(tmp_path: Path, *args: str, version: str, no_venv: bool = False) -> s
     (bin_dir / "dirname").symlink_to(shutil.which("dirname") or "/usr/bin/dirname")
     return subprocess.run(
         ["/bin/bash", str(checkout / "tools" / "setup.sh"), *args],
-        env={"PATH": str(bin_dir), "HOME": str(tmp_path)},
+        env={"PATH": str(bin_dir), "HOME": str(tmp_path), **(env or {})},
         capture_output=True,
         text=True,
         timeout=60,
@@ -61,3 +63,9 @@ def test_an_unknown_extra_is_refused_with_the_list(tmp_path: Path) -> None:
     r = _setup(tmp_path, "videos", version="3.12")
     assert r.returncode == 1
     assert "unknown extra 'videos'; the extras are: gpu video profile onnx wandb all test" in r.stderr
+
+
+def test_a_named_python_that_is_too_old_is_refused_not_skipped(tmp_path: Path) -> None:
+    r = _setup(tmp_path, version="3.10.12", env={"PYTHON": "python3"})
+    assert r.returncode == 1
+    assert "PYTHON=python3 is older than 3.11 (Python 3.10.12)" in r.stderr

@@ -85,7 +85,7 @@ def test_offline_mirror_holds_the_scalars_config_and_final_manifest(tmp_path: Pa
     events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
     iterations = [e for e in events if e["event"] == "iteration"]
     assert len(history) == len(iterations) > 0
-    assert [h["_step"] for h in history] == [e["env_steps"] for e in iterations]
+    assert [h["env_steps"] for h in history] == [e["env_steps"] for e in iterations]  # the x axis
     returns = [h for h in history if "episode/return" in h]
     assert returns and all("learner/critic_loss" in h and "perf/env_steps_per_s" in h for h in history)
     assert returns[-1]["episode/return"] == pytest.approx(

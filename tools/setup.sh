@@ -27,20 +27,27 @@ for arg in "$@"; do
 done
 
 step="finding Python 3.11 or newer"
-if [ -n "${PYTHON:-}" ] && ! command -v "$PYTHON" >/dev/null 2>&1; then
-  fail "PYTHON=$PYTHON is not an executable; name a Python 3.11 or newer, or leave PYTHON unset"
-fi
+new_enough() { "$1" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; }
 python=""
-for candidate in "${PYTHON:-}" python3 python3.13 python3.12 python3.11; do
-  [ -n "$candidate" ] && command -v "$candidate" >/dev/null 2>&1 || continue
-  if "$candidate" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
-    python="$candidate"
-    break
-  fi
-done
-[ -n "$python" ] || fail "unilab needs Python 3.11 or newer, and none is on PATH ($(python3 --version 2>&1 || echo 'no python3')).
+if [ -n "${PYTHON:-}" ]; then
+  command -v "$PYTHON" >/dev/null 2>&1 || fail "PYTHON=$PYTHON is not an executable; name a Python 3.11 or newer, or leave PYTHON unset"
+  new_enough "$PYTHON" || fail "PYTHON=$PYTHON is older than 3.11 ($("$PYTHON" --version 2>&1)); name a Python 3.11 or newer"
+  python="$PYTHON"
+else
+  for candidate in python3 python3.13 python3.12 python3.11; do
+    if command -v "$candidate" >/dev/null 2>&1 && new_enough "$candidate"; then
+      python="$candidate"
+      break
+    fi
+  done
+fi
+if [ -z "$python" ]; then
+  found="no python3 on PATH"
+  command -v python3 >/dev/null 2>&1 && found="$(python3 --version 2>&1)"
+  fail "unilab needs Python 3.11 or newer, and none is on PATH ($found).
 Install one (Debian/Ubuntu: apt install python3.11 python3.11-venv; macOS: brew install python@3.11), or
 name it with PYTHON=/path/to/python3.11 bash tools/setup.sh"
+fi
 
 if [ ! -x .venv/bin/python ]; then
   step="checking the venv module"
@@ -48,6 +55,8 @@ if [ ! -x .venv/bin/python ]; then
 Install it (Debian/Ubuntu: apt install python$("$python" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')-venv), then run this again"
   step="creating .venv with $python"
   "$python" -m venv .venv
+elif ! new_enough .venv/bin/python; then
+  fail ".venv has $(.venv/bin/python --version 2>&1), older than 3.11; remove it (rm -rf .venv) and run this again"
 fi
 
 step="reading the torch pin from pyproject.toml"
@@ -79,23 +88,34 @@ step="upgrading pip in .venv"
 .venv/bin/python -m pip install --quiet --upgrade pip
 
 cpu_index="https://download.pytorch.org/whl/cpu"
-if .venv/bin/python -c "import torch" 2>/dev/null; then
-  echo "keeping the torch in .venv ($(.venv/bin/python -c 'import torch; print(torch.__version__)'))"
-elif [ "$choice" = cpu ]; then
-  step="installing $torch_pin (CPU build)"
-  echo "installing $torch_pin, CPU build ($why; UNILAB_TORCH=cuda for the CUDA build)"
-  # PyTorch's CPU index when it answers, else pip's own configuration (a local wheel, say): PyPI's
-  # Linux wheel is a CUDA build.
-  if .venv/bin/python -c "import urllib.request as u; u.urlopen('$cpu_index/torch/', timeout=5)" 2>/dev/null; then
-    .venv/bin/python -m pip install --quiet --index-url "$cpu_index" "$torch_pin" \
-      || .venv/bin/python -m pip install --quiet "$torch_pin"
-  else
-    .venv/bin/python -m pip install --quiet "$torch_pin"
-  fi
+pin_version="${torch_pin#torch==}"
+# The torch in .venv is kept when it is the pinned version and, if UNILAB_TORCH asks for a build, that
+# build: pip would otherwise replace a wrong version with PyPI's (CUDA) wheel, or keep a CPU build
+# that satisfies the pin when the CUDA one was asked for.
+have=$(.venv/bin/python -c 'import torch; print(torch.__version__.split("+")[0], "cuda" if torch.version.cuda else "cpu")' 2>/dev/null || true)
+if [ -n "$have" ] && [ "${have% *}" = "$pin_version" ] && { [ -z "${UNILAB_TORCH:-}" ] || [ "${have#* }" = "$choice" ]; }; then
+  echo "keeping the torch in .venv ($have build)"
 else
-  step="installing $torch_pin (CUDA build from PyPI, several GB)"
-  echo "installing $torch_pin, CUDA build ($why; UNILAB_TORCH=cpu for the CPU build)"
-  .venv/bin/python -m pip install --quiet "$torch_pin"
+  reinstall=""
+  if [ -n "$have" ]; then
+    echo "replacing the torch in .venv ($have build) with $torch_pin, $choice build"
+    reinstall="--force-reinstall"
+  fi
+  if [ "$choice" = cpu ]; then
+    step="installing $torch_pin (CPU build)"
+    echo "installing $torch_pin, CPU build ($why; UNILAB_TORCH=cuda for the CUDA build)"
+    # PyTorch's CPU index when it answers, else pip's own configuration (a local wheel, say).
+    if .venv/bin/python -c "import urllib.request as u; u.urlopen('$cpu_index/torch/', timeout=5)" 2>/dev/null; then
+      .venv/bin/python -m pip install --quiet $reinstall --index-url "$cpu_index" "$torch_pin"
+    else
+      echo "$cpu_index does not answer: pip's own configuration picks the wheel (on PyPI, Linux's is a CUDA build)"
+      .venv/bin/python -m pip install --quiet $reinstall "$torch_pin"
+    fi
+  else
+    step="installing $torch_pin (CUDA build from PyPI, several GB)"
+    echo "installing $torch_pin, CUDA build ($why; UNILAB_TORCH=cpu for the CPU build)"
+    .venv/bin/python -m pip install --quiet $reinstall "$torch_pin"
+  fi
 fi
 
 step="installing unilab${extras:+[$extras]} and its dependencies"

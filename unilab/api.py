@@ -91,6 +91,8 @@ def apply(
             "checkpoint picks the checkpoint a resumed run continues from",
             fix="pass it with resume=RUN_DIR; to start a new run from a checkpoint's policy, set run.init_from",
         )
+    if replan and resume_dir is None:
+        raise UnilabError("replan re-plans a run being resumed", fix="pass it with resume=RUN_DIR, or drop it")
     resumes_plan = None
     if isinstance(spec, Plan):
         if overrides or resume_dir is not None:

@@ -17,7 +17,7 @@ EXTRAS: dict[str, tuple[str, tuple[str, ...]]] = {
     "video": ("`unilab eval --video` (MP4 encoding)", ("imageio-ffmpeg",)),
     "profile": ("`unilab profile`'s profile.png and tools/bench_learning.py's plots", ("matplotlib",)),
     "onnx": ("running an exported policy (onnxruntime)", ("onnxruntime",)),
-    "wandb": ('run.loggers = ["wandb"]', ("wandb",)),
+    "wandb": ("`[run.wandb]` (a Weights & Biases mirror of the run)", ("wandb",)),
 }
 
 

@@ -21,5 +21,6 @@ def require_runtime_platform(command: str, system: str | None = None) -> None:
         raise UnilabError(
             f"`{command}` runs unilab's runtime, which needs Linux ({RUNTIME_NEEDS}); this host runs "
             f"{system or 'an unnamed system'}",
-            fix=LINUX_FIX + "; plan, diff, schema, rules and manifest validate work here",
+            fix=LINUX_FIX + "; here, plan and diff work with a Linux node's facts (--host-facts), and schema, "
+            "rules and manifest validate work as they are",
         )

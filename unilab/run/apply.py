@@ -105,17 +105,29 @@ def supersede_newer(run_dir: Path, resumed: Path) -> Path | None:
     belong to a history the run no longer has. They are moved, with their digest files, into
     checkpoints/superseded-<utc time>/ (nothing is deleted); returns that directory, or None."""
     from unilab.run.checkpoint import digest_path, env_steps_of, list_checkpoints
+    from unilab.run.manifest_io import write_manifest
+    from unilab.run.run_lock import read_run_manifest
 
     steps = env_steps_of(resumed) or 0
     newer = [c for c in list_checkpoints(run_dir / "checkpoints") if (env_steps_of(c) or 0) > steps]
     if not newer:
         return None
-    aside = run_dir / "checkpoints" / f"superseded-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}"
+    base = run_dir / "checkpoints" / f"superseded-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}"
+    aside, i = base, 1
+    while aside.exists():  # two resumes within a second
+        i += 1
+        aside = base.with_name(f"{base.name}.{i}")
     aside.mkdir()
     for c in newer:
         for f in (c, digest_path(c)):
             if f.exists():
                 f.rename(aside / f.name)
+    # The manifest lists what checkpoints/ holds, now and if this session never starts.
+    manifest = read_run_manifest(run_dir)
+    if manifest is not None:
+        moved = {c.name for c in newer}
+        kept = [c for c in manifest.checkpoints if Path(c.path).name not in moved]
+        write_manifest(run_dir / "manifest.json", manifest.model_copy(update={"checkpoints": kept}), None)
     return aside
 
 

@@ -95,13 +95,6 @@ def run_rank(job: RankJob, stop: StopFlag) -> int:
             resumed_from=rec.resumed_from,
             run_dir=str(job.run_dir),
         )
-        try:
-            rec.open_wandb()
-        except UnilabError as exc:  # refused before anything ran: the log says why, as for a refused resume
-            error = {"where": "rank0.wandb", "message": exc.summary}
-            events.info("run_not_started", status="failed", first_error=error)
-            events.close()
-            raise
 
     dp = None
     if world > 1:
@@ -161,6 +154,17 @@ def run_rank(job: RankJob, stop: StopFlag) -> int:
         runner = OnPolicyRank(plan, rank, hooks, resume_state=resume_state, dp=dp, init_state=init_state)
     else:
         runner = OffPolicyRank(plan, rank, hooks, resume_state=resume_state, dp=dp, init_state=init_state)
+    if rec is not None and events is not None:
+        # Last before the collector starts: nothing after it can fail without reaching _finish,
+        # which ends the W&B run; a mirror that cannot start refuses the run before it begins.
+        try:
+            rec.open_wandb()
+        except UnilabError as exc:
+            runner.close()
+            error = {"where": "rank0.wandb", "message": exc.summary}
+            events.info("run_not_started", status="failed", first_error=error)
+            events.close()
+            raise
     status, code, first_error = "failed", EXIT_FAILED, None
     try:
         runner.run()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -30,7 +31,7 @@ from unilab.plan.models import Plan
 from unilab.run.events import EventLog
 from unilab.run.manifest_io import provenance, utc_now, write_manifest
 from unilab.run.progress import ProgressLine, cpu_ranges, plural
-from unilab.run.wandb_mirror import WandbMirror
+from unilab.run.wandb_mirror import FINISH_TIMEOUT_S, WandbMirror
 from unilab.sim.contract import physics_warning_fix
 
 
@@ -138,7 +139,12 @@ class RunRecorder:
         """After the final manifest is written: attach it and end the W&B run."""
         if self.wandb is not None:
             mirror, self.wandb = self.wandb, None
-            mirror.finish(self.run_dir / "manifest.json", failed=status == "failed")
+            if not mirror.finish(self.run_dir / "manifest.json", failed=status == "failed"):
+                print(  # even with --quiet: the mirror is incomplete
+                    f"warning: the W&B run did not finish uploading within {FINISH_TIMEOUT_S:.0f} s; its local copy "
+                    f"is in {self.run_dir / 'wandb'} (upload it with: wandb sync {self.run_dir / 'wandb'}/*run-*)",
+                    file=sys.stderr,
+                )
 
     def manifest(self, status: str, first_error: FirstError | None = None) -> Manifest:
         p, prog, w = self.plan, self.prog, self.world
@@ -323,7 +329,7 @@ class RunRecorder:
                 self.tb.add_scalar(tag, v, step)
             self.tb.flush()
         if self.wandb is not None:
-            self.wandb.log(scalars, step)
+            self.wandb.log(scalars, step)  # plotted against env_steps, as in TensorBoard
         self.line.update(prog.env_steps * self.world, sps, ups, prog.last_return if fresh else None, run_s)
 
     def on_checkpoint(self, prog: Any, state: dict[str, Any]) -> Path:

@@ -1,10 +1,14 @@
 """A Weights & Biases mirror of a run (`[run.wandb]`): the scalars rank 0 writes to TensorBoard,
 the plan as the W&B config, and the final manifest as a file of the W&B run.
 
-The W&B run lives in the run directory (`RUN_DIR/wandb/`) under an id derived from the run id,
-so a resume continues the same W&B run. Offline, nothing touches the network: `wandb sync`
-uploads the directory later. `auto` goes online only when an API key is configured and the server
-answers within CONNECT_TIMEOUT_S, and says which it chose.
+The W&B run lives in the run directory (`RUN_DIR/wandb/`) under an id derived from the run
+directory's path, so an online resume continues the same W&B run; offline, each session writes its
+own `offline-run-*` directory under that id (`wandb sync` them in order). Scalars are plotted
+against `env_steps`, a logged value rather than W&B's step, so a resume from an earlier checkpoint
+logs its points instead of having them dropped as steps gone back. Offline, nothing touches the
+network. `auto` goes online only when an API key is configured and the server (or the HTTPS proxy)
+answers within CONNECT_TIMEOUT_S, and says which it chose. Ending the run waits at most
+FINISH_TIMEOUT_S for W&B's uploads: the run's own record is complete by then.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import os
 import socket
+import threading
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -22,23 +27,26 @@ from unilab.plan.models import Plan
 
 CONNECT_TIMEOUT_S = 3.0
 INIT_TIMEOUT_S = 30.0  # W&B's own start-up (its service process), online or not
+FINISH_TIMEOUT_S = 60.0
 DEFAULT_BASE_URL = "https://api.wandb.ai"
 OFFLINE_FIX = 'set run.wandb.mode = "offline" and upload later with `wandb sync RUN_DIR/wandb/offline-run-*`'
 
 
-def wandb_run_id(run_id: str) -> str:
-    """A W&B run id for a unilab run directory (W&B ids are at most 64 characters of [a-z0-9])."""
-    return hashlib.sha256(run_id.encode()).hexdigest()[:16]
+def wandb_run_id(run_dir: Path) -> str:
+    """A W&B run id for a unilab run directory, from its full path: two runs of one name started in
+    the same second elsewhere (a sweep's nodes) do not share it; a resume of the directory does."""
+    return hashlib.sha256(str(run_dir.resolve()).encode()).hexdigest()[:16]
 
 
 def _server_answers(base_url: str) -> bool:
-    url = urlparse(base_url)
+    """Whether W&B's server, or the HTTPS proxy W&B would go through, accepts a connection."""
+    proxy = os.environ.get("HTTPS_PROXY") or os.environ.get("https_proxy")
     try:
-        with socket.create_connection(
-            (url.hostname or "", url.port or (443 if url.scheme == "https" else 80)), timeout=CONNECT_TIMEOUT_S
-        ):
+        url = urlparse(proxy or base_url)
+        port = url.port or (443 if url.scheme == "https" else 80)
+        with socket.create_connection((url.hostname or "", port), timeout=CONNECT_TIMEOUT_S):
             return True
-    except OSError:
+    except (OSError, ValueError):  # ValueError: a malformed URL or port
         return False
 
 
@@ -81,7 +89,7 @@ class WandbMirror:
                 project=spec.project,
                 entity=spec.entity,
                 name=run_dir.name,
-                id=wandb_run_id(run_dir.name),
+                id=wandb_run_id(run_dir),
                 resume="allow" if resumed else None,
                 dir=str(run_dir),
                 mode=self.mode,
@@ -94,6 +102,8 @@ class WandbMirror:
                 f"the W&B mirror could not start ({self.mode}): {type(exc).__name__}: {exc}",
                 fix=OFFLINE_FIX if self.mode == "online" else "check RUN_DIR/wandb/debug.log, or remove [run.wandb]",
             ) from None
+        self.run.define_metric("env_steps")
+        self.run.define_metric("*", step_metric="env_steps")
 
     @property
     def where(self) -> str:
@@ -102,11 +112,19 @@ class WandbMirror:
         local = Path(self.run.dir).parent
         return f"W&B offline run in {local} ({self.why}); upload it with: wandb sync {local}"
 
-    def log(self, scalars: dict[str, float], step: int) -> None:
-        self.run.log(scalars, step=step)
+    def log(self, scalars: dict[str, float], env_steps: int) -> None:
+        self.run.log({**scalars, "env_steps": env_steps})
 
-    def finish(self, manifest: Path | None, failed: bool) -> None:
-        """Attach the final manifest and end the W&B run."""
-        if manifest is not None and manifest.is_file():
-            self.run.save(str(manifest), base_path=str(self.run_dir), policy="now")
-        self.run.finish(exit_code=1 if failed else 0)
+    def finish(self, manifest: Path | None, failed: bool) -> bool:
+        """Attach the final manifest and end the W&B run, waiting at most FINISH_TIMEOUT_S (an
+        upload on a failing network retries for long); False when it did not end in time."""
+
+        def end() -> None:
+            if manifest is not None and manifest.is_file():
+                self.run.save(str(manifest), base_path=str(self.run_dir), policy="now")
+            self.run.finish(exit_code=1 if failed else 0)
+
+        worker = threading.Thread(target=end, name="wandb-finish", daemon=True)
+        worker.start()
+        worker.join(FINISH_TIMEOUT_S)
+        return not worker.is_alive()

@@ -77,8 +77,9 @@ class WandbSpec(_Section):
         "auto",
         description="`offline` writes the W&B run into the run directory (`wandb sync RUN_DIR/wandb/offline-run-*` "
         "uploads it later); `online` streams it and refuses to start without an API key or a reachable server; "
-        "`auto` streams when both are there and otherwise goes offline, saying so. Never waits on the network "
-        "for more than a few seconds at start.",
+        "`auto` streams when both are there and otherwise goes offline, saying so. The choice waits at most 3 s "
+        "for the network, W&B's start-up at most 30 s, and its final upload at most 60 s (then the local copy "
+        "is named for `wandb sync`).",
     )
     tags: list[Annotated[str, Field(min_length=1, max_length=64)]] = Field(
         default_factory=list, max_length=64, description="W&B tags of the run."
