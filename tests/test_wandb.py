@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import wandb  # the test extra installs every extra
 
 from tests.conftest import ROOT
 
@@ -115,8 +114,8 @@ def test_auto_goes_offline_and_says_why(tmp_path: Path, monkeypatch: pytest.Monk
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.netrc
     why = "no W&B API key is configured (WANDB_API_KEY or `wandb login`)"
-    assert choose_mode("auto", wandb) == ("offline", why)
-    assert choose_mode("offline", wandb) == ("offline", "run.wandb.mode = offline")
+    assert choose_mode("auto") == ("offline", why)
+    assert choose_mode("offline") == ("offline", "run.wandb.mode = offline")
     monkeypatch.setenv("WANDB_API_KEY", "x" * 40)
     monkeypatch.setenv("WANDB_BASE_URL", "http://127.0.0.1:9")  # the discard port: nothing listens
-    assert choose_mode("auto", wandb) == ("offline", "http://127.0.0.1:9 does not answer")
+    assert choose_mode("auto") == ("offline", "http://127.0.0.1:9 does not answer")

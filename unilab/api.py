@@ -48,14 +48,10 @@ def plan(
     every violated rule."""
     from unilab.cli.common import read_host_facts, reading
     from unilab.plan.compile import compile_plan
-    from unilab.spec.load import apply_overrides, load_spec, validate_spec_data
+    from unilab.spec.load import load_spec, spec_from_data
 
     if isinstance(spec, Mapping):
-        data = apply_overrides(_plain(spec), list(overrides))
-        from unilab.spec.load import parse_override
-
-        overridden = {".".join(parse_override(o)[0]) for o in overrides}
-        loaded_spec, spec_dir = validate_spec_data(data, "<spec mapping>", overridden), Path.cwd()
+        loaded_spec, spec_dir = spec_from_data(_plain(spec), list(overrides), "<spec mapping>"), Path.cwd()
     else:
         path = Path(spec)
         with reading(path, "spec"):

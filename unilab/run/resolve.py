@@ -87,15 +87,7 @@ def _resolve_target(
                 detail="a plan is only valid on the host facts it was compiled against",
                 fix="re-plan: unilab plan SPEC --out PLAN.toml (or apply the spec directly)",
             )
-        from unilab.plan.inputs import check_init_from, check_planned_inputs
-        from unilab.plan.recheck import recheck_saved_plan
-
-        # The plan's files first: a changed or missing one is named as such, not as a plan that
-        # no longer compiles to itself (apply checks them again just before it runs).
-        check_planned_inputs(plan.task, Path.cwd(), resume_dir)
-        if resume_dir is None:
-            check_init_from(plan.run, Path.cwd())
-        recheck_saved_plan(plan, facts, target)  # its id proves nothing: anyone can recompute it
+        _recheck(plan, facts, target, resume_dir)
         return plan, None
     from unilab.plan.compile import compile_plan
     from unilab.spec.load import load_spec
@@ -103,6 +95,19 @@ def _resolve_target(
     with reading(target, "spec"):
         loaded = load_spec(target, overrides)
     return compile_plan(loaded.spec, facts, loaded.spec_dir), None
+
+
+def _recheck(plan: Plan, facts: HostFacts, source: Path, resume_dir: Path | None) -> None:
+    """A saved plan on this host's facts: its input files, then the plan against its own spec."""
+    from unilab.plan.inputs import check_init_from, check_planned_inputs
+    from unilab.plan.recheck import recheck_saved_plan
+
+    # The plan's files first: a changed or missing one is named as such, not as a plan that
+    # no longer compiles to itself (apply checks them again just before it runs).
+    check_planned_inputs(plan.task, Path.cwd(), resume_dir)
+    if resume_dir is None:
+        check_init_from(plan.run, Path.cwd())
+    recheck_saved_plan(plan, facts, source)  # its id proves nothing: anyone can recompute it
 
 
 def _replanned(plan: Plan, facts: HostFacts, run_dir: Path) -> Plan:
@@ -126,8 +131,6 @@ def resolve_plan_object(plan: Plan) -> Plan:
     from unilab.host.probe import probe_host
     from unilab.plan.diff import first_of
     from unilab.plan.fingerprint import compare_fingerprint
-    from unilab.plan.inputs import check_init_from, check_planned_inputs
-    from unilab.plan.recheck import recheck_saved_plan
 
     facts = probe_host()
     if changes := compare_fingerprint(plan.host_facts, facts):
@@ -136,7 +139,5 @@ def resolve_plan_object(plan: Plan) -> Plan:
             detail="a plan is only valid on the host facts it was compiled against",
             fix="plan the spec on this host: unilab.plan(spec) without host_facts",
         )
-    check_planned_inputs(plan.task, Path.cwd(), None)
-    check_init_from(plan.run, Path.cwd())
-    recheck_saved_plan(plan, facts, Path("<the Plan passed to unilab.apply>"))
+    _recheck(plan, facts, Path("<the Plan passed to unilab.apply>"), None)
     return plan

@@ -18,7 +18,6 @@ import os
 import socket
 import threading
 from pathlib import Path
-from typing import Any
 from urllib.parse import urlparse
 
 from unilab.errors import UnilabError
@@ -50,7 +49,7 @@ def _server_answers(base_url: str) -> bool:
         return False
 
 
-def _has_api_key(wandb: Any) -> bool:
+def _has_api_key() -> bool:
     if os.environ.get("WANDB_API_KEY"):
         return True
     try:  # ~/.netrc, as `wandb login` writes it
@@ -62,12 +61,12 @@ def _has_api_key(wandb: Any) -> bool:
         return False
 
 
-def choose_mode(requested: str, wandb: Any) -> tuple[str, str]:
+def choose_mode(requested: str) -> tuple[str, str]:
     """(online or offline, why)."""
     if requested == "offline":
         return "offline", "run.wandb.mode = offline"
     base = os.environ.get("WANDB_BASE_URL", DEFAULT_BASE_URL)
-    key, answers = _has_api_key(wandb), _server_answers(base)
+    key, answers = _has_api_key(), _server_answers(base)
     if key and answers:
         return "online", f"an API key is configured and {base} answers"
     why = "no W&B API key is configured (WANDB_API_KEY or `wandb login`)" if not key else f"{base} does not answer"
@@ -82,7 +81,7 @@ class WandbMirror:
         if spec is None:
             raise ValueError("WandbMirror needs [run.wandb]")
         wandb = require("wandb", "wandb", "[run.wandb]")
-        self.mode, self.why = choose_mode(spec.mode, wandb)
+        self.mode, self.why = choose_mode(spec.mode)
         self.run_dir = run_dir
         try:
             self.run = wandb.init(

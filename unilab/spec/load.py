@@ -193,8 +193,12 @@ def read_toml(path: Path) -> dict[str, Any]:
         raise SpecError(f"{path} is not valid TOML: {exc}", fix="fix the TOML syntax at the position shown") from None
 
 
+def spec_from_data(data: dict[str, Any], overrides: list[str], source: str) -> Spec:
+    """A spec's tables (as TOML reads them) with `--set` overrides applied, validated."""
+    overridden = {".".join(parse_override(o)[0]) for o in overrides}
+    return validate_spec_data(apply_overrides(data, overrides), source, overridden)
+
+
 def load_spec(path: Path, overrides: list[str] | None = None) -> LoadedSpec:
-    data = apply_overrides(read_toml(path), overrides or [])
-    overridden = {".".join(parse_override(o)[0]) for o in overrides or []}
-    spec = validate_spec_data(data, str(path), overridden)
+    spec = spec_from_data(read_toml(path), overrides or [], str(path))
     return LoadedSpec(spec=spec, path=path, spec_dir=path.resolve().parent)
