@@ -26,11 +26,11 @@ import pytest
 import torch
 import torch.distributed as dist
 
+from unilab.algos.flashsac.learner import FlashSacLearner
+from unilab.algos.sac.learner import SacLearner
 from unilab.dist import BufferSync, GradSync, broadcast_parameters, param_digest
 from unilab.errors import UnilabError
-from unilab.learn.flashsac import FlashSacLearner
 from unilab.learn.replay import Batch
-from unilab.learn.sac import SacLearner
 from unilab.plan.models import WirePlan
 from unilab.spec.models import FlashSacSpec, SacSpec
 

@@ -43,14 +43,14 @@ def test_a_gpu_runs_checkpoint_exports_on_a_cpu(tmp_path: Path) -> None:
     """A GPU run's learner state holds CUDA generator states (16 bytes; a CPU generator's is 5056),
     which a CPU learner cannot load; export takes only the actor."""
     from tests.conftest import host
+    from unilab.algos.common import make_learner
     from unilab.plan.compile import compile_plan
     from unilab.run.export import policy_from_state
-    from unilab.run.learners import make_offpolicy_learner
     from unilab.spec.load import load_spec
 
     loaded = load_spec(SPECS / "cartpole.toml", ['algo={name="sac", hidden_dims=[16, 16]}'])
     plan = compile_plan(loaded.spec, host("cpu_laptop"), loaded.spec_dir)
-    learner = make_offpolicy_learner(plan.algo, 5, 1, torch.device("cpu"), 3)
+    learner = make_learner(plan.algo, 5, 1, torch.device("cpu"), 3)
     state = learner.state_dict()
     state["update_gen"] = state["act_gen"] = torch.zeros(16, dtype=torch.uint8)  # as torch.cuda.Generator
     blob = {"learner": state, "obs_dim": 5, "act_dim": 1, "normalizer": {}}

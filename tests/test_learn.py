@@ -10,10 +10,10 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from tests.conftest import random_batch
+from unilab.algos.flashsac.learner import BatchNorm, FlashSacLearner, RMSNorm, UnitLinear
+from unilab.algos.sac.learner import SacLearner
 from unilab.errors import UnilabError
-from unilab.learn.flashsac import BatchNorm, FlashSacLearner, RMSNorm, UnitLinear
 from unilab.learn.replay import Batch
-from unilab.learn.sac import SacLearner
 from unilab.spec.models import FlashSacSpec, SacSpec
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -225,6 +225,10 @@ def test_both_learners_offer_the_runtime_protocol() -> None:
     from unilab.learn.protocol import OffPolicyLearner
 
     assert isinstance(_sac(), OffPolicyLearner) and isinstance(_flash(), OffPolicyLearner)
+    from unilab.algos.td3.learner import Td3Learner
+    from unilab.spec.models import Td3Spec
+
+    assert isinstance(Td3Learner(4, 2, Td3Spec(name="td3")), OffPolicyLearner)
 
 
 def test_checkpoint_of_other_algo_is_refused() -> None:

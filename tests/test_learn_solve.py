@@ -14,10 +14,10 @@ from collections.abc import Callable
 import pytest
 import torch
 
-from unilab.learn.flashsac import FlashSacLearner
+from unilab.algos.flashsac.learner import FlashSacLearner
+from unilab.algos.sac.learner import SacLearner
 from unilab.learn.normalizer import ObsNormalizer
 from unilab.learn.replay import ReplayBuffer
-from unilab.learn.sac import SacLearner
 from unilab.spec.models import FlashSacSpec, SacSpec
 
 HORIZON = 20

@@ -11,11 +11,11 @@ import pytest
 import torch
 
 from tests.conftest import random_batch
+from unilab.algos.flashsac.learner import FlashSacLearner
+from unilab.algos.sac.learner import SacLearner
 from unilab.errors import UnilabError
-from unilab.learn.flashsac import FlashSacLearner
 from unilab.learn.graph import LearnerGraph
 from unilab.learn.replay import Batch
-from unilab.learn.sac import SacLearner
 from unilab.spec.models import FlashSacSpec, SacSpec
 
 OBS, ACT, B = 7, 3, 16

@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from unilab.algos.common import make_learner
 from unilab.learn.graph import LearnerGraph
 from unilab.learn.replay import Batch
-from unilab.run.learners import make_offpolicy_learner
 from unilab.spec.models import FlashSacSpec, SacSpec
 
 pytestmark = [
@@ -40,8 +40,8 @@ def _batch(seed: int, dev: torch.device) -> Batch:
 @pytest.mark.parametrize("name", sorted(SPECS))
 def test_graph_replays_match_the_eager_updates(name: str) -> None:
     dev = torch.device("cuda:0")
-    eager = make_offpolicy_learner(SPECS[name], OBS, ACT, dev, seed=1)
-    graphed = make_offpolicy_learner(SPECS[name], OBS, ACT, dev, seed=1)
+    eager = make_learner(SPECS[name], OBS, ACT, dev, seed=1)
+    graphed = make_learner(SPECS[name], OBS, ACT, dev, seed=1)
     runner = LearnerGraph(graphed, graphed.update, batch_size=B, mode="cuda_graph", warmup=3)
     for i in range(20):
         m_e, m_g = eager.update(_batch(i, dev)), runner(_batch(i, dev))

@@ -41,7 +41,7 @@ def _schema() -> dict:
 
 
 def test_train_cfg_maps_every_ppo_key() -> None:
-    from unilab.run.ppo_runner import train_cfg
+    from unilab.algos.ppo.runner import train_cfg
 
     algo = PpoSpec(
         name="ppo",
@@ -272,8 +272,8 @@ def test_non_finite_ppo_losses_fail_the_run_before_its_next_checkpoint(
 ) -> None:
     """rsl-rl steps on whatever its losses are: a run whose losses went NaN trained on NaN to the
     end and reported success. Now it stops, failed, and keeps only the checkpoints from before."""
+    from unilab.algos.ppo.runner import UnilabOnPolicyRunner
     from unilab.cli.main import main
-    from unilab.run.ppo_runner import UnilabOnPolicyRunner
 
     real = UnilabOnPolicyRunner.iterate
     calls = itertools.count(1)

@@ -134,7 +134,7 @@ def test_wrong_algo_name_via_set_names_the_key_and_the_working_set() -> None:
     in words, and the fix is the nearest name as a --set that makes the spec valid."""
     d = diags(G1, "algo.name=SAC")["algo.name"]
     assert d.rule_id == "spec.value"
-    assert d.condition == """must be one of "sac", "flashsac", "ppo" (got 'SAC')"""
+    assert d.condition == """must be one of "sac", "flashsac", "td3", "ppo" (got 'SAC')"""
     assert d.fix == 'did you mean "sac"? pass --set algo.name="sac", or drop that --set'
     suggestion = d.fix.split("pass --set ", 1)[1].split(",", 1)[0]
     assert len(shlex.split(f"--set {suggestion}")) == 2
@@ -144,14 +144,14 @@ def test_wrong_algo_name_via_set_names_the_key_and_the_working_set() -> None:
 def test_algo_name_without_a_near_match_lists_the_names() -> None:
     d = diags(G1, "algo.name=td3")["algo.name"]
     assert d.rule_id == "spec.value" and "Input tag" not in d.condition + d.fix
-    assert d.fix == 'pass --set algo.name=<one of "sac", "flashsac", "ppo">, or drop that --set'
+    assert d.fix == 'pass --set algo.name=<one of "sac", "flashsac", "td3", "ppo">, or drop that --set'
 
 
 def test_wrong_algo_name_in_the_file_gets_the_edit(tmp_path: Path) -> None:
     bad = tmp_path / "bad.toml"
     bad.write_text(G1.read_text().replace('name = "sac"', 'name = "flashsacc"', 1))
     d = diags(bad)["algo.name"]
-    assert d.condition == """must be one of "sac", "flashsac", "ppo" (got 'flashsacc')"""
+    assert d.condition == """must be one of "sac", "flashsac", "td3", "ppo" (got 'flashsacc')"""
     assert d.fix == f'did you mean "flashsac"? set `algo.name = "flashsac"` in {bad}'
 
 
@@ -162,14 +162,14 @@ def test_missing_algo_name_is_a_missing_key(tmp_path: Path) -> None:
     bad.write_text(text.replace('[algo]\nname = "sac"\n', "[algo]\n"))
     (d,) = diags(bad).values()
     assert (d.rule_id, d.key_path, d.condition) == ("spec.missing-key", "algo.name", "required key is missing")
-    assert d.fix == f'add `name = ...` under [algo] in {bad} (one of "sac", "flashsac", "ppo")'
+    assert d.fix == f'add `name = ...` under [algo] in {bad} (one of "sac", "flashsac", "td3", "ppo")'
 
 
 def test_missing_algo_name_in_a_table_set_names_it_in_that_set() -> None:
     """`--set 'algo={}'` replaced the file's [algo]: the fix is a --set that names one, and it works."""
     (d,) = diags(G1, "algo={}").values()
     assert (d.rule_id, d.key_path) == ("spec.missing-key", "algo.name")
-    assert d.fix == """name it in that --set: --set 'algo={name="sac"}' (one of "sac", "flashsac", "ppo")"""
+    assert d.fix == """name it in that --set: --set 'algo={name="sac"}' (one of "sac", "flashsac", "td3", "ppo")"""
     assert load_spec(G1, [shlex.split(d.fix.split("--set ", 1)[1].split(" (")[0])[0]]).spec.algo.name == "sac"
 
 

@@ -52,8 +52,8 @@ def learner_only(spec_path: Path, overrides: list[str], seconds: float) -> float
     import torch
     from bench_learner import ACT_DIM, OBS_DIM, replay  # beside this file
 
+    from unilab.algos.common import make_learner, planned_precision, replay_n_step
     from unilab.run.cpu_tuning import keep_freed_memory
-    from unilab.run.learners import make_offpolicy_learner, planned_precision, replay_n_step
 
     plan, _ = plan_of(spec_path, overrides)
     rp = plan.ranks[0]
@@ -62,7 +62,7 @@ def learner_only(spec_path: Path, overrides: list[str], seconds: float) -> float
     if rp.learner_cpu_ids:
         os.sched_setaffinity(0, rp.learner_cpu_ids)
     sample = replay(plan.algo.batch_size, replay_n_step(plan.algo))
-    learner = make_offpolicy_learner(plan.algo, OBS_DIM, ACT_DIM, torch.device("cpu"), 0, planned_precision(plan))
+    learner = make_learner(plan.algo, OBS_DIM, ACT_DIM, torch.device("cpu"), 0, planned_precision(plan))
     for _ in range(2 * plan.algo.actor_update_every):
         learner.update(sample())
     n, t0 = 0, time.perf_counter()

@@ -95,7 +95,7 @@ def replay(batch_size: int, n_step: int) -> Callable[[], Any]:
 def arms_for(algo: str) -> tuple[list[Arm], Any, str]:
     from reference_learners import ReferenceFlashSac, ReferenceSac  # beside this file
 
-    from unilab.run.learners import make_offpolicy_learner, planned_precision, replay_n_step
+    from unilab.algos.common import make_learner, planned_precision, replay_n_step
 
     plan = planned(CONFIGS[algo])
     cfg = plan.algo
@@ -125,7 +125,7 @@ def arms_for(algo: str) -> tuple[list[Arm], Any, str]:
         return ref.update(b.obs, b.action, b.reward, b.next_obs, b.discount)
 
     def unilab(prec: str) -> Callable[[], Any]:
-        learner = make_offpolicy_learner(cfg, OBS_DIM, ACT_DIM, torch.device("cpu"), 0, prec)
+        learner = make_learner(cfg, OBS_DIM, ACT_DIM, torch.device("cpu"), 0, prec)
         return lambda: learner.update(sample())
 
     every = cfg.actor_update_every

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import torch
 
+from unilab.algos.common import make_learner
 from unilab.learn.graph import LearnerGraph
 from unilab.learn.replay import Batch
-from unilab.run.learners import make_offpolicy_learner
 from unilab.spec.load import load_spec
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -62,8 +62,8 @@ def main() -> None:
         algo = load_spec(path).spec.algo
         pool = [_batch(algo.batch_size, dev) for _ in range(8)]
         batches = [pool[i % len(pool)] for i in range(args.updates)]
-        eager = make_offpolicy_learner(algo, OBS, ACT, dev, seed=0)
-        graphed = make_offpolicy_learner(algo, OBS, ACT, dev, seed=0)
+        eager = make_learner(algo, OBS, ACT, dev, seed=0)
+        graphed = make_learner(algo, OBS, ACT, dev, seed=0)
         runner = LearnerGraph(graphed, graphed.update, batch_size=algo.batch_size, mode=mode, warmup=3)
         e_rates, g_rates = [], []
         for _ in range(args.repeats):  # interleaved: the machine's drift hits both arms alike

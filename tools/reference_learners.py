@@ -3,7 +3,7 @@ without unilab, in the CleanRL style (Huang et al. 2022): nn.Sequential MLPs, tw
 networks and their targets, torch.optim.Adam with its defaults, float32, no torch.compile.
 
 They are not unilab's learners rewritten: they compute the same updates (SAC with a C51 critic,
-FastSAC's sizes; FlashSAC as arXiv:2604.04539 and unilab.learn.flashsac describe it) at the same
+FastSAC's sizes; FlashSAC as arXiv:2604.04539 and unilab.algos.flashsac.learner describe it) at the same
 widths, batch, critic type and cadence, so a ratio of their update rates measures the
 implementation, not the algorithm. Neither is used by unilab itself.
 """

@@ -1,4 +1,5 @@
-"""The interface both off-policy learners offer to the runtime (a typing.Protocol; nothing to inherit)."""
+"""The interface the replay learners (SAC, FlashSAC, TD3) offer to the runtime (a typing.Protocol;
+nothing to inherit)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     import torch
+    from torch import nn
 
     from unilab.learn.optim import GradSyncFn
     from unilab.learn.replay import Batch
@@ -42,20 +44,20 @@ class OffPolicyLearner(Protocol):
         ...
 
     def optim_groups(self) -> dict[str, list[torch.Tensor]]:
-        """Parameters per optimizer ("critic", "actor", "alpha"), for a gradient all-reduce."""
+        """Parameters per optimizer (e.g. "critic", "actor", "alpha"), for a gradient all-reduce."""
         ...
 
-    def critic_grads(self, batch: Batch) -> dict[str, torch.Tensor]: ...
+    def deterministic_actor(self) -> nn.Module:
+        """Normalized observations -> the deterministic action in [-1, 1] (export, eval)."""
+        ...
 
-    def critic_step(self, ok: torch.Tensor) -> dict[str, torch.Tensor]: ...
+    def replicated(self) -> list[nn.Module | torch.Tensor]:
+        """What every data-parallel rank must hold alike: broadcast at start, digested at the end."""
+        ...
 
-    def actor_grads(self, batch: Batch) -> dict[str, torch.Tensor]: ...
-
-    def actor_step(self, ok: torch.Tensor) -> dict[str, torch.Tensor]: ...
-
-    def alpha_grads(self, entropy: torch.Tensor) -> dict[str, torch.Tensor]: ...
-
-    def alpha_step(self, ok: torch.Tensor) -> dict[str, torch.Tensor]: ...
+    def running_stat_modules(self) -> list[nn.Module]:
+        """Modules whose buffers each rank updates from its own batch (averaged under data parallel)."""
+        ...
 
     def state_dict(self) -> dict[str, object]: ...
 

@@ -10,6 +10,7 @@ import math
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 _LOG2 = math.log(2.0)
 _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
@@ -32,3 +33,15 @@ def sample(mean: torch.Tensor, log_std: torch.Tensor, noise: torch.Tensor) -> tu
 def gaussian_entropy_target(act_dim: int, std: float) -> float:
     """Entropy of a diagonal Gaussian with standard deviation `std` in every one of `act_dim` dims."""
     return 0.5 * act_dim * math.log(2.0 * math.pi * math.e * std * std)
+
+
+class MeanAction(nn.Module):
+    """The deterministic policy of a Gaussian actor: tanh of its mean, in [-1, 1]."""
+
+    def __init__(self, actor: nn.Module, *args: object) -> None:
+        super().__init__()
+        self.actor = actor
+        self.args = args  # FlashSAC's actor takes its train flag
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.actor(obs, *self.args)[0])

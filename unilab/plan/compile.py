@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from unilab import __version__
+from unilab.algos.registry import algo_def
 from unilab.errors import PlanRefused, UnilabError
 from unilab.host.facts import HostFacts
 from unilab.plan.context import Context, build_context
@@ -55,9 +56,11 @@ def _graphs(ctx: Context) -> GraphsPlan:
     cuda_reason = "ranks run on the CPU; CUDA graphs need CUDA devices"
     if t.learner_graph == "off":
         learner = GraphPlan(requested="off", enabled=False, disable_reason="training.learner_graph = off")
-    elif spec.algo.name == "ppo":
+    elif not (d := algo_def(spec.algo)).capturable_update:
         learner = GraphPlan(
-            requested=t.learner_graph, enabled=False, disable_reason="PPO runs through rsl-rl-lib's eager runner"
+            requested=t.learner_graph,
+            enabled=False,
+            disable_reason=f"{d.title} runs through {d.external_runner}'s eager runner",
         )
     elif not ctx.on_cuda:
         learner = GraphPlan(requested=t.learner_graph, enabled=False, disable_reason=cuda_reason)
@@ -189,7 +192,7 @@ def effective_env_steps(spec: Spec, world_size: int) -> int:
     stops there (unilab.run.onpolicy reads this figure), so the plan records what will run rather
     than refusing a total that is not a whole number of units."""
     algo = spec.algo
-    unit = spec.task.num_envs * (algo.num_steps_per_env if algo.name == "ppo" else 1)
+    unit = spec.task.num_envs * algo_def(algo).syncs_per_unit(algo)
     share = spec.run.total_env_steps // world_size
     return world_size * -(-share // unit) * unit
 

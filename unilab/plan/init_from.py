@@ -80,21 +80,3 @@ def inspect_init_from(ref: str | None, spec_dir: Path) -> InitSource | UnilabErr
     except UnilabError as exc:
         return exc
     return InitSource(checkpoint=checkpoint, sha256=got, env_steps=env_steps_of(checkpoint) or 0, plan=plan)
-
-
-def network_keys(algo_name: str, critic: str | None = None) -> tuple[str, ...]:
-    """The algo keys that shape the saved networks (and the observation normalizer): a run starts
-    from a checkpoint only where they are equal."""
-    if algo_name == "sac":
-        dist = ("num_atoms", "v_min", "v_max") if critic == "c51" else ()
-        return (
-            "actor_hidden_dims", "critic_hidden_dims", "activation", "critic", "layer_norm", *dist,
-            "normalize_observations",
-        )  # fmt: skip
-    if algo_name == "flashsac":
-        # reward_scaling too: the critic's distribution was fitted to returns scaled (or not) so.
-        return (
-            "actor_hidden_dims", "critic_hidden_dims", "num_blocks", "expansion", "num_atoms", "v_min", "v_max",
-            "reward_scaling", "normalize_observations",
-        )  # fmt: skip
-    return ("hidden_dims", "normalize_observations")

@@ -63,7 +63,7 @@ class RunPlan(RunSpec):
     effective_env_steps: int = Field(
         description="Env steps an uninterrupted run collects, summed over ranks: each rank's share "
         "`total_env_steps // world_size` rounded up to whole collection units (PPO: a rollout of "
-        "`num_steps_per_env` x `num_envs`; sac, flashsac: one env step of `num_envs`), times the world size."
+        "`num_steps_per_env` x `num_envs`; the replay learners: one env step of `num_envs`), times the world size."
     )
 
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+from unilab.algos.registry import algo_def
 from unilab.errors import UnilabError
 from unilab.plan.models import Plan
 from unilab.profile.arms import RESERVED_KEYS, Arm, schedule
@@ -91,11 +92,12 @@ def run_profile(req: ProfileRequest, say=print) -> ProfileOutput:
     base = _load(spec_path, req.base_sets)
     spec = base.spec
     # PPO checkpoints (and so the warm-up boundary) fall between rollouts of num_steps_per_env syncs.
-    iteration_syncs = spec.algo.num_steps_per_env if spec.algo.name == "ppo" else 1
+    d = algo_def(spec.algo)
+    iteration_syncs = d.syncs_per_unit(spec.algo)
     windows = place_windows(_steps_per_sync(spec), req.warmup_env_steps, req.window_env_steps, iteration_syncs)
     # Off-policy learners start updating after algo.warmup_env_steps: make that the profile's
     # warm-up, so the measured window has updates throughout (unless the caller set it).
-    algo_warmup = spec.algo.name != "ppo" and not any(
+    algo_warmup = d.uses_replay and not any(
         s.split("=", 1)[0].strip() == "algo.warmup_env_steps" for s in req.base_sets
     )
     from unilab.host.probe import probe_host

@@ -34,7 +34,7 @@ class DpContext:
         self._wire_device = torch.device("cuda" if plan.topology.process_group_backend == "nccl" else "cpu")
 
     def modules(self, learner: Any) -> list[Any]:
-        return [learner.actor, learner.critic, learner.critic_target, learner.log_alpha]
+        return list(learner.replicated())
 
     def attach(self, learner: Any) -> Callable[[Batch], dict[str, torch.Tensor]]:
         """Broadcast rank 0's learner to every rank and return the synchronised update."""
@@ -42,10 +42,10 @@ class DpContext:
         broadcast_parameters(self.modules(learner), src=0)
         learner.refresh_working_copies()  # the update's bfloat16 copies, where the plan asks for them
         self.grad_sync = GradSync.from_plan(learner.optim_groups(), self.plan.gradient_wire)
-        if self.plan.algo.name == "flashsac":
-            # FlashSAC's BatchNorm running statistics come from each rank's own batch; average them
+        if stats := learner.running_stat_modules():
+            # Running statistics (FlashSAC's BatchNorm) come from each rank's own batch; average them
             # after every update so the replicas stay identical.
-            self.buffer_sync = BufferSync([learner.actor, learner.critic, learner.critic_target])
+            self.buffer_sync = BufferSync(stats)
 
         def sync(name: str, ok: torch.Tensor) -> torch.Tensor:
             t0 = time.perf_counter()

@@ -1,6 +1,7 @@
 """`unilab export RUN_DIR --format onnx`: the deterministic actor with the observation normalizer
 folded in, for deployment. Input `obs` [batch, obs_dim] raw observations as the task produces them;
-output `action` [batch, act_dim] in [-1, 1]: SAC and FlashSAC give tanh of the Gaussian mean; PPO
+output `action` [batch, act_dim] in [-1, 1]: SAC and FlashSAC give tanh of the Gaussian mean, TD3 its
+deterministic actor; PPO
 gives rsl-rl's Gaussian mean clipped to [-1, 1], as the runtime clipped its actions (unilab.run.vecenv)."""
 
 from __future__ import annotations
@@ -14,57 +15,10 @@ from typing import Any
 import torch
 from torch import nn
 
+from unilab.algos.registry import algo_def
 from unilab.atomic import check_out_path, write_atomic
 from unilab.errors import UnilabError
 from unilab.plan.models import Plan
-
-
-class PpoDeployPolicy(nn.Module):
-    """rsl-rl's deterministic actor (its normalizer inside), clipped as the runtime clips PPO's actions."""
-
-    def __init__(self, actor: nn.Module) -> None:
-        super().__init__()
-        self.actor = actor
-
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.actor(obs).clamp(-1.0, 1.0)
-
-
-def _ppo_policy(plan: Plan, state: dict[str, Any]) -> tuple[nn.Module, int]:
-    from rsl_rl.models import MLPModel
-    from tensordict import TensorDict
-
-    from unilab.run.ppo_runner import train_cfg
-
-    obs_dim, act_dim = int(state["obs_dim"]), int(state["act_dim"])
-    cfg = dict(train_cfg(plan.algo)["actor"])  # type: ignore[arg-type]
-    cfg.pop("class_name")  # the run's class adds rank syncing to MLPModel, not parameters
-    obs = TensorDict({"policy": torch.zeros(1, obs_dim)}, batch_size=[1])
-    actor = MLPModel(obs, {"actor": ["policy"], "critic": ["policy"]}, "actor", act_dim, **cfg)
-    actor.load_state_dict(state["ppo"]["actor_state_dict"])
-    return PpoDeployPolicy(actor.as_onnx(verbose=False).eval()).eval(), obs_dim
-
-
-class DeployPolicy(nn.Module):
-    """The actor's tanh of the Gaussian mean, on observations normalized as in training (``clip``:
-    the normalizer's clip; None for a run without normalization, whose actor saw raw observations)."""
-
-    def __init__(
-        self, actor: nn.Module, mean: torch.Tensor, inv_std: torch.Tensor, clip: float | None, flash: bool
-    ) -> None:
-        super().__init__()
-        self.actor = actor
-        self.register_buffer("obs_mean", mean.to(torch.float32).clone())
-        self.register_buffer("obs_inv_std", inv_std.to(torch.float32).clone())
-        self.clip = clip
-        self.flash = flash
-
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        x = (obs - self.obs_mean) * self.obs_inv_std
-        if self.clip is not None:
-            x = x.clamp(-self.clip, self.clip)
-        mean = self.actor(x, False)[0] if self.flash else self.actor(x)[0]
-        return torch.tanh(mean)
 
 
 def _unreadable(path: Path, exc: OSError) -> UnilabError:
@@ -171,22 +125,23 @@ def check_policy_state(plan: Plan, state: Any) -> None:
     """A checkpoint state holds what its policy is read from, with sizes that can be true, before
     anything reads it: otherwise a file with a missing key or a wild size reaches torch and fails
     as an internal error (or allocates what the size claims)."""
-    need = ["ppo"] if plan.algo.name == "ppo" else ["learner", "obs_dim", "act_dim"]
-    if plan.algo.name != "ppo" and plan.algo.normalize_observations:
+    d = algo_def(plan.algo)
+    # A replay learner's state records its sizes and normalizer; rsl-rl's holds its normalizer inside.
+    need = [d.state_key] + (["obs_dim", "act_dim"] if d.uses_replay else [])
+    if d.uses_replay and plan.algo.normalize_observations:
         need.append("normalizer")
     missing = [k for k in need if not isinstance(state, dict) or k not in state]
     if missing:
         raise UnilabError(f"the checkpoint's state lacks `{missing[0]}`", fix=_STATE_FIX)
     for key in ("obs_dim", "act_dim"):
         v = state.get(key)
-        if v is None and plan.algo.name == "ppo":
+        if v is None and not d.uses_replay:  # PPO checkpoints before the sizes were recorded
             continue
         if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= MAX_POLICY_DIM:
             raise UnilabError(
                 f"the checkpoint's `{key}` is {v!r}: not a size between 1 and {MAX_POLICY_DIM:,}", fix=_STATE_FIX
             )
-    inner = state["ppo"] if plan.algo.name == "ppo" else state["learner"]
-    key = "actor_state_dict" if plan.algo.name == "ppo" else "actor"
+    inner, key = state[d.state_key], d.actor_key
     if not isinstance(inner, dict) or not isinstance(inner.get(key), dict):
         raise UnilabError(f"the checkpoint's state lacks the actor's weights (`{key}`)", fix=_STATE_FIX)
 
@@ -208,27 +163,7 @@ def policy_from_state(plan: Plan, state: dict[str, Any]) -> tuple[nn.Module, int
 
 
 def _policy_from_state(plan: Plan, state: dict[str, Any]) -> tuple[nn.Module, int]:
-    from unilab.learn.normalizer import ObsNormalizer
-    from unilab.run.learners import make_offpolicy_learner
-
-    if plan.algo.name == "ppo":
-        return _ppo_policy(plan, state)
-    learner_state = state["learner"]
-    obs_dim = int(state["obs_dim"])
-    act_dim = int(state["act_dim"])
-    learner = make_offpolicy_learner(plan.algo, obs_dim, act_dim, torch.device("cpu"), 0)
-    # The actor alone: the rest of a GPU run's learner state (its CUDA generator states, for one)
-    # does not load into a CPU learner, and the deployed policy needs none of it.
-    learner.actor.load_state_dict(learner_state["actor"])
-    norm = ObsNormalizer(obs_dim)
-    if plan.algo.normalize_observations:
-        norm.load_state_dict(state["normalizer"])
-        mean, inv_std = norm.mean, 1.0 / norm.std
-    else:
-        mean, inv_std = torch.zeros(obs_dim), torch.ones(obs_dim)
-    actor = learner.actor.eval()
-    clip = norm.clip if plan.algo.normalize_observations else None
-    return DeployPolicy(actor, mean, inv_std, clip, flash=plan.algo.name == "flashsac").eval(), obs_dim
+    return algo_def(plan.algo).policy_loader()(plan, state)
 
 
 def observation_metadata(state: dict[str, Any], obs_dim: int) -> dict[str, str]:

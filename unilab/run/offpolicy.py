@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from unilab.algos.common import make_learner, planned_precision, replay_n_step
 from unilab.dist import param_digest
 from unilab.errors import UnilabError
 from unilab.learn.normalizer import ObsNormalizer
@@ -31,7 +32,6 @@ from unilab.run.checkpoint import check_resume_fits
 from unilab.run.collector_client import CollectorStats, RunFailed, collector_for  # noqa: F401  (re-export)
 from unilab.run.cpu_tuning import keep_freed_memory
 from unilab.run.init_state import check_init_fits, loading_init
-from unilab.run.learners import make_offpolicy_learner, planned_precision, replay_n_step
 
 
 @dataclass
@@ -185,9 +185,7 @@ class OffPolicyRank:
         bufs, n = hello.buffers, hello.num_envs
         # Same seed on every rank: with data parallel the replicas must start identical anyway
         # (rank 0's parameters are broadcast), and their exploration differs through the envs.
-        learner = make_offpolicy_learner(
-            algo, hello.obs_dim, hello.act_dim, self.device, p.run.seed, planned_precision(p)
-        )
+        learner = make_learner(algo, hello.obs_dim, hello.act_dim, self.device, p.run.seed, planned_precision(p))
         normalizer = ObsNormalizer(hello.obs_dim, self.device)
         replay = ReplayBuffer(
             algo.buffer_size,

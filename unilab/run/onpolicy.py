@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 
+from unilab.algos.ppo.runner import RankSyncedMLPModel, UnilabOnPolicyRunner, train_cfg
 from unilab.dist import param_digest
 from unilab.errors import RunDiverged, UnilabError
 from unilab.plan.models import Plan
@@ -33,7 +34,6 @@ from unilab.run.checkpoint import check_resume_fits
 from unilab.run.collector_client import collector_for
 from unilab.run.init_state import check_init_fits, loading_init
 from unilab.run.offpolicy import Progress, RankHooks
-from unilab.run.ppo_runner import RankSyncedMLPModel, UnilabOnPolicyRunner, train_cfg
 from unilab.run.vecenv import CollectorVecEnv, RolloutStopped
 from unilab.spec.models import PpoSpec
 
@@ -48,7 +48,7 @@ class OnPolicyRank:
         dp: Any = None,  # unilab.run.dp.DpContext, for world size > 1 (collective stop decisions)
         init_state: dict[str, Any] | None = None,  # run.init_from's checkpoint state (a new run only)
     ) -> None:
-        if not isinstance(plan.algo, PpoSpec):
+        if not isinstance(plan.algo, PpoSpec):  # the one on-policy algorithm (unilab.algos.registry)
             raise UnilabError(f"internal: OnPolicyRank runs PPO, the plan's algo is {plan.algo.name}")
         self.plan, self.rank, self.hooks, self.dp = plan, rank, hooks, dp
         self.algo: PpoSpec = plan.algo

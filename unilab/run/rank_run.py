@@ -13,13 +13,14 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from unilab.algos.common import planned_precision
+from unilab.algos.registry import algo_def
 from unilab.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, UnilabError
 from unilab.extras import install_command
 from unilab.manifest.models import FirstError, RankEvidence
 from unilab.plan.models import Plan
 from unilab.run.collector_client import RunFailed
 from unilab.run.events import EventLog
-from unilab.run.learners import planned_precision
 from unilab.run.offpolicy import OffPolicyRank, RankHooks
 from unilab.run.progress import ProgressLine
 from unilab.run.recorder import RunRecorder
@@ -128,7 +129,7 @@ def run_rank(job: RankJob, stop: StopFlag) -> int:
             learner_cpu_ids_applied=sorted(os.sched_getaffinity(0)),
             physics_workers=hello.physics_workers,
             torch_threads=torch.get_num_threads(),
-            learner_precision=planned_precision(plan) if plan.algo.name != "ppo" else None,
+            learner_precision=planned_precision(plan) if algo_def(plan.algo).follows_precision else None,
             learner_allocator=getattr(runner, "allocator", None),
             mps_service=att.service if att else None,
             mps_control_pipe=att.pipe_directory if att else None,
@@ -148,7 +149,7 @@ def run_rank(job: RankJob, stop: StopFlag) -> int:
         should_stop=stop,
     )
     runner: OffPolicyRank | OnPolicyRank
-    if plan.algo.name == "ppo":  # imported here: rsl-rl takes seconds to import, off-policy runs skip it
+    if algo_def(plan.algo).loop == "onpolicy":  # imported here: rsl-rl takes seconds to import, others skip it
         from unilab.run.onpolicy import OnPolicyRank
 
         runner = OnPolicyRank(plan, rank, hooks, resume_state=resume_state, dp=dp, init_state=init_state)

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ValidationError
 from pydantic_core import PydanticUndefined
 
 from unilab.errors import Diagnostic, SpecError
-from unilab.spec.models import FlashSacSpec, PpoSpec, SacSpec, Spec
+from unilab.spec.models import ALGO_MODELS, Spec
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,7 @@ _KEY = re.compile(r"^[a-z_][a-z0-9_]*$")
 _BRANCH_TAGS = frozenset({"int", "float", "str", "bool", "list", "tuple", "dict", "none"})
 # Tables whose keys the user names (`[task.reward_weights]`): a key there is never a branch tag.
 _USER_KEY_TABLES = frozenset({"reward_weights"})
-_ALGO_MODELS: dict[str, type[BaseModel]] = {"sac": SacSpec, "flashsac": FlashSacSpec, "ppo": PpoSpec}
+_ALGO_MODELS: dict[str, type[BaseModel]] = dict(ALGO_MODELS)
 _TABLE_ERRORS = ("model_type", "model_attributes_type", "dict_type")
 # Pydantic's sequence types; a TOML spec only has lists (arrays), whatever the model holds.
 _LIST_ERRORS = ("list_type", "tuple_type", "set_type", "frozen_set_type")

@@ -11,11 +11,9 @@ from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
 from unilab.spec.models import (
+    ALGO_MODELS,
     CommandRanges,
-    FlashSacSpec,
-    PpoSpec,
     RunSpec,
-    SacSpec,
     SimSpec,
     TaskSpec,
     TrainingSpec,
@@ -85,6 +83,20 @@ FLASHSAC_NOTE = (
 )
 
 
+# What the table of an algorithm says above its keys; others say their model's docstring.
+ALGO_NOTES = {
+    "sac": "Soft actor-critic with FastSAC's large-batch options.",
+    "flashsac": FLASHSAC_NOTE,
+    "ppo": "PPO through rsl-rl-lib. Off-policy keys (e.g. `batch_size`) are refused by rule `algo.ppo-offpolicy-keys`.",
+}
+
+
+def _docstring_note(model: type[BaseModel]) -> str:
+    """A model's docstring after its `[algo] with name = ...:` lead, as one line."""
+    text = " ".join((model.__doc__ or "").split())
+    return text.split(": ", 1)[1] if ": " in text else text
+
+
 def _table(title: str, model: type[BaseModel], note: str = "") -> list[str]:
     lines = [f"## `{title}`", ""]
     if note:
@@ -108,12 +120,7 @@ def render_markdown() -> str:
     lines += _table("[task]", TaskSpec)
     lines += _table("[task.commands]", CommandRanges)
     lines += _table("[sim]", SimSpec)
-    lines += _table('[algo] name = "sac"', SacSpec, "Soft actor-critic with FastSAC's large-batch options.")
-    lines += _table('[algo] name = "flashsac"', FlashSacSpec, FLASHSAC_NOTE)
-    lines += _table(
-        '[algo] name = "ppo"',
-        PpoSpec,
-        "PPO through rsl-rl-lib. Off-policy keys (e.g. `batch_size`) are refused by rule `algo.ppo-offpolicy-keys`.",
-    )
+    for name, model in ALGO_MODELS.items():
+        lines += _table(f'[algo] name = "{name}"', model, ALGO_NOTES.get(name, _docstring_note(model)))
     lines += _table("[training]", TrainingSpec, "Execution modes; each is honoured or refused at plan time.")
     return "\n".join(lines).rstrip() + "\n"

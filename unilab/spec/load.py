@@ -16,16 +16,19 @@ from pydantic import ValidationError
 from unilab.errors import Diagnostic, SpecError
 from unilab.inputfile import read_input
 from unilab.spec.diagnose import format_validation_error, spec_error
-from unilab.spec.models import SPEC_CONTEXT, Spec
+from unilab.spec.models import ALGO_MODELS, SPEC_CONTEXT, PpoSpec, Spec
 
 # Keys that only mean something to off-policy learners; a PPO spec that sets them is refused
 # by name (rule algo.ppo-offpolicy-keys) instead of a generic "extra field" error.
-OFF_POLICY_KEYS = (
-    "batch_size", "buffer_size", "updates_per_step", "warmup_env_steps", "actor_lr", "critic_lr", "alpha_lr",
-    "tau", "alpha_init", "actor_update_every", "num_atoms", "v_min", "v_max", "critic", "layer_norm",
-    "target_entropy", "num_blocks", "expansion", "n_step", "target_action_std", "reward_scaling",
-    "actor_hidden_dims", "critic_hidden_dims", "activation",
-)  # fmt: skip
+OFF_POLICY_KEYS = tuple(
+    dict.fromkeys(
+        k
+        for m in ALGO_MODELS.values()
+        if m is not PpoSpec
+        for k in m.model_fields
+        if k not in PpoSpec.model_fields and k != "name"
+    )
+)
 # `algo.hidden_dims` is the shorthand for both networks' widths (unilab.spec.models): given by --set,
 # it replaces the file's per-network widths, as any later --set wins over the file.
 WIDTHS_SHORTHAND, WIDTHS_KEYS = "hidden_dims", ("actor_hidden_dims", "critic_hidden_dims")
@@ -121,18 +124,21 @@ def check_ppo_offpolicy_keys(data: dict[str, Any], overridden: set[str] | None =
         "defaults; add PPO keys inside the braces)"
     )
 
+    off = [n for n, m in ALGO_MODELS.items() if m is not PpoSpec]
+    others = ", ".join(f'"{n}"' for n in off[:-1]) + f' or "{off[-1]}"'
+
     def fix(k: str) -> str:
         if f"algo.{k}" in overridden:
             return f"drop `--set algo.{k}=...`"
         if "algo.name" in overridden:
             return table_fix
-        return f'remove algo.{k}, or set algo.name = "sac" or "flashsac"'
+        return f"remove algo.{k}, or set algo.name = {others}"
 
     return [
         Diagnostic(
             "algo.ppo-offpolicy-keys",
             f"algo.{k}",
-            f"`{k}` is an off-policy (SAC/FlashSAC) setting; PPO does not use it",
+            f"`{k}` is an off-policy ({', '.join(off)}) setting; PPO does not use it",
             fix(k),
         )
         for k in OFF_POLICY_KEYS

@@ -8,7 +8,7 @@ host can honour a request is decided later, by the plan's rules, against recorde
 from __future__ import annotations
 
 import os
-from typing import Annotated, Literal
+from typing import Annotated, Literal, get_args
 
 from pydantic import (
     BaseModel,
@@ -262,7 +262,9 @@ class _AlgoBase(_Section):
     )
 
 
-class _OffPolicyBase(_AlgoBase):
+class ReplayAlgoSpec(_AlgoBase):
+    """The keys every replay-buffer learner shares (SAC, FlashSAC, TD3)."""
+
     batch_size: Annotated[int, Field(ge=1, le=1_048_576)] = Field(256, description="Replay minibatch size.")
     buffer_size: Annotated[int, Field(ge=1, le=MAX_COUNT)] = Field(
         1_000_000, description="Replay capacity in transitions per rank."
@@ -275,9 +277,7 @@ class _OffPolicyBase(_AlgoBase):
     )
     actor_lr: Annotated[float, Field(gt=0)] = Field(3e-4, description="Actor learning rate.")
     critic_lr: Annotated[float, Field(gt=0)] = Field(3e-4, description="Critic learning rate.")
-    alpha_lr: Annotated[float, Field(gt=0)] = Field(3e-4, description="Entropy temperature learning rate.")
     tau: Annotated[float, Field(gt=0, le=1)] = Field(0.005, description="Polyak averaging rate of target critics.")
-    alpha_init: Annotated[float, Field(gt=0)] = Field(0.1, description="Initial entropy temperature.")
     actor_update_every: Annotated[int, Field(ge=1, le=MAX_COUNT)] = Field(
         1, description="Actor (and alpha) updates every N critic updates."
     )
@@ -307,6 +307,13 @@ class _OffPolicyBase(_AlgoBase):
         # A network's own key wins over the shorthand: `--set algo.actor_hidden_dims=[64]` on a
         # file with `hidden_dims` changes the actor alone.
         return {"actor_hidden_dims": value, "critic_hidden_dims": value, **data}
+
+
+class _OffPolicyBase(ReplayAlgoSpec):
+    """The maximum-entropy learners' keys: a learned temperature (SAC, FlashSAC)."""
+
+    alpha_lr: Annotated[float, Field(gt=0)] = Field(3e-4, description="Entropy temperature learning rate.")
+    alpha_init: Annotated[float, Field(gt=0)] = Field(0.1, description="Initial entropy temperature.")
 
 
 class SacSpec(_OffPolicyBase):
@@ -362,6 +369,48 @@ class FlashSacSpec(_OffPolicyBase):
     )
 
 
+class Td3Spec(ReplayAlgoSpec):
+    """`[algo]` with `name = "td3"`: TD3 (Fujimoto et al. 2018) with FastTD3's options (arXiv:2505.22642):
+    a C51 distributional critic, clipped double Q, target policy smoothing, a delayed actor and
+    per-env exploration noise scales."""
+
+    name: Literal["td3"] = Field(description="The learner algorithm.")
+    actor_hidden_dims: Widths = Field((256, 256), min_length=1, description="Hidden layer widths of the actor.")
+    critic_hidden_dims: Widths = Field(
+        (256, 256), min_length=1, description="Hidden layer widths of each of the two Q networks."
+    )
+    activation: Literal["relu", "silu", "elu"] = Field("relu", description="Activation after each hidden layer.")
+    critic: Literal["mse", "c51"] = Field("c51", description="Scalar twin-Q (`mse`) or C51 distributional critic.")
+    layer_norm: bool = Field(False, description="LayerNorm after each hidden layer.")
+    actor_update_every: Annotated[int, Field(ge=1, le=MAX_COUNT)] = Field(
+        2, description="Delayed actor: one actor update every N critic updates (TD3's policy delay)."
+    )
+    clipped_double_q: bool = Field(
+        True, description="Target from the lower of the two target critics (TD3); false: their mean."
+    )
+    n_step: Annotated[int, Field(ge=1, le=64)] = Field(1, description="n-step return length.")
+    exploration_std_min: Annotated[float, Field(gt=0, le=1)] = Field(
+        0.001, description="Lowest per-env exploration noise std (FastTD3 draws one per env and episode)."
+    )
+    exploration_std_max: Annotated[float, Field(gt=0, le=1)] = Field(
+        0.4, description="Highest per-env exploration noise std."
+    )
+    target_noise_std: Annotated[float, Field(ge=0, le=1)] = Field(
+        0.2, description="Target policy smoothing: noise std added to the target action."
+    )
+    target_noise_clip: Annotated[float, Field(ge=0, le=1)] = Field(
+        0.5, description="Target policy smoothing: the noise is clipped to +- this."
+    )
+
+    @field_validator("exploration_std_max")
+    @classmethod
+    def _noise_range(cls, v: float, info: ValidationInfo) -> float:
+        low = info.data.get("exploration_std_min")
+        if low is not None and v < low:
+            raise ValueError(f"must be at least exploration_std_min ({low})")
+        return v
+
+
 class PpoSpec(_AlgoBase):
     """`[algo]` with `name = "ppo"`: PPO through rsl-rl-lib's on-policy runner."""
 
@@ -385,7 +434,11 @@ class PpoSpec(_AlgoBase):
     max_grad_norm: Annotated[float, Field(gt=0)] = Field(1.0, description="Gradient norm clip.")
 
 
-AlgoSpec = Annotated[SacSpec | FlashSacSpec | PpoSpec, Field(discriminator="name")]
+AlgoSpec = Annotated[SacSpec | FlashSacSpec | Td3Spec | PpoSpec, Field(discriminator="name")]
+# Each `[algo]` model by its `name`.
+ALGO_MODELS: dict[str, type[_AlgoBase]] = {
+    m.model_fields["name"].annotation.__args__[0]: m for m in get_args(get_args(AlgoSpec)[0])
+}
 
 DeviceRef = (
     Literal["cpu"]

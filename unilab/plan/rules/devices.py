@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from unilab.algos.registry import algo_def
 from unilab.errors import Diagnostic
 from unilab.extras import install_command
 from unilab.plan.context import Context, resolve_device
-from unilab.plan.rules.registry import MPS_ALGOS, Rule, mps_start_command, rule
+from unilab.plan.rules.registry import Rule, mps_start_command, rule
 
 
 @rule("devices.exist", "training.devices", "Every device exists on the host: `cpu`, a visible GPU index or UUID.")
@@ -144,7 +145,9 @@ def devices_compute_mode(r: Rule, ctx: Context) -> list[Diagnostic]:
                 r.diag(
                     f"GPU {g.index} ({g.uuid}) is in compute mode {g.compute_mode}: it admits one CUDA process, "
                     "and the rank's learner and its MuJoCo Warp collector are two",
-                    via_mps if ctx.spec.algo.name in MPS_ALGOS else f'{to_default}, or use sim.backend = "mujoco"',
+                    via_mps
+                    if algo_def(ctx.spec.algo).overlaps_collector
+                    else f'{to_default}, or use sim.backend = "mujoco"',
                     key,
                 )
             ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from unilab.algos.registry import algo_def, names
 from unilab.errors import Diagnostic
 from unilab.plan.context import Context
 from unilab.plan.rules.registry import Rule, rule
@@ -21,10 +22,11 @@ def wire_bf16(r: Rule, ctx: Context) -> list[Diagnostic]:
                 'set training.dp_gradient_wire_dtype = "float32", or list two or more devices',
             )
         ]
-    if ctx.spec.training.dp_gradient_wire_dtype == "bfloat16" and ctx.spec.algo.name == "ppo":
+    d = algo_def(ctx.spec.algo)
+    if ctx.spec.training.dp_gradient_wire_dtype == "bfloat16" and not d.gradient_wire:
         return [
             r.diag(
-                "PPO synchronises gradients inside rsl-rl-lib's runner, which has no bfloat16 wire",
+                f"{d.title} synchronises gradients inside {d.external_runner}'s runner, which has no bfloat16 wire",
                 'set training.dp_gradient_wire_dtype = "float32"',
             )
         ]
@@ -46,7 +48,8 @@ def nccl_transport(r: Rule, ctx: Context) -> list[Diagnostic]:
 @rule(
     "graph.learner",
     "training.learner_graph",
-    "`learner_graph = on` needs CUDA ranks, an off-policy learner (sac, flashsac) and, with data parallel, "
+    f"`learner_graph = on` needs CUDA ranks, a learner of unilab's own ({', '.join(names('offpolicy'))}) and, "
+    "with data parallel, "
     "no TORCH_NCCL_ASYNC_ERROR_HANDLING other than 0 in the environment.",
 )
 def graph_learner(r: Rule, ctx: Context) -> list[Diagnostic]:
@@ -59,10 +62,11 @@ def graph_learner(r: Rule, ctx: Context) -> list[Diagnostic]:
                 'set training.learner_graph = "auto" (or "off"), or use GPU devices',
             )
         ]
-    if ctx.spec.algo.name == "ppo":
+    d = algo_def(ctx.spec.algo)
+    if not d.capturable_update:
         return [
             r.diag(
-                "PPO runs through rsl-rl-lib's eager runner, which is not captured",
+                f"{d.title} runs through {d.external_runner}'s eager runner, which is not captured",
                 'set training.learner_graph = "auto" (or "off")',
             )
         ]

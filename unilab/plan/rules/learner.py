@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from unilab.algos.registry import algo_def, names
 from unilab.errors import Diagnostic
 from unilab.plan.context import Context
 from unilab.plan.rules.registry import Rule, rule
@@ -32,9 +33,9 @@ AUTO_BF16_MIN_WIDTH = 256
 
 def bf16_blocker(ctx: Context) -> str | None:
     """The first unmet condition for a bfloat16 learner on this plan's devices; None when it can run."""
-    algo = ctx.spec.algo
-    if algo.name == "ppo":
-        return "PPO runs through rsl-rl-lib's learner, which computes in float32"
+    d = algo_def(ctx.spec.algo)
+    if not d.follows_precision:
+        return f"{d.title} runs through {d.external_runner}'s learner, which computes in float32"
     if ctx.on_cuda:
         return None
     cpu = ctx.facts.cpu
@@ -55,7 +56,8 @@ def bf16_blocker(ctx: Context) -> str | None:
 @rule(
     "learner.precision",
     "algo.precision",
-    '`precision = "bfloat16"` needs an off-policy learner (sac, flashsac) and bf16 matrix units: a CPU with '
+    f'`precision = "bfloat16"` needs a learner of unilab\'s own ({", ".join(names("offpolicy"))}) and bf16 matrix '
+    "units: a CPU with "
     "AMX-BF16 or AVX512-BF16 in the host facts, or CUDA devices.",
 )
 def learner_precision(r: Rule, ctx: Context) -> list[Diagnostic]:
@@ -64,7 +66,7 @@ def learner_precision(r: Rule, ctx: Context) -> list[Diagnostic]:
     blocker = bf16_blocker(ctx)
     if blocker is None:
         return []
-    if ctx.facts.cpu.features is None and ctx.spec.algo.name != "ppo":
+    if ctx.facts.cpu.features is None and algo_def(ctx.spec.algo).follows_precision:
         fix = 'record the host facts again (`unilab host --json > node.json`), or set algo.precision = "auto"'
     else:
         fix = 'set algo.precision = "auto" (or "float32")'
@@ -143,13 +145,13 @@ def resolve_threads(ctx: Context, block: list[int], kind: str) -> ThreadDecision
         # It keeps two CPUs (its launch thread, and CUDA's and NCCL's helper threads) where the
         # block has room for the physics workers beside them.
         k = min(2, len(block) - keep)
-        if ctx.spec.algo.name == "ppo" or t.collector_cpu_ids is not None or k < 1:
+        if not algo_def(ctx.spec.algo).overlaps_collector or t.collector_cpu_ids is not None or k < 1:
             return ThreadDecision(threads, [], block, why)
         return ThreadDecision(threads, block[:k], block[k:], why)
     half = max(1, len(block) // 2) if t.torch_threads == "auto" else t.torch_threads
-    if ctx.spec.algo.name == "ppo":
+    if not (d := algo_def(ctx.spec.algo)).overlaps_collector:
         return ThreadDecision(
-            half, [], block, "PPO updates between rollouts, while the physics workers wait: it shares their CPUs"
+            half, [], block, f"{d.title} updates between rollouts, while the physics workers wait: it shares their CPUs"
         )
     if t.collector_cpu_ids is not None:
         return ThreadDecision(

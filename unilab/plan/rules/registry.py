@@ -46,5 +46,7 @@ def mps_start_command(index: int) -> str:
     return f"unilab mps start --gpus {index} --name train-gpu{index} --daemon"
 
 
-# The learners whose process can share its GPU with the collector through MPS (rule mps.algo).
-MPS_ALGOS = ("sac", "flashsac")
+def quoted(names: tuple[str, ...], mark: str = "`") -> str:
+    """`a`, `b` or `c`: names for a rule's text (or its fix, with `mark='"'`)."""
+    q = [f"{mark}{n}{mark}" for n in names]
+    return q[0] if len(q) == 1 else f"{', '.join(q[:-1])} or {q[-1]}"

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from unilab.algos.registry import algo_def
 from unilab.errors import Diagnostic, UnilabError
 from unilab.extras import install_command
 from unilab.plan.context import Context
-from unilab.plan.init_from import network_keys
 from unilab.plan.rules.registry import Rule, rule
 
 
@@ -53,10 +53,11 @@ def run_init_from(r: Rule, ctx: Context) -> list[Diagnostic]:
         ]
     out = []
     # Learned, then loaded: a different starting value here could not take effect.
-    carried = "init_noise_std" if ours.algo.name == "ppo" else "alpha_init"
-    mine, saved = getattr(ours.algo, carried), getattr(theirs.algo, carried)
-    if mine != saved:
-        learned = "action noise" if carried == "init_noise_std" else "entropy temperature"
+    d = algo_def(ours.algo)
+    carried = d.carried_key
+    mine, saved = (getattr(ours.algo, carried), getattr(theirs.algo, carried)) if carried else (None, None)
+    if carried is not None and mine != saved:
+        learned = d.carried_what
         out.append(
             r.diag(
                 f"algo.{carried} is {_toml(mine)} here, {_toml(saved)} in {where}: a run started from its checkpoint "
@@ -70,7 +71,7 @@ def run_init_from(r: Rule, ctx: Context) -> list[Diagnostic]:
                 f"algo.{carried}",
             )
         )
-    for key in network_keys(ours.algo.name, getattr(ours.algo, "critic", None)):
+    for key in d.network_keys(ours.algo):
         mine, saved = getattr(ours.algo, key), getattr(theirs.algo, key)
         if mine != saved:
             out.append(

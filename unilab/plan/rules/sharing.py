@@ -3,10 +3,11 @@ GPU (by UUID) before anything starts, since CUDA clients silently run without MP
 
 from __future__ import annotations
 
+from unilab.algos.registry import algo_def, names
 from unilab.errors import Diagnostic
 from unilab.host.facts import MpsServiceFacts
 from unilab.plan.context import Context
-from unilab.plan.rules.registry import MPS_ALGOS, Rule, mps_start_command, rule
+from unilab.plan.rules.registry import Rule, mps_start_command, quoted, rule
 
 
 def _wants_mps(ctx: Context) -> bool:
@@ -65,14 +66,19 @@ def mps_backend(r: Rule, ctx: Context) -> list[Diagnostic]:
     return []
 
 
-@rule("mps.algo", "algo.name", "mps: an off-policy learner (`sac` or `flashsac`) that overlaps the collector.")
+@rule(
+    "mps.algo",
+    "algo.name",
+    f"mps: an off-policy learner ({quoted(names('offpolicy'))}) that overlaps the collector.",
+)
 def mps_algo(r: Rule, ctx: Context) -> list[Diagnostic]:
-    if _wants_mps(ctx) and ctx.spec.algo.name not in MPS_ALGOS:
+    if _wants_mps(ctx) and not algo_def(ctx.spec.algo).overlaps_collector:
+        choices = quoted(names("offpolicy"), mark='"')
         return [
             r.diag(
                 f"algo {ctx.spec.algo.name!r} waits for each rollout before it updates, so its learner never "
                 "overlaps the collector on the GPU and MPS has nothing to share",
-                'set algo.name = "sac" or "flashsac", or training.cuda_process_sharing = "none"',
+                f'set algo.name = {choices}, or training.cuda_process_sharing = "none"',
             )
         ]
     return []

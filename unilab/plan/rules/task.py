@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import difflib
+from typing import Any
 
+from unilab.algos.registry import algo_def
 from unilab.errors import Diagnostic, UnilabError
 from unilab.plan.context import Context
 from unilab.plan.rules.registry import Rule, rule
-from unilab.spec.models import FlashSacSpec, SacSpec
+from unilab.spec.models import FlashSacSpec, PpoSpec, ReplayAlgoSpec
 from unilab.tasks.declarations import default_reward_weights, has_gait_clock
 from unilab.tasks.timing import control_dt, nearest_whole_step_seconds, seconds_text, whole_steps
 
@@ -207,7 +209,7 @@ def run_budget(r: Rule, ctx: Context) -> list[Diagnostic]:
 )
 def algo_buffer_size(r: Rule, ctx: Context) -> list[Diagnostic]:
     algo, n = ctx.spec.algo, ctx.spec.task.num_envs
-    if algo.name != "ppo" and algo.buffer_size < n:
+    if algo_def(algo).uses_replay and algo.buffer_size < n:
         return [
             r.diag(
                 f"replay capacity {algo.buffer_size} is smaller than one env step of {n} envs (task.num_envs)",
@@ -216,7 +218,7 @@ def algo_buffer_size(r: Rule, ctx: Context) -> list[Diagnostic]:
                 f"{max(n, algo.batch_size)}), or lower task.num_envs",
             )
         ]
-    if algo.name != "ppo" and algo.buffer_size < algo.batch_size:  # updates wait for one batch in replay
+    if algo_def(algo).uses_replay and algo.buffer_size < algo.batch_size:  # updates wait for one batch in replay
         return [
             r.diag(
                 f"replay capacity {algo.buffer_size} is smaller than one batch (algo.batch_size = "
@@ -235,7 +237,7 @@ def algo_buffer_size(r: Rule, ctx: Context) -> list[Diagnostic]:
 )
 def algo_warmup(r: Rule, ctx: Context) -> list[Diagnostic]:
     algo, total = ctx.spec.algo, ctx.spec.run.total_env_steps
-    if algo.name == "ppo":
+    if not algo_def(algo).uses_replay:
         return []
     n, world = ctx.spec.task.num_envs, ctx.world_size
     syncs, needed = _run_syncs(total, n, world), _first_update_syncs(algo, n, world, algo.warmup_env_steps)
@@ -287,12 +289,12 @@ def _fewest_env_steps(syncs: int, n: int, world: int) -> int:
     return world * ((syncs - 1) * n + 1)
 
 
-def _fill_syncs(algo: SacSpec | FlashSacSpec, n: int) -> int:
+def _fill_syncs(algo: ReplayAlgoSpec, n: int) -> int:
     """Syncs until a rank's replay holds one batch (an n-step return holds back the newest n - 1)."""
-    return -(-algo.batch_size // n) + getattr(algo, "n_step", 1) - 1
+    return -(-algo.batch_size // n) + algo_def(algo).n_step(algo) - 1
 
 
-def _first_update_syncs(algo: SacSpec | FlashSacSpec, n: int, world: int, warmup: int) -> int:
+def _first_update_syncs(algo: ReplayAlgoSpec, n: int, world: int, warmup: int) -> int:
     """The sync of a rank's first gradient update: the first whose replay holds one batch and whose
     warm-up is over, once 1 / updates_per_step such syncs have added up to one update
     (unilab.run.offpolicy)."""
@@ -307,7 +309,7 @@ def _first_update_syncs(algo: SacSpec | FlashSacSpec, n: int, world: int, warmup
 )
 def algo_ppo_minibatches(r: Rule, ctx: Context) -> list[Diagnostic]:
     algo, n = ctx.spec.algo, ctx.spec.task.num_envs
-    if algo.name != "ppo":
+    if not isinstance(algo, PpoSpec):
         return []
     samples = n * algo.num_steps_per_env  # one rank's rollout; rsl-rl splits it into the mini-batches
     if algo.num_mini_batches > samples:
@@ -337,19 +339,19 @@ def _syncs_to_first_update(updates_per_step: float) -> int:
 @rule(
     "algo.critic-support",
     "algo.v_min",
-    "A distributional critic has a non-empty support, `v_min < v_max` (SAC with `critic = c51`); "
+    "A distributional critic has a non-empty support, `v_min < v_max` (`critic = c51`); "
     "FlashSAC's also contains 0, `v_min < 0 < v_max`.",
 )
 def algo_critic_support(r: Rule, ctx: Context) -> list[Diagnostic]:
     algo = ctx.spec.algo
-    if algo.name == "sac" and algo.critic == "c51" and not algo.v_min < algo.v_max:
+    if getattr(algo, "critic", None) == "c51" and not algo.v_min < algo.v_max:  # a chosen C51 critic
         return [
             r.diag(
                 f"C51 critic support is empty: v_min {algo.v_min} >= v_max {algo.v_max}",
                 "set algo.v_min below algo.v_max, e.g. --set algo.v_min=-20.0 --set algo.v_max=20.0",
             )
         ]
-    if algo.name == "flashsac" and not algo.v_min < 0 < algo.v_max:
+    if isinstance(algo, FlashSacSpec) and not algo.v_min < 0 < algo.v_max:
         key = "algo.v_min" if algo.v_min >= 0 else "algo.v_max"
         return [
             r.diag(
@@ -362,18 +364,18 @@ def algo_critic_support(r: Rule, ctx: Context) -> list[Diagnostic]:
     return []
 
 
-# Keys an algorithm takes but ignores in some configurations: (algo.name, keys, ignored when, why, the
-# setting that uses them). FlashSAC uses every key it takes (its critic is always distributional).
-_IGNORED_ALGO_KEYS = (
+# Keys an algorithm takes but ignores in some configurations: (applies to, keys, ignored when, why,
+# the setting that uses them). FlashSAC uses every key it takes (its critic is always distributional).
+_IGNORED_ALGO_KEYS: tuple[tuple[Any, tuple[str, ...], Any, str, str], ...] = (
     (
-        "sac",
+        lambda a: "critic" in type(a).model_fields,  # a choice of critic: SAC's, TD3's
         ("num_atoms", "v_min", "v_max"),
         lambda a: a.critic != "c51",
         'the scalar critic (algo.critic = "mse") has no support',
         'set algo.critic = "c51"',
     ),
     (
-        "ppo",
+        lambda a: isinstance(a, PpoSpec),
         ("desired_kl",),
         lambda a: a.schedule != "adaptive",
         'algo.schedule = "fixed" keeps the learning rate fixed, without a KL target',
@@ -385,14 +387,15 @@ _IGNORED_ALGO_KEYS = (
 @rule(
     "algo.options",
     "algo",
-    "Keys an algorithm ignores are not set: SAC's `num_atoms`, `v_min` and `v_max` need `critic = c51`; "
+    "Keys an algorithm ignores are not set: `num_atoms`, `v_min` and `v_max` need `critic = c51` where there is a "
+    "choice of critic; "
     "PPO's `desired_kl` needs `schedule = adaptive`.",
 )
 def algo_options(r: Rule, ctx: Context) -> list[Diagnostic]:
     algo = ctx.spec.algo
     out = []
-    for name, keys, ignored, why, use in _IGNORED_ALGO_KEYS:
-        if algo.name != name or not ignored(algo):
+    for applies, keys, ignored, why, use in _IGNORED_ALGO_KEYS:
+        if not applies(algo) or not ignored(algo):
             continue
         # Only keys the user wrote: a default that goes unused is not a request.
         for k in keys:

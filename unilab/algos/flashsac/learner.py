@@ -202,7 +202,7 @@ def _project_all(module: nn.Module, ok: torch.Tensor) -> None:
 
 
 class FlashSacLearner:
-    """FlashSAC learner; same API as `SacLearner` (see `unilab.learn.sac` for the update structure)."""
+    """FlashSAC learner; same API as `SacLearner` (see `unilab.algos.sac.learner` for the update structure)."""
 
     def __init__(
         self,
@@ -396,6 +396,19 @@ class FlashSacLearner:
         m.update(self.critic_step(agree(sync, "critic", m["critic_finite"])))
         m["reward_scale"] = self.reward_scale()
         return m
+
+    # ------------------------------------------------------------------ what the runtime asks
+    def deterministic_actor(self) -> nn.Module:
+        """Normalized observations -> the deterministic action in [-1, 1] (export, eval)."""
+        return squashed_gaussian.MeanAction(self.actor, False)
+
+    def replicated(self) -> list[nn.Module | torch.Tensor]:
+        """What every data-parallel rank must hold alike (broadcast at start, digested at the end)."""
+        return [self.actor, self.critic, self.critic_target, self.log_alpha]
+
+    def running_stat_modules(self) -> list[nn.Module]:
+        """Modules whose buffers each rank updates from its own batch (averaged under data parallel)."""
+        return [self.actor, self.critic, self.critic_target]  # BatchNorm running statistics
 
     # ------------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict[str, object]:

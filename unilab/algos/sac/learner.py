@@ -326,6 +326,19 @@ class SacLearner:
         self._critic_w.refresh()
         self._target_w.refresh()
 
+    # ------------------------------------------------------------------ what the runtime asks
+    def deterministic_actor(self) -> nn.Module:
+        """Normalized observations -> the deterministic action in [-1, 1] (export, eval)."""
+        return squashed_gaussian.MeanAction(self.actor)
+
+    def replicated(self) -> list[nn.Module | torch.Tensor]:
+        """What every data-parallel rank must hold alike (broadcast at start, digested at the end)."""
+        return [self.actor, self.critic, self.critic_target, self.log_alpha]
+
+    def running_stat_modules(self) -> list[nn.Module]:
+        """Modules whose buffers each rank updates from its own batch (averaged under data parallel)."""
+        return []
+
     # ------------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict[str, object]:
         return {

@@ -1,0 +1,69 @@
+"""Pieces the replay learners (SAC, FlashSAC, TD3) share beyond `unilab.learn`: building the plan's
+learner, and the deployable policy of a checkpoint (export and eval read it here)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from unilab.algos.registry import algo_def
+
+
+def make_learner(
+    algo: Any, obs_dim: int, act_dim: int, device: torch.device, seed: int, precision: str = "float32"
+) -> Any:
+    """The plan's replay learner; `precision` is the plan's `learner.precision.effective`."""
+    from unilab.learn.precision import DTYPES
+
+    cls = algo_def(algo).learner_class()
+    return cls(obs_dim, act_dim, algo, device, seed, compute_dtype=DTYPES[precision])
+
+
+class DeployPolicy(nn.Module):
+    """The actor's deterministic action in [-1, 1] (`learner.deterministic_actor()`), on
+    observations normalized as in training (``clip``: the normalizer's clip; None for a run without
+    normalization, whose actor saw raw observations)."""
+
+    def __init__(self, actor: nn.Module, mean: torch.Tensor, inv_std: torch.Tensor, clip: float | None) -> None:
+        super().__init__()
+        self.actor = actor
+        self.register_buffer("obs_mean", mean.to(torch.float32).clone())
+        self.register_buffer("obs_inv_std", inv_std.to(torch.float32).clone())
+        self.clip = clip
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        x = (obs - self.obs_mean) * self.obs_inv_std
+        if self.clip is not None:
+            x = x.clamp(-self.clip, self.clip)
+        return self.actor(x)
+
+
+def replay_policy(plan: Any, state: dict[str, Any]) -> tuple[nn.Module, int]:
+    """A replay learner's checkpoint state -> its deployable policy and observation size."""
+    from unilab.learn.normalizer import ObsNormalizer
+
+    obs_dim, act_dim = int(state["obs_dim"]), int(state["act_dim"])
+    learner = make_learner(plan.algo, obs_dim, act_dim, torch.device("cpu"), 0)
+    # The actor alone: the rest of a GPU run's learner state (its CUDA generator states, for one)
+    # does not load into a CPU learner, and the deployed policy needs none of it.
+    learner.actor.load_state_dict(state["learner"]["actor"])
+    learner.actor.eval()
+    norm = ObsNormalizer(obs_dim)
+    if plan.algo.normalize_observations:
+        norm.load_state_dict(state["normalizer"])
+        mean, inv_std, clip = norm.mean, 1.0 / norm.std, norm.clip
+    else:
+        mean, inv_std, clip = torch.zeros(obs_dim), torch.ones(obs_dim), None
+    return DeployPolicy(learner.deterministic_actor(), mean, inv_std, clip).eval(), obs_dim
+
+
+def planned_precision(plan: Any) -> str:
+    """The learner precision a plan decided (plans made before the decision: float32)."""
+    return plan.learner.precision.effective if plan.learner is not None else "float32"
+
+
+def replay_n_step(algo: Any) -> int:
+    """The n-step return length of the replay an algorithm's learner samples."""
+    return algo_def(algo).n_step(algo)

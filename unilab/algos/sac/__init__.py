@@ -1,0 +1,28 @@
+"""Soft actor-critic with FastSAC's large-batch options (`learner.py`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from unilab.algos.algodef import AlgoDef
+from unilab.spec.models import SacSpec
+
+
+def _network_keys(algo: Any) -> tuple[str, ...]:
+    dist = ("num_atoms", "v_min", "v_max") if algo.critic == "c51" else ()
+    return (
+        "actor_hidden_dims", "critic_hidden_dims", "activation", "critic", "layer_norm", *dist,
+        "normalize_observations",
+    )  # fmt: skip
+
+
+SAC = AlgoDef(
+    name="sac",
+    title="SAC",
+    spec=SacSpec,
+    loop="offpolicy",
+    learner="unilab.algos.sac.learner:SacLearner",
+    network_keys=_network_keys,
+    carried_key="alpha_init",
+    carried_what="entropy temperature",
+)
