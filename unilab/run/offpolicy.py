@@ -1,5 +1,6 @@
-"""One rank of an off-policy run (SAC, FlashSAC): the learner loop in this process, the collector
-in a child process (`unilab.run.collector_client`), exchanging data through `unilab.run.channel`.
+"""One rank of an off-policy run (SAC, FlashSAC, TD3): the driver of `unilab.run.rank_loop` whose
+unit is one sync. The learner runs in this process, the collector in a child process
+(`unilab.run.collector_client`), exchanging data through `unilab.run.channel`.
 
 Per sync (K = 1): read obs[t], act, post the action, run this sync's gradient updates while the
 collector steps the physics, then wait for the transition and store it. The learner owns the
@@ -16,7 +17,6 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -26,89 +26,10 @@ from unilab.dist import param_digest
 from unilab.errors import UnilabError
 from unilab.learn.normalizer import ObsNormalizer
 from unilab.learn.replay import ReplayBuffer
-from unilab.plan.models import Plan
 from unilab.run import channel as ch
-from unilab.run.checkpoint import check_resume_fits
-from unilab.run.collector_client import CollectorStats, RunFailed, collector_for  # noqa: F401  (re-export)
 from unilab.run.cpu_tuning import keep_freed_memory
-from unilab.run.init_state import check_init_fits, loading_init
-
-
-@dataclass
-class Progress:
-    """What the rank has done so far: counters, timing sums and the latest episode metrics."""
-
-    env_steps: int = 0
-    syncs: int = 0
-    updates: int = 0
-    episodes: int = 0
-    transitions_produced: int = 0
-    transitions_stored: int = 0
-    transitions_nonfinite: int = 0
-    nonfinite_resets: int = 0
-    update_s: float = 0.0  # gradient updates (with data parallel, their gradient all-reduces too)
-    sample_s: float = 0.0  # replay sampling and batch normalization for those updates
-    grad_sync_s: float = 0.0  # data-parallel gradient all-reduces, inside update_s (DpContext.sync_s)
-    updates_on_shared_cpus: int = 0  # this session's updates on all planned threads (LearnerThreads)
-    wait_s: float = 0.0
-    dp_sync_s: float = 0.0
-    collector_wait_s: float = 0.0
-    last_return: float | None = None
-    last_length: float | None = None
-    # Over the episodes completed between the last two folds: the share that terminated (not
-    # truncated) and each reward term's mean per episode (the terms of last_return).
-    last_terminated_fraction: float | None = None
-    last_reward_terms: dict[str, float] = field(default_factory=dict)
-    phase_s: dict[str, float] = field(default_factory=dict)
-    phase_cpu_s: dict[str, float] = field(default_factory=dict)
-    physics_replays: int = 0
-    learner_graph: Any = None  # unilab.learn.graph.GraphStats when the plan enabled the learner graph
-    collector_graph: dict[str, Any] | None = None  # the collector update-state graph's evidence
-    physics_warnings: dict[str, int] = field(default_factory=dict)
-    episodes_base: int = 0  # episodes before this session (a resumed run's)
-    # The collector's cumulative (episodes, return sum, length sum) at the previous fold.
-    _seen: tuple[int, float, float] = (0, 0.0, 0.0)
-    _seen_terms: tuple[float, dict[str, float]] = (0.0, {})
-
-    def counters_state(self) -> dict[str, int]:
-        return {"env_steps": self.env_steps, "syncs": self.syncs, "updates": self.updates, "episodes": self.episodes}
-
-    def restore_counters(self, c: dict[str, int]) -> None:
-        """A resumed run's counters, as `counters_state` saved them."""
-        self.env_steps, self.syncs, self.updates = c["env_steps"], c["syncs"], c["updates"]
-        self.episodes = self.episodes_base = c["episodes"]
-
-    def fold(self, s: CollectorStats) -> None:
-        """Take in the collector's cumulative counters; the mean return and length are over the
-        episodes completed since the previous fold."""
-        new = s.episodes - self._seen[0]
-        if new > 0:
-            self.last_return = (s.return_sum - self._seen[1]) / new
-            self.last_length = (s.length_sum - self._seen[2]) / new
-            terminated, sums = self._seen_terms
-            self.last_terminated_fraction = (s.terminated - terminated) / new
-            self.last_reward_terms = {k: (v - sums.get(k, 0.0)) / new for k, v in s.reward_term_sums.items()}
-        self._seen = (s.episodes, s.return_sum, s.length_sum)
-        self._seen_terms = (s.terminated, s.reward_term_sums)
-        self.episodes = self.episodes_base + s.episodes
-        self.nonfinite_resets = s.nonfinite
-        self.collector_wait_s = s.wait_s
-        self.phase_s = s.phase_s
-        self.phase_cpu_s = s.phase_cpu_s
-        self.physics_replays = s.physics_replays
-        self.collector_graph = s.collector_graph
-        self.physics_warnings = s.physics_warnings
-
-
-@dataclass
-class RankHooks:
-    """Callbacks into the run. Rank 0's own the tracker, checkpoints and manifest; other ranks get
-    no-ops except `should_stop`."""
-
-    on_started: Callable[[ch.Hello], None]
-    on_log: Callable[[Progress, dict[str, float]], None]
-    on_checkpoint: Callable[[Progress, dict[str, Any]], None]
-    should_stop: Callable[[], bool]
+from unilab.run.init_state import loading_init
+from unilab.run.rank_loop import Progress, RankLoop
 
 
 class LearnerThreads:
@@ -133,61 +54,36 @@ class LearnerThreads:
             prog.updates_on_shared_cpus += 1
 
 
-class OffPolicyRank:
-    def __init__(
-        self,
-        plan: Plan,
-        rank: int,
-        hooks: RankHooks,
-        resume_state: dict[str, Any] | None = None,
-        dp: Any = None,  # unilab.run.dp.DpContext, for world size > 1
-        init_state: dict[str, Any] | None = None,  # run.init_from's checkpoint state (a new run only)
-    ) -> None:
-        self.plan, self.rank, self.hooks, self.dp = plan, rank, hooks, dp
-        self.rp = plan.ranks[rank]
-        self.resume_state = resume_state
-        self.init_state = init_state
-        self.device = torch.device("cuda" if self.rp.device == "cuda" else "cpu")
-        self.collector = collector_for(plan, rank, resume_state)
-        self.progress = Progress()
+class OffPolicyRank(RankLoop):
+    """The replay learners' driver: one unit is one sync of the collector (K = 1)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
         self.allocator: str | None = None  # unilab.run.cpu_tuning, set when the rank starts
-        self.final_state: dict[str, Any] | None = None
         self.learner: Any = None
-        self.skipped_updates = 0
-        self.interrupted = False  # the loop ended on a stop request (this rank's or, with DP, any rank's)
 
-    def close(self) -> None:
-        self.collector.close()
+    def _total(self) -> int:
+        return self.plan.run.total_env_steps // self.plan.topology.world_size
 
-    def _first_obs(self) -> bool:
-        """Wait for the collector's first observation; False on a stop request. With data parallel
-        every rank waits it out and the ranks then decide together, as after every sync: a rank
-        that left on its own stop flag would miss the others' next collective."""
-        if self.dp is None:
-            return self.collector.wait_obs(self.hooks.should_stop)
-        return self.collector.wait_obs(lambda: False) and not self._stop_requested()
-
-    def _stop_requested(self) -> bool:
-        local = self.hooks.should_stop()
-        return self.dp.any_rank(local) if self.dp is not None else local
-
-    def run(self) -> Progress:
-        p, algo, prog = self.plan, self.plan.algo, self.progress
-        torch.set_num_threads(self.rp.torch_threads)
+    def _started(self) -> None:
         self.allocator = keep_freed_memory() if self.device.type == "cpu" else "default (CUDA learner)"
         torch.manual_seed(self.rp.seed)
-        hello = self.collector.start()
+
+    def _collector_started(self) -> None:
         if self.rp.learner_cpu_ids:  # after the collector started: it must not inherit the learner's CPUs
             os.sched_setaffinity(0, self.rp.learner_cpu_ids)
-        check_init_fits(self.init_state, hello)  # before the run is recorded
-        check_resume_fits(self.resume_state, hello)
-        self.hooks.on_started(hello)
-        bufs, n = hello.buffers, hello.num_envs
+
+    def _on_hello(self, hello: ch.Hello) -> None:
+        """The learner, replay and normalizer, restored or started from init_from; the update the
+        loop calls (data-parallel and captured where the plan says so)."""
+        p, algo, prog = self.plan, self.plan.algo, self.progress
+        self.bufs, self.n = hello.buffers, hello.num_envs
+        n = self.n
         # Same seed on every rank: with data parallel the replicas must start identical anyway
         # (rank 0's parameters are broadcast), and their exploration differs through the envs.
         learner = make_learner(algo, hello.obs_dim, hello.act_dim, self.device, p.run.seed, planned_precision(p))
         normalizer = ObsNormalizer(hello.obs_dim, self.device)
-        replay = ReplayBuffer(
+        self.replay = ReplayBuffer(
             algo.buffer_size,
             hello.obs_dim,
             hello.act_dim,
@@ -211,105 +107,78 @@ class OffPolicyRank:
             update = self.dp.attach(learner)
         if p.graphs.learner.enabled:
             update = self._graph(learner, update)
-        gen = torch.Generator(device=self.device).manual_seed(self.rp.seed + 104729)
-        action_gen = torch.Generator().manual_seed(self.rp.seed + 15485863)
-
-        total = p.run.total_env_steps // p.topology.world_size
-        warmup = 0 if self.resume_state is not None else algo.warmup_env_steps // p.topology.world_size
+        self.update = update
+        self.gen = torch.Generator(device=self.device).manual_seed(self.rp.seed + 104729)
+        self.action_gen = torch.Generator().manual_seed(self.rp.seed + 15485863)
+        world = p.topology.world_size
+        self.warmup = 0 if self.resume_state is not None else algo.warmup_env_steps // world
         # A run started from a checkpoint's policy warms the replay up with that policy's actions.
-        random_warmup = 0 if self.init_state is not None else warmup
-        ckpt_every = p.run.checkpoint_every_env_steps
-        next_ckpt = (prog.env_steps * p.topology.world_size // ckpt_every + 1) * ckpt_every if ckpt_every else None
-        updates_owed = 0.0
-        skipped = torch.zeros((), dtype=torch.int64, device=self.device)
-        last_metrics: dict[str, torch.Tensor] = {}
-        started_steps, started_updates = prog.env_steps, prog.updates
-        if not self._first_obs():
-            self.interrupted = True
-            return prog
-        t_start = time.perf_counter()
-        last_log, logged_steps = t_start, prog.env_steps
-
-        def log(now: float) -> None:
-            self._read_collector_stats()
-            metrics = {k: float(v) for k, v in last_metrics.items() if v.dim() == 0}
-            metrics["skipped_updates"] = float(skipped)
-            metrics["elapsed_s"] = now - t_start
-            metrics["env_steps_run"] = prog.env_steps - started_steps
-            metrics["updates_run"] = prog.updates - started_updates
-            self.hooks.on_log(prog, metrics)
-
-        threads = LearnerThreads(self.rp.torch_threads, self.rp.learner_cpu_ids, self.rp.collector_cpu_ids)
-        action = torch.empty(n, hello.act_dim)
+        self.random_warmup = 0 if self.init_state is not None else self.warmup
+        self.updates_owed = 0.0
+        self.skipped = torch.zeros((), dtype=torch.int64, device=self.device)
+        self.last_metrics: dict[str, torch.Tensor] = {}
+        self.threads = LearnerThreads(self.rp.torch_threads, self.rp.learner_cpu_ids, self.rp.collector_cpu_ids)
+        self.action = torch.empty(n, hello.act_dim)
         # Updates start once the replay holds a batch: counted in syncs, the same on every rank, not
         # by len(replay), which a rank's non-finite worlds shorten (the ranks' collectives would
         # then fall out of step). The n-step window holds back the newest n - 1 syncs.
-        filled_syncs = -(-algo.batch_size // n) + replay_n_step(algo) - 1
-        t = 0  # this session's syncs: the collector's obs slot index
-        while prog.env_steps < total:
-            obs = bufs.obs[t % 2]
-            if algo.normalize_observations:
-                t0 = time.perf_counter()
-                normalizer.update(self.dp.gather_obs(obs) if self.dp is not None else obs)
-                prog.dp_sync_s += time.perf_counter() - t0 if self.dp is not None else 0.0
-            if prog.env_steps - started_steps < random_warmup:
-                torch.rand(action.shape, generator=action_gen, out=action).mul_(2).sub_(1)
-            else:
-                obs_in = normalizer.normalize(obs) if algo.normalize_observations else obs
-                action.copy_(learner.act(obs_in.to(self.device)).cpu())
-            bufs.action.copy_(action)
-            self.collector.post_action()
+        self.filled_syncs = -(-algo.batch_size // n) + replay_n_step(algo) - 1
+        self.t = 0  # this session's syncs: the collector's obs slot index
 
-            # Gradient updates overlap the physics step the collector is running now. Every rank
-            # has the same replay size and warm-up, so all take the same number of updates.
-            if t >= filled_syncs and prog.env_steps - started_steps >= warmup:
-                updates_owed += algo.updates_per_step
-                while updates_owed >= 1.0:
-                    if threads.shared:
-                        threads.set(self.collector.obs_ready(), prog)
-                    t0 = time.perf_counter()
-                    batch = replay.sample(algo.batch_size, gen)
-                    if algo.normalize_observations:
-                        batch = batch.normalized(normalizer)
-                    t1 = time.perf_counter()
-                    last_metrics = update(batch)
-                    skipped += (~last_metrics["critic_finite"]).to(torch.int64)
-                    updates_owed -= 1.0
-                    prog.updates += 1
-                    prog.update_s += time.perf_counter() - t1
-                    prog.sample_s += t1 - t0
-                if self.dp is not None and prog.learner_graph is None:
-                    # Under the learner graph the all-reduces run inside the replay: no host timer.
-                    prog.grad_sync_s = self.dp.sync_s
-
+    def _step(self) -> bool:
+        """One sync: act on obs[t], post the action, update while the collector steps the physics,
+        then wait for the transition and store it."""
+        algo, prog, learner, normalizer = self.plan.algo, self.progress, self.learner, self.normalizer
+        obs = self.bufs.obs[self.t % 2]
+        if algo.normalize_observations:
             t0 = time.perf_counter()
-            if not self.collector.wait_obs(lambda: False if self.dp is not None else self.hooks.should_stop()):
-                self.interrupted = True
-                break
-            prog.wait_s += time.perf_counter() - t0
-            self._store(replay, learner, bufs, obs, action)
-            prog.syncs += 1
-            prog.env_steps += n
-            prog.transitions_produced += n
-            t += 1
+            normalizer.update(self.dp.gather_obs(obs) if self.dp is not None else obs)
+            prog.dp_sync_s += time.perf_counter() - t0 if self.dp is not None else 0.0
+        if prog.env_steps - self._started_steps < self.random_warmup:
+            torch.rand(self.action.shape, generator=self.action_gen, out=self.action).mul_(2).sub_(1)
+        else:
+            obs_in = normalizer.normalize(obs) if algo.normalize_observations else obs
+            self.action.copy_(learner.act(obs_in.to(self.device)).cpu())
+        self.bufs.action.copy_(self.action)
+        self.collector.post_action()
 
-            now = time.perf_counter()
-            if now - last_log >= p.run.log_every_seconds or prog.env_steps >= total:
-                last_log, logged_steps = now, prog.env_steps
-                log(now)
-            if next_ckpt is not None and prog.env_steps * p.topology.world_size >= next_ckpt and prog.env_steps < total:
-                next_ckpt += ckpt_every
-                self._read_collector_stats()
-                self.hooks.on_checkpoint(prog, self._state(learner, normalizer, prog))
-            if self._stop_requested():
-                self.interrupted = True
-                break
-        if self.interrupted and prog.env_steps != logged_steps:
-            log(time.perf_counter())  # the manifest's rates and training time end where the counters do
-        self._read_collector_stats()
-        self.skipped_updates = int(skipped)
-        self.final_state = self._state(learner, normalizer, prog)
-        return prog
+        # Gradient updates overlap the physics step the collector is running now. Every rank
+        # has the same replay size and warm-up, so all take the same number of updates.
+        if self.t >= self.filled_syncs and prog.env_steps - self._started_steps >= self.warmup:
+            self.updates_owed += algo.updates_per_step
+            while self.updates_owed >= 1.0:
+                if self.threads.shared:
+                    self.threads.set(self.collector.obs_ready(), prog)
+                t0 = time.perf_counter()
+                batch = self.replay.sample(algo.batch_size, self.gen)
+                if algo.normalize_observations:
+                    batch = batch.normalized(normalizer)
+                t1 = time.perf_counter()
+                self.last_metrics = self.update(batch)
+                self.skipped += (~self.last_metrics["critic_finite"]).to(torch.int64)
+                self.updates_owed -= 1.0
+                prog.updates += 1
+                prog.update_s += time.perf_counter() - t1
+                prog.sample_s += t1 - t0
+            if self.dp is not None and prog.learner_graph is None:
+                # Under the learner graph the all-reduces run inside the replay: no host timer.
+                prog.grad_sync_s = self.dp.sync_s
+
+        t0 = time.perf_counter()
+        if not self.collector.wait_obs(lambda: False if self.dp is not None else self.hooks.should_stop()):
+            return False
+        prog.wait_s += time.perf_counter() - t0
+        self._store(self.replay, learner, self.bufs, obs, self.action)
+        prog.syncs += 1
+        prog.env_steps += self.n
+        prog.transitions_produced += self.n
+        self.t += 1
+        return True
+
+    def _metrics(self) -> dict[str, float]:
+        metrics = {k: float(v) for k, v in self.last_metrics.items() if v.dim() == 0}
+        metrics["skipped_updates"] = float(self.skipped)
+        return metrics
 
     def _graph(self, learner: Any, update: Callable[..., dict[str, torch.Tensor]]) -> Any:
         """The plan enabled the learner graph: capture the whole update cycle (with data parallel,
@@ -349,17 +218,15 @@ class OffPolicyRank:
         # Every transition handed to the replay is in storage or in its n-step window.
         self.progress.transitions_stored = replay.total_added + replay.pending * replay.num_envs
 
-    def _read_collector_stats(self) -> None:
-        self.progress.fold(self.collector.read_stats())
-
     def param_digest(self) -> str:
         """Digest of the learner's replicated tensors and the observation normalizer (fed from every
         rank, so equal on every rank too): a missed normalizer merge shows as differing digests."""
         if self.dp is None:
             raise UnilabError("internal: a parameter digest is data-parallel evidence")
-        return param_digest([*self.dp.modules(self.learner), *self.normalizer.state_dict().values()])
+        return param_digest([*self.learner.replicated(), *self.normalizer.state_dict().values()])
 
-    def _state(self, learner: Any, normalizer: ObsNormalizer, prog: Progress) -> dict[str, Any]:
+    def _state(self) -> dict[str, Any]:
+        learner, normalizer, prog = self.learner, self.normalizer, self.progress
         return {
             "learner": learner.state_dict(),
             "normalizer": normalizer.state_dict(),

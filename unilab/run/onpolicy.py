@@ -20,7 +20,6 @@ a stop request on any rank stops all ranks at the same iteration boundary.
 from __future__ import annotations
 
 import math
-import time
 from typing import Any
 
 import torch
@@ -30,43 +29,24 @@ from unilab.dist import param_digest
 from unilab.errors import RunDiverged, UnilabError
 from unilab.plan.models import Plan
 from unilab.run import channel as ch
-from unilab.run.checkpoint import check_resume_fits
-from unilab.run.collector_client import collector_for
-from unilab.run.init_state import check_init_fits, loading_init
-from unilab.run.offpolicy import Progress, RankHooks
+from unilab.run.init_state import loading_init
+from unilab.run.rank_loop import RankLoop
 from unilab.run.vecenv import CollectorVecEnv, RolloutStopped
 from unilab.spec.models import PpoSpec
 
 
-class OnPolicyRank:
-    def __init__(
-        self,
-        plan: Plan,
-        rank: int,
-        hooks: RankHooks,
-        resume_state: dict[str, Any] | None = None,
-        dp: Any = None,  # unilab.run.dp.DpContext, for world size > 1 (collective stop decisions)
-        init_state: dict[str, Any] | None = None,  # run.init_from's checkpoint state (a new run only)
-    ) -> None:
+class OnPolicyRank(RankLoop):
+    """PPO's driver: one unit is one rsl-rl iteration (a rollout and its update)."""
+
+    def __init__(self, plan: Plan, *args: Any, **kwargs: Any) -> None:
         if not isinstance(plan.algo, PpoSpec):  # the one on-policy algorithm (unilab.algos.registry)
             raise UnilabError(f"internal: OnPolicyRank runs PPO, the plan's algo is {plan.algo.name}")
-        self.plan, self.rank, self.hooks, self.dp = plan, rank, hooks, dp
+        super().__init__(plan, *args, **kwargs)
         self.algo: PpoSpec = plan.algo
-        self.rp = plan.ranks[rank]
-        self.resume_state = resume_state
-        self.init_state = init_state
-        self.device = torch.device("cuda" if self.rp.device == "cuda" else "cpu")
-        self.collector = collector_for(plan, rank, resume_state)
-        self.progress = Progress()
-        self.final_state: dict[str, Any] | None = None
         self.learner: UnilabOnPolicyRunner | None = None  # the rsl-rl runner, once built
         self.env: CollectorVecEnv | None = None
         self.iterations = 0
-        self.skipped_updates = 0  # PPO steps every mini-batch (rsl-rl has no loss-validity sentinel)
-        self.interrupted = False
-
-    def close(self) -> None:
-        self.collector.close()
+        self.losses: dict[str, float] = {}
 
     # ----------------------------------------------------------------------- data-parallel evidence
     def param_digest(self) -> str | None:
@@ -88,12 +68,8 @@ class OnPolicyRank:
     def wire_bytes_per_sync(self) -> dict[str, int]:
         return {"ppo": 4 * self.learner.alg.grad_numel()} if self.learner is not None else {}
 
-    # ------------------------------------------------------------------------------------ the loop
-    def _stop_requested(self) -> bool:
-        local = self.hooks.should_stop()
-        return self.dp.any_rank(local) if self.dp is not None else local
-
-    def _refuse_unsupported(self) -> None:
+    # ---------------------------------------------------------------------------------- the driver
+    def _started(self) -> None:
         p = self.plan
         if p.sync.env_steps_per_sync != 1:
             raise UnilabError(
@@ -106,21 +82,22 @@ class OnPolicyRank:
                 fix='set training.dp_gradient_wire_dtype = "float32" for PPO',
             )
 
-    def run(self) -> Progress:
-        p, algo, prog = self.plan, self.algo, self.progress
-        torch.set_num_threads(self.rp.torch_threads)
-        self._refuse_unsupported()
-        hello = self.collector.start()
-        check_init_fits(self.init_state, hello)  # before the run is recorded
-        check_resume_fits(self.resume_state, hello)
-        self.hooks.on_started(hello)
-        n = hello.num_envs
-        # With data parallel every rank waits for its first observation and the ranks then decide
-        # a stop together (as between iterations): a rank leaving alone would miss a collective.
-        first = self.collector.wait_obs(lambda: False if self.dp is not None else self.hooks.should_stop())
-        if not first or (self.dp is not None and self._stop_requested()):
-            self.interrupted = True
-            return prog
+    def _total(self) -> int:
+        """The plan's resolved budget: a whole number of this rank's rollouts."""
+        p, n = self.plan, self.collector.hello.num_envs
+        total = p.run.effective_env_steps // p.topology.world_size
+        per_iteration = self.algo.num_steps_per_env * n
+        if total % per_iteration:
+            raise UnilabError(
+                f"the plan's budget of {total} env steps per rank is not a whole number of rollouts of "
+                f"{per_iteration} ({self.algo.num_steps_per_env} steps x {n} envs)",
+                fix="re-plan the spec with this unilab (unilab plan SPEC) and apply the new plan",
+            )
+        return total
+
+    def _setup(self, hello: ch.Hello) -> None:
+        """rsl-rl's runner over the collector, restored or started from init_from."""
+        p, prog = self.plan, self.progress
         # Single rank: a stop request abandons the rollout in progress at once. With data parallel a
         # rank must not leave a collective: the stop is decided by all ranks between iterations.
         in_rollout_stop = (lambda: False) if self.dp is not None else self.hooks.should_stop
@@ -129,13 +106,13 @@ class OnPolicyRank:
             hello,
             p.task.max_episode_steps,
             in_rollout_stop,
-            cfg={"task": p.task.name, "num_envs": n},
+            cfg={"task": p.task.name, "num_envs": hello.num_envs},
         )
         self.env = env
         # Same initial weights on every rank (rank 0's are broadcast anyway).
         torch.manual_seed(p.run.seed)
         dev = f"cuda:{torch.cuda.current_device()}" if self.device.type == "cuda" else "cpu"
-        runner = UnilabOnPolicyRunner(env, train_cfg(algo), device=dev)
+        runner = UnilabOnPolicyRunner(env, train_cfg(self.algo), device=dev)
         self.learner = runner
         if self.resume_state is not None:
             runner.alg.load(self.resume_state["ppo"], None, strict=True)
@@ -149,73 +126,49 @@ class OnPolicyRank:
         runner.sync_replicas()
         # Exploration noise differs per rank (each rank's own seed), and a resumed run draws anew.
         torch.manual_seed(self.rp.seed + 104729 * (1 + self.iterations))
+        self._base = (prog.syncs, prog.env_steps, prog.updates)
 
-        # The plan's resolved budget: a whole number of this rank's rollouts.
-        total = p.run.effective_env_steps // p.topology.world_size
-        per_iteration = algo.num_steps_per_env * n
-        if total % per_iteration:
-            raise UnilabError(
-                f"the plan's budget of {total} env steps per rank is not a whole number of rollouts of "
-                f"{per_iteration} ({algo.num_steps_per_env} steps x {n} envs)",
-                fix="re-plan the spec with this unilab (unilab plan SPEC) and apply the new plan",
+    def _step(self) -> bool:
+        """One iteration: rsl-rl's rollout of num_steps_per_env syncs, GAE and the PPO epochs."""
+        runner, env, prog = self._runner(), self.env, self.progress
+        if env is None:
+            raise UnilabError("internal: the on-policy driver stepped before its setup")
+        base_syncs, base_env_steps, base_updates = self._base
+        try:
+            self.losses = runner.iterate()
+        except RolloutStopped:
+            self._account(env, base_syncs, base_env_steps, env.num_envs)
+            return False
+        self.iterations += 1
+        prog.updates = base_updates + runner.alg.gradient_steps
+        self._account(env, base_syncs, base_env_steps, env.num_envs)
+        losses = self.losses
+        bad = sorted(k for k, v in losses.items() if not math.isfinite(float(v)))
+        if bad:  # rsl-rl has already stepped on them: every later update would train on NaN
+            raise RunDiverged(
+                f"PPO's losses became non-finite at iteration {self.iterations} "
+                f"({', '.join(f'{k} = {losses[k]}' for k in bad)}); the run stops instead of training on NaN",
+                detail="the parameters are lost from this update on; checkpoints written before it keep the "
+                "last good ones",
+                # Resuming the same plan would repeat the same updates: the way on is a new plan.
+                fix='start a new run with a lower algo.learning_rate (or schedule = "adaptive"), and check '
+                "the task's rewards for non-finite values",
             )
-        ckpt_every = p.run.checkpoint_every_env_steps
-        next_ckpt = (prog.env_steps * p.topology.world_size // ckpt_every + 1) * ckpt_every if ckpt_every else None
-        base_syncs, base_env_steps, base_updates = prog.syncs, prog.env_steps, prog.updates
-        t_start = time.perf_counter()
-        last_log, logged_steps = t_start, prog.env_steps
-        losses: dict[str, float] = {}
+        return True
 
-        def log(now: float) -> None:
-            self._read_collector_stats()
-            metrics = {f"ppo_{k}": float(v) for k, v in losses.items()}
-            metrics["learning_rate"] = float(runner.alg.learning_rate)
-            metrics["action_std"] = float(runner.alg.get_policy().output_std.detach().mean())
-            metrics["iterations"] = float(self.iterations)
-            metrics["steps_per_iteration"] = float(per_iteration)
-            metrics["elapsed_s"] = now - t_start
-            metrics["env_steps_run"] = prog.env_steps - base_env_steps
-            metrics["updates_run"] = prog.updates - base_updates
-            self.hooks.on_log(prog, metrics)
+    def _runner(self) -> UnilabOnPolicyRunner:
+        if self.learner is None:
+            raise UnilabError("internal: the on-policy driver used its runner before its setup")
+        return self.learner
 
-        while prog.env_steps < total:
-            try:
-                losses = runner.iterate()
-            except RolloutStopped:
-                self._account(env, base_syncs, base_env_steps, n)
-                self.interrupted = True
-                break
-            self.iterations += 1
-            prog.updates = base_updates + runner.alg.gradient_steps
-            self._account(env, base_syncs, base_env_steps, n)
-            bad = sorted(k for k, v in losses.items() if not math.isfinite(float(v)))
-            if bad:  # rsl-rl has already stepped on them: every later update would train on NaN
-                raise RunDiverged(
-                    f"PPO's losses became non-finite at iteration {self.iterations} "
-                    f"({', '.join(f'{k} = {losses[k]}' for k in bad)}); the run stops instead of training on NaN",
-                    detail="the parameters are lost from this update on; checkpoints written before it keep the "
-                    "last good ones",
-                    # Resuming the same plan would repeat the same updates: the way on is a new plan.
-                    fix='start a new run with a lower algo.learning_rate (or schedule = "adaptive"), and check '
-                    "the task's rewards for non-finite values",
-                )
-            now = time.perf_counter()
-            if now - last_log >= p.run.log_every_seconds or prog.env_steps >= total:
-                last_log, logged_steps = now, prog.env_steps
-                log(now)
-            if next_ckpt is not None and prog.env_steps * p.topology.world_size >= next_ckpt and prog.env_steps < total:
-                while next_ckpt <= prog.env_steps * p.topology.world_size:
-                    next_ckpt += ckpt_every
-                self._read_collector_stats()
-                self.hooks.on_checkpoint(prog, self._state(runner, prog))
-            if self._stop_requested():
-                self.interrupted = True
-                break
-        if self.interrupted and prog.env_steps != logged_steps:
-            log(time.perf_counter())  # the manifest's rates and training time end where the counters do
-        self._read_collector_stats()
-        self.final_state = self._state(runner, prog)
-        return prog
+    def _metrics(self) -> dict[str, float]:
+        runner = self._runner()
+        metrics = {f"ppo_{k}": float(v) for k, v in self.losses.items()}
+        metrics["learning_rate"] = float(runner.alg.learning_rate)
+        metrics["action_std"] = float(runner.alg.get_policy().output_std.detach().mean())
+        metrics["iterations"] = float(self.iterations)
+        metrics["steps_per_iteration"] = float(self.algo.num_steps_per_env * self.collector.hello.num_envs)
+        return metrics
 
     def _account(self, env: CollectorVecEnv, base_syncs: int, base_env_steps: int, n: int) -> None:
         prog = self.progress
@@ -229,14 +182,11 @@ class OnPolicyRank:
             prog.update_s = self.learner.alg.update_s
         prog.dp_sync_s = RankSyncedMLPModel.gather_s
 
-    def _read_collector_stats(self) -> None:
-        self.progress.fold(self.collector.read_stats())
-
-    def _state(self, runner: UnilabOnPolicyRunner, prog: Progress) -> dict[str, Any]:
+    def _state(self) -> dict[str, Any]:
         """Checkpoint state: rsl-rl's actor/critic (normalizers included) and optimizer state dicts,
         the adaptive learning rate (in the optimizer's param groups) and the counters; all plain
         tensors, numbers and dicts, loadable with torch.load(weights_only=True)."""
-        env = self.env
+        env, runner, prog = self.env, self._runner(), self.progress
         return {
             "ppo": runner.alg.save(),
             "iterations": self.iterations,

@@ -21,8 +21,9 @@ from unilab.manifest.models import FirstError, RankEvidence
 from unilab.plan.models import Plan
 from unilab.run.collector_client import RunFailed
 from unilab.run.events import EventLog
-from unilab.run.offpolicy import OffPolicyRank, RankHooks
+from unilab.run.offpolicy import OffPolicyRank
 from unilab.run.progress import ProgressLine
+from unilab.run.rank_loop import RankHooks
 from unilab.run.recorder import RunRecorder
 from unilab.run.stop import STOP_SIGNALS, StopFlag, signals_ignored
 from unilab.sim.contract import physics_warning_fix
