@@ -36,7 +36,7 @@ from unilab.plan.models import (
 )
 from unilab.plan.render import compute_plan_id
 from unilab.plan.rules import RULES
-from unilab.plan.rules.execution import nccl_error_handling_conflict
+from unilab.plan.rules.execution import GraphBlocker, learner_graph_blocker, physics_graph_blocker
 from unilab.plan.rules.learner import resolve_precision, resolve_threads
 from unilab.plan.rules.sharing import service_for
 from unilab.spec.load import spec_digest
@@ -52,38 +52,19 @@ def check(ctx: Context) -> None:
 
 
 def _graphs(ctx: Context) -> GraphsPlan:
-    t, spec = ctx.spec.training, ctx.spec
-    cuda_reason = "ranks run on the CPU; CUDA graphs need CUDA devices"
-    if t.learner_graph == "off":
-        learner = GraphPlan(requested="off", enabled=False, disable_reason="training.learner_graph = off")
-    elif not (d := algo_def(spec.algo)).capturable_update:
-        learner = GraphPlan(
-            requested=t.learner_graph,
-            enabled=False,
-            disable_reason=f"{d.title} runs through {d.external_runner}'s eager runner",
-        )
-    elif not ctx.on_cuda:
-        learner = GraphPlan(requested=t.learner_graph, enabled=False, disable_reason=cuda_reason)
-    elif (user := nccl_error_handling_conflict(ctx)) is not None:  # "on" is refused by graph.learner
-        learner = GraphPlan(
-            requested=t.learner_graph,
-            enabled=False,
-            disable_reason=f"TORCH_NCCL_ASYNC_ERROR_HANDLING={user} in the environment; captured collectives need 0",
-        )
-    else:
-        learner = GraphPlan(requested=t.learner_graph, enabled=True)
+    """Each graph as asked: `off` stays off, `on` passed its rule, `auto` runs where nothing blocks it
+    (the same blocker functions as the rules: unilab.plan.rules.execution)."""
+    t = ctx.spec.training
 
-    if t.physics_graph == "off":
-        physics = GraphPlan(requested="off", enabled=False, disable_reason="training.physics_graph = off")
-    elif spec.sim.backend != "mjwarp":
-        physics = GraphPlan(
-            requested=t.physics_graph, enabled=False, disable_reason="sim.backend = mujoco: CPU MuJoCo has no graph"
-        )
-    elif not ctx.on_cuda:
-        physics = GraphPlan(requested=t.physics_graph, enabled=False, disable_reason=cuda_reason)
-    else:
-        physics = GraphPlan(requested=t.physics_graph, enabled=True)
+    def decide(requested: str, blocker: GraphBlocker | None, key: str) -> GraphPlan:
+        if requested == "off":
+            return GraphPlan(requested="off", enabled=False, disable_reason=f"training.{key} = off")
+        if blocker is not None:
+            return GraphPlan(requested=requested, enabled=False, disable_reason=blocker.reason)
+        return GraphPlan(requested=requested, enabled=True)
 
+    learner = decide(t.learner_graph, learner_graph_blocker(ctx), "learner_graph")
+    physics = decide(t.physics_graph, physics_graph_blocker(ctx), "physics_graph")
     if t.collector_graph == "off":
         collector = GraphPlan(requested="off", enabled=False, disable_reason="experimental; opt in with update_state")
     else:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from unilab.algos.registry import algo_def, names
 from unilab.errors import Diagnostic
 from unilab.plan.context import Context
@@ -45,42 +47,72 @@ def nccl_transport(r: Rule, ctx: Context) -> list[Diagnostic]:
     return []
 
 
+@dataclass(frozen=True)
+class GraphBlocker:
+    """Why a CUDA graph cannot run here: `reason` as the plan records it when `auto` leaves the
+    graph off, `condition` and `fix` as the rule refuses an explicit `on`. One function per graph
+    decides both, so the plan's resolution and its rule cannot disagree."""
+
+    reason: str
+    condition: str
+    fix: str
+
+
+def learner_graph_blocker(ctx: Context) -> GraphBlocker | None:
+    d = algo_def(ctx.spec.algo)
+    if not d.capturable_update:
+        return GraphBlocker(
+            f"{d.title} runs through {d.external_runner}'s eager runner",
+            f"{d.title} runs through {d.external_runner}'s eager runner, which is not captured",
+            'set training.learner_graph = "auto" (or "off")',
+        )
+    if not ctx.on_cuda:
+        return GraphBlocker(
+            CUDA_REASON,
+            "a CUDA graph needs CUDA devices; the ranks run on the CPU",
+            'set training.learner_graph = "auto" (or "off"), or use GPU devices',
+        )
+    user = nccl_error_handling_conflict(ctx)
+    if user is not None:
+        return GraphBlocker(
+            f"TORCH_NCCL_ASYNC_ERROR_HANDLING={user} in the environment; captured collectives need 0",
+            f"TORCH_NCCL_ASYNC_ERROR_HANDLING={user} is set in the environment; the captured all-reduces need "
+            "NCCL's async error handling off (0), and a user's value wins over the plan's",
+            "unset TORCH_NCCL_ASYNC_ERROR_HANDLING (or set it to 0) and re-plan, "
+            'or set training.learner_graph = "auto"',
+        )
+    return None
+
+
+def physics_graph_blocker(ctx: Context) -> GraphBlocker | None:
+    if ctx.spec.sim.backend != "mjwarp":
+        return GraphBlocker(
+            "sim.backend = mujoco: CPU MuJoCo has no graph",
+            "the CPU MuJoCo backend has no graph to capture",
+            'set sim.backend = "mjwarp", or training.physics_graph = "auto"',
+        )
+    if not ctx.on_cuda:
+        return GraphBlocker(
+            CUDA_REASON,
+            "Warp graph capture needs a CUDA device; the ranks run on the CPU",
+            'set training.physics_graph = "auto" (or "off"), or use GPU devices',
+        )
+    return None
+
+
+CUDA_REASON = "ranks run on the CPU; CUDA graphs need CUDA devices"
+
+
 @rule(
     "graph.learner",
     "training.learner_graph",
     f"`learner_graph = on` needs CUDA ranks, a learner of unilab's own ({', '.join(names('offpolicy'))}) and, "
-    "with data parallel, "
-    "no TORCH_NCCL_ASYNC_ERROR_HANDLING other than 0 in the environment.",
+    "with data parallel, no TORCH_NCCL_ASYNC_ERROR_HANDLING other than 0 in the environment.",
 )
 def graph_learner(r: Rule, ctx: Context) -> list[Diagnostic]:
-    if ctx.spec.training.learner_graph != "on":
+    if ctx.spec.training.learner_graph != "on" or (b := learner_graph_blocker(ctx)) is None:
         return []
-    if not ctx.on_cuda:
-        return [
-            r.diag(
-                "a CUDA graph needs CUDA devices; the ranks run on the CPU",
-                'set training.learner_graph = "auto" (or "off"), or use GPU devices',
-            )
-        ]
-    d = algo_def(ctx.spec.algo)
-    if not d.capturable_update:
-        return [
-            r.diag(
-                f"{d.title} runs through {d.external_runner}'s eager runner, which is not captured",
-                'set training.learner_graph = "auto" (or "off")',
-            )
-        ]
-    user = nccl_error_handling_conflict(ctx)
-    if user is not None:
-        return [
-            r.diag(
-                f"TORCH_NCCL_ASYNC_ERROR_HANDLING={user} is set in the environment; the captured all-reduces need "
-                "NCCL's async error handling off (0), and a user's value wins over the plan's",
-                "unset TORCH_NCCL_ASYNC_ERROR_HANDLING (or set it to 0) and re-plan, "
-                'or set training.learner_graph = "auto"',
-            )
-        ]
-    return []
+    return [r.diag(b.condition, b.fix)]
 
 
 def nccl_error_handling_conflict(ctx: Context) -> str | None:
@@ -94,23 +126,9 @@ def nccl_error_handling_conflict(ctx: Context) -> str | None:
 
 @rule("graph.physics", "training.physics_graph", "`physics_graph = on` needs MuJoCo Warp on CUDA devices.")
 def graph_physics(r: Rule, ctx: Context) -> list[Diagnostic]:
-    if ctx.spec.training.physics_graph != "on":
+    if ctx.spec.training.physics_graph != "on" or (b := physics_graph_blocker(ctx)) is None:
         return []
-    if ctx.spec.sim.backend != "mjwarp":
-        return [
-            r.diag(
-                "the CPU MuJoCo backend has no graph to capture",
-                'set sim.backend = "mjwarp", or training.physics_graph = "auto"',
-            )
-        ]
-    if not ctx.on_cuda:
-        return [
-            r.diag(
-                "Warp graph capture needs a CUDA device; the ranks run on the CPU",
-                'set training.physics_graph = "auto" (or "off"), or use GPU devices',
-            )
-        ]
-    return []
+    return [r.diag(b.condition, b.fix)]
 
 
 @rule(
