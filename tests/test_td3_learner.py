@@ -6,6 +6,7 @@ import io
 
 import pytest
 import torch
+from pydantic import ValidationError
 
 from tests.conftest import random_batch
 from unilab.algos.td3.learner import Td3Learner
@@ -278,7 +279,7 @@ def test_bad_sizes_and_empty_support_are_refused() -> None:
         _td3_dims(0, ACT)
     with pytest.raises(UnilabError, match="support is empty"):
         _td3(v_min=1.0, v_max=1.0)
-    with pytest.raises(UnilabError, match="exploration std"):
+    with pytest.raises(ValidationError, match="at least exploration_std_min"):  # the spec refuses it first
         _td3(exploration_std_min=0.5, exploration_std_max=0.1)
     _td3(critic="mse", v_min=1.0, v_max=1.0)  # the support only matters to c51
 

@@ -505,7 +505,9 @@ class Spec(_Section):
     run: RunSpec = Field(description="The run: name, seed, budget, output, checkpoints, logging.")
     task: TaskSpec = Field(description="What to learn: task, robot, number of envs, episode settings.")
     sim: SimSpec = Field(default_factory=SimSpec, description="Physics: backend, timestep, decimation, workers.")
-    algo: AlgoSpec = Field(description="The learner: `sac`, `flashsac` or `ppo`, and its settings.")
+    algo: AlgoSpec = Field(
+        description=f"The learner: {', '.join(f'`{n}`' for n in ALGO_MODELS)}, chosen by `name`, and its settings."
+    )
     training: TrainingSpec = Field(
         default_factory=TrainingSpec, description="Execution: devices, K, CUDA sharing, gradient wire, graphs."
     )

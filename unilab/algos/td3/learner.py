@@ -96,12 +96,6 @@ class Td3Learner:
                 f"C51 critic support is empty: v_min {cfg.v_min} >= v_max {cfg.v_max}",
                 fix="set algo.v_min below algo.v_max",
             )
-        if cfg.exploration_std_min > cfg.exploration_std_max:
-            raise UnilabError(
-                f"TD3 exploration std range is empty: exploration_std_min {cfg.exploration_std_min} > "
-                f"exploration_std_max {cfg.exploration_std_max}",
-                fix="set algo.exploration_std_min at most algo.exploration_std_max",
-            )
         self.cfg = cfg
         self.obs_dim, self.act_dim = obs_dim, act_dim
         self.device = torch.device(device)
