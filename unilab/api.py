@@ -46,7 +46,8 @@ def plan(
     ``overrides`` are `--set` strings (``"task.num_envs=128"``); ``host_facts`` is this host
     (None), recorded facts (a `unilab host --json` file) or a HostFacts. Raises PlanRefused with
     every violated rule."""
-    from unilab.cli.common import read_host_facts, reading
+    from unilab.cli.common import read_host_facts
+    from unilab.inputfile import reading
     from unilab.plan.compile import compile_plan
     from unilab.spec.load import load_spec, spec_from_data
 

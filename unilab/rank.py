@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from unilab.cli.args import path_arg
-from unilab.cli.common import file_error
 from unilab.errors import UnilabError
+from unilab.inputfile import file_error
 
 if TYPE_CHECKING:
     from unilab.plan.models import Plan

@@ -54,7 +54,10 @@ class AlgoDef:
 
     @property
     def uses_replay(self) -> bool:
-        return self.loop == "offpolicy"
+        """Its `[algo]` has the replay keys (batch, buffer, warm-up, updates per step)."""
+        from unilab.spec.models import ReplayAlgoSpec
+
+        return issubclass(self.spec, ReplayAlgoSpec)
 
     @property
     def capturable_update(self) -> bool:

@@ -3,17 +3,14 @@ one-paragraph errors for files that cannot be read or written."""
 
 from __future__ import annotations
 
-import errno
 import json
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 from pydantic import ValidationError
 
 from unilab.errors import PlanRefused, UnilabError, first_validation_error
 from unilab.host.facts import HostFacts
-from unilab.inputfile import read_input
+from unilab.inputfile import file_error, read_input, reading  # noqa: F401  (file_error: for cli.main)
 from unilab.plan.models import Plan
 
 
@@ -46,54 +43,6 @@ def read_host_facts(path: Path | None) -> HostFacts:
             f"host facts file {path} does not match schemas/host_facts.v1.json: {first_validation_error(exc)}",
             fix="re-record it with `unilab host --json > node.json` using this unilab version",
         ) from None
-
-
-_OS_FIX = {
-    errno.EACCES: "give this user access to it (check the file's and its directories' permissions)",
-    errno.EPERM: "give this user access to it (check the file's and its directories' permissions)",
-    errno.ENOSPC: "free disk space, or write somewhere else",
-    errno.EDQUOT: "free disk space (quota exceeded), or write somewhere else",
-    errno.EROFS: "write to a writable file system",
-    errno.EISDIR: "pass a file, not a directory",
-    errno.ENOTDIR: "check the path: one of its parents is a file, not a directory",
-    errno.ENOENT: "check the path",
-    errno.EEXIST: "choose a path that does not exist yet, or remove the existing one",
-}
-
-
-def file_error(exc: BaseException, path: Path | str | None = None, what: str = "file") -> UnilabError | None:
-    """The one-paragraph error for an OS error, a non-UTF-8 file or a too deeply nested document;
-    None for any other exception. `path` is used when the exception does not name one."""
-    if isinstance(exc, OSError):
-        where = exc.filename if exc.filename is not None else path
-        why = exc.strerror or type(exc).__name__
-        summary = f"cannot access {what} {where}: {why}" if where is not None else f"a file operation failed: {why}"
-        return UnilabError(summary, fix=_OS_FIX.get(exc.errno or 0, "check the path and its permissions"))
-    if isinstance(exc, UnicodeDecodeError):
-        where = f" {path}" if path is not None else ""
-        return UnilabError(
-            f"{what}{where} is not UTF-8 text (byte {exc.start}: {exc.reason})",
-            fix="pass a UTF-8 text file (a spec or a plan written by `unilab plan`), not a binary file",
-        )
-    if isinstance(exc, RecursionError):
-        where = f" {path}" if path is not None else ""
-        return UnilabError(
-            f"{what}{where} is nested too deeply to read",
-            fix=f"a unilab {what.removesuffix(' file')} nests a few levels at most: check the file for runaway [ or {{",
-        )
-    return None
-
-
-@contextmanager
-def reading(path: Path, what: str) -> Iterator[None]:
-    """Turn OS, decoding and nesting errors while reading `path` into one clear paragraph."""
-    try:
-        yield
-    except (OSError, UnicodeDecodeError, RecursionError) as exc:
-        err = file_error(exc, path, what)
-        if err is None:  # file_error covers every class caught above; never silence one it does not
-            raise
-        raise err from None
 
 
 def plan_from_path(path: Path, overrides: list[str], host_facts: Path | None) -> Plan:

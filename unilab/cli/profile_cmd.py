@@ -24,8 +24,8 @@ def _command(args: argparse.Namespace) -> list[str]:
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
-    from unilab.cli.common import reading
     from unilab.errors import UnilabError
+    from unilab.inputfile import reading
     from unilab.plan.render import is_plan_file
     from unilab.profile.arms import default_arms, parse_arms
     from unilab.profile.report import render_markdown

@@ -26,10 +26,12 @@ from unilab.dist import param_digest
 from unilab.errors import UnilabError
 from unilab.learn.normalizer import ObsNormalizer
 from unilab.learn.replay import ReplayBuffer
+from unilab.plan.models import Plan
 from unilab.run import channel as ch
 from unilab.run.cpu_tuning import keep_freed_memory
 from unilab.run.init_state import loading_init
 from unilab.run.rank_loop import Progress, RankLoop
+from unilab.spec.models import ReplayAlgoSpec
 
 
 class LearnerThreads:
@@ -57,8 +59,11 @@ class LearnerThreads:
 class OffPolicyRank(RankLoop):
     """The replay learners' driver: one unit is one sync of the collector (K = 1)."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self, plan: Plan, *args: Any, **kwargs: Any) -> None:
+        if not isinstance(plan.algo, ReplayAlgoSpec):
+            raise UnilabError(f"internal: OffPolicyRank runs a replay learner, the plan's algo is {plan.algo.name}")
+        super().__init__(plan, *args, **kwargs)
+        self.algo: ReplayAlgoSpec = plan.algo
         self.allocator: str | None = None  # unilab.run.cpu_tuning, set when the rank starts
         self.learner: Any = None
 
@@ -76,7 +81,7 @@ class OffPolicyRank(RankLoop):
     def _on_hello(self, hello: ch.Hello) -> None:
         """The learner, replay and normalizer, restored or started from init_from; the update the
         loop calls (data-parallel and captured where the plan says so)."""
-        p, algo, prog = self.plan, self.plan.algo, self.progress
+        p, algo, prog = self.plan, self.algo, self.progress
         self.bufs, self.n = hello.buffers, hello.num_envs
         n = self.n
         # Same seed on every rank: with data parallel the replicas must start identical anyway
@@ -128,7 +133,7 @@ class OffPolicyRank(RankLoop):
     def _step(self) -> bool:
         """One sync: act on obs[t], post the action, update while the collector steps the physics,
         then wait for the transition and store it."""
-        algo, prog, learner, normalizer = self.plan.algo, self.progress, self.learner, self.normalizer
+        algo, prog, learner, normalizer = self.algo, self.progress, self.learner, self.normalizer
         obs = self.bufs.obs[self.t % 2]
         if algo.normalize_observations:
             t0 = time.perf_counter()
@@ -194,7 +199,7 @@ class OffPolicyRank(RankLoop):
         runner = LearnerGraph(
             learner,
             update,
-            batch_size=self.plan.algo.batch_size,
+            batch_size=self.algo.batch_size,
             mode="cuda_graph",
             warmup=DP_WARMUP if self.dp is not None else 3,
             host_counters=counters,

@@ -47,6 +47,7 @@ class OnPolicyRank(RankLoop):
         self.env: CollectorVecEnv | None = None
         self.iterations = 0
         self.losses: dict[str, float] = {}
+        self.n = 0  # envs of this rank's collector, once it said
 
     # ----------------------------------------------------------------------- data-parallel evidence
     def param_digest(self) -> str | None:
@@ -84,7 +85,7 @@ class OnPolicyRank(RankLoop):
 
     def _total(self) -> int:
         """The plan's resolved budget: a whole number of this rank's rollouts."""
-        p, n = self.plan, self.collector.hello.num_envs
+        p, n = self.plan, self.n
         total = p.run.effective_env_steps // p.topology.world_size
         per_iteration = self.algo.num_steps_per_env * n
         if total % per_iteration:
@@ -98,6 +99,7 @@ class OnPolicyRank(RankLoop):
     def _setup(self, hello: ch.Hello) -> None:
         """rsl-rl's runner over the collector, restored or started from init_from."""
         p, prog = self.plan, self.progress
+        self.n = hello.num_envs
         # Single rank: a stop request abandons the rollout in progress at once. With data parallel a
         # rank must not leave a collective: the stop is decided by all ranks between iterations.
         in_rollout_stop = (lambda: False) if self.dp is not None else self.hooks.should_stop
@@ -167,7 +169,7 @@ class OnPolicyRank(RankLoop):
         metrics["learning_rate"] = float(runner.alg.learning_rate)
         metrics["action_std"] = float(runner.alg.get_policy().output_std.detach().mean())
         metrics["iterations"] = float(self.iterations)
-        metrics["steps_per_iteration"] = float(self.algo.num_steps_per_env * self.collector.hello.num_envs)
+        metrics["steps_per_iteration"] = float(self.algo.num_steps_per_env * self.n)
         return metrics
 
     def _account(self, env: CollectorVecEnv, base_syncs: int, base_env_steps: int, n: int) -> None:

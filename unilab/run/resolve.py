@@ -52,8 +52,8 @@ def _resolve_target(
     """A spec is planned against this host; a saved plan is re-checked against it (stale-plan refusal).
     `resume_dir`: the plan is that run's own, re-planned for this host only with `replan` (then the
     second value is the run's plan id the new plan continues; else None)."""
-    from unilab.cli.common import reading
     from unilab.host.probe import probe_host
+    from unilab.inputfile import reading
     from unilab.plan.diff import first_of
     from unilab.plan.fingerprint import compare_fingerprint
     from unilab.plan.render import is_plan_file, load_plan

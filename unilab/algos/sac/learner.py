@@ -177,8 +177,8 @@ class SacLearner:
         self._target_w = WorkingCopy(self.critic_target, compute_dtype)
         self._target_params = list(self.critic_target.parameters())
 
-        self._actor_params = list(self.actor.parameters())
-        self._critic_params = list(self.critic.parameters())
+        self._actor_params: list[torch.Tensor] = list(self.actor.parameters())
+        self._critic_params: list[torch.Tensor] = list(self.critic.parameters())
         self.actor_opt = MaskedAdam(self._actor_params, cfg.actor_lr)
         self.critic_opt = MaskedAdam(self._critic_params, cfg.critic_lr)
         self.alpha_opt = MaskedAdam([self.log_alpha], cfg.alpha_lr)

@@ -121,8 +121,8 @@ class Td3Learner:
         self._actor_target_params = list(self.actor_target.parameters())
         self._critic_target_params = list(self.critic_target.parameters())
 
-        self._actor_params = list(self.actor.parameters())
-        self._critic_params = list(self.critic.parameters())
+        self._actor_params: list[torch.Tensor] = list(self.actor.parameters())
+        self._critic_params: list[torch.Tensor] = list(self.critic.parameters())
         self.actor_opt = MaskedAdam(self._actor_params, cfg.actor_lr)
         self.critic_opt = MaskedAdam(self._critic_params, cfg.critic_lr)
 

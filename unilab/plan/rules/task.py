@@ -209,7 +209,9 @@ def run_budget(r: Rule, ctx: Context) -> list[Diagnostic]:
 )
 def algo_buffer_size(r: Rule, ctx: Context) -> list[Diagnostic]:
     algo, n = ctx.spec.algo, ctx.spec.task.num_envs
-    if algo_def(algo).uses_replay and algo.buffer_size < n:
+    if not isinstance(algo, ReplayAlgoSpec):
+        return []
+    if algo.buffer_size < n:
         return [
             r.diag(
                 f"replay capacity {algo.buffer_size} is smaller than one env step of {n} envs (task.num_envs)",
@@ -218,7 +220,7 @@ def algo_buffer_size(r: Rule, ctx: Context) -> list[Diagnostic]:
                 f"{max(n, algo.batch_size)}), or lower task.num_envs",
             )
         ]
-    if algo_def(algo).uses_replay and algo.buffer_size < algo.batch_size:  # updates wait for one batch in replay
+    if algo.buffer_size < algo.batch_size:  # updates wait for one batch in replay
         return [
             r.diag(
                 f"replay capacity {algo.buffer_size} is smaller than one batch (algo.batch_size = "
@@ -237,7 +239,7 @@ def algo_buffer_size(r: Rule, ctx: Context) -> list[Diagnostic]:
 )
 def algo_warmup(r: Rule, ctx: Context) -> list[Diagnostic]:
     algo, total = ctx.spec.algo, ctx.spec.run.total_env_steps
-    if not algo_def(algo).uses_replay:
+    if not isinstance(algo, ReplayAlgoSpec):
         return []
     n, world = ctx.spec.task.num_envs, ctx.world_size
     syncs, needed = _run_syncs(total, n, world), _first_update_syncs(algo, n, world, algo.warmup_env_steps)
@@ -344,6 +346,8 @@ def _syncs_to_first_update(updates_per_step: float) -> int:
 )
 def algo_critic_support(r: Rule, ctx: Context) -> list[Diagnostic]:
     algo = ctx.spec.algo
+    if not isinstance(algo, ReplayAlgoSpec):
+        return []
     if getattr(algo, "critic", None) == "c51" and not algo.v_min < algo.v_max:  # a chosen C51 critic
         return [
             r.diag(
