@@ -201,26 +201,36 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"unilab {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
-    def spec_opts(sp: argparse.ArgumentParser) -> None:
-        sp.add_argument(
-            "--set",
-            action="append",
-            default=[],
-            metavar="KEY=VALUE",
-            help="override a spec key, TOML value syntax (repeatable), e.g. --set task.num_envs=128",
-        )
-        sp.add_argument(
-            "--host-facts",
-            type=path_arg,
-            metavar="FILE",
-            help="compile against facts recorded with `unilab host --json` instead of probing this host",
-        )
-
     from unilab.cli import eval_cmd, mps_cmd, profile_cmd, run_cmd
 
-    run_cmd.add_parsers(sub, spec_opts)  # apply (the main job), manifest, export
+    run_cmd.add_parsers(sub, _spec_opts)  # apply (the main job), manifest, export
     eval_cmd.add_parser(sub)
+    _add_plan_parsers(sub)  # plan, diff
+    _add_info_parsers(sub)  # host, schema, rules
+    mps_cmd.add_parser(sub)
+    profile_cmd.add_parser(sub)
+    return p
 
+
+def _spec_opts(sp: argparse.ArgumentParser) -> None:
+    """The options of every command that compiles a spec: its overrides and the host it is compiled for."""
+    sp.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a spec key, TOML value syntax (repeatable), e.g. --set task.num_envs=128",
+    )
+    sp.add_argument(
+        "--host-facts",
+        type=path_arg,
+        metavar="FILE",
+        help="compile against facts recorded with `unilab host --json` instead of probing this host",
+    )
+
+
+def _add_plan_parsers(sub: argparse._SubParsersAction) -> None:
+    """`unilab plan` and `unilab diff`: compile a spec without running it, and compare plans."""
     sp = sub.add_parser(
         "plan",
         help="compile a spec into an execution plan and print it",
@@ -229,7 +239,7 @@ def build_parser() -> argparse.ArgumentParser:
         "condition and the fixing command (exit 1).",
     )
     sp.add_argument("spec", type=path_arg, metavar="SPEC", help="run spec (.toml), or a saved plan to re-render")
-    spec_opts(sp)
+    _spec_opts(sp)
     sp.add_argument(
         "--out",
         type=path_arg,
@@ -255,9 +265,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sp.add_argument("a", type=path_arg, metavar="A", help="spec (.toml), saved plan, or run directory (its plan)")
     sp.add_argument("b", type=path_arg, metavar="B", help="spec (.toml), saved plan, or run directory (its plan)")
-    spec_opts(sp)
+    _spec_opts(sp)
     sp.set_defaults(func=_cmd_diff)
 
+
+def _add_info_parsers(sub: argparse._SubParsersAction) -> None:
+    """The commands that show what plans are made from: the host facts, the schemas, the rules."""
     sp = sub.add_parser(
         "host",
         help="show the host facts plans are compiled against",
@@ -284,10 +297,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sp.add_argument("--markdown", action="store_true", help="render docs/rules.md")
     sp.set_defaults(func=_cmd_rules)
-
-    mps_cmd.add_parser(sub)
-    profile_cmd.add_parser(sub)
-    return p
 
 
 class _OutputError(Exception):

@@ -8,6 +8,7 @@ import sys
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from unilab.algos.registry import algo_def
 from unilab.errors import UnilabError
@@ -16,6 +17,9 @@ from unilab.profile.arms import RESERVED_KEYS, Arm, schedule
 from unilab.profile.attribution import COVERAGE_TOLERANCE, GRAPH_THRESHOLD, arm_result, verdict
 from unilab.profile.models import ArmRun, HostSyncInventory, Profile, ProfileProvenance
 from unilab.profile.runner import Windows, apply_command, place_windows, run_apply_subprocess, window_sample
+
+if TYPE_CHECKING:
+    from unilab.host.facts import HostFacts
 
 
 @dataclass(frozen=True)
@@ -71,6 +75,53 @@ def _steps_per_sync(spec) -> int:
 
 
 def run_profile(req: ProfileRequest, say=print) -> ProfileOutput:
+    _refuse_request(req)
+    spec_path = req.spec.resolve()
+    base = _load(spec_path, req.base_sets)
+    spec = base.spec
+    # PPO checkpoints (and so the warm-up boundary) fall between rollouts of num_steps_per_env syncs.
+    d = algo_def(spec.algo)
+    iteration_syncs = d.syncs_per_unit(spec.algo)
+    windows = place_windows(_steps_per_sync(spec), req.warmup_env_steps, req.window_env_steps, iteration_syncs)
+    # Off-policy learners start updating after algo.warmup_env_steps: make that the profile's
+    # warm-up, so the measured window has updates throughout (unless the caller set it).
+    algo_warmup = d.uses_replay and not any(
+        s.split("=", 1)[0].strip() == "algo.warmup_env_steps" for s in req.base_sets
+    )
+    from unilab.host.probe import probe_host
+
+    facts = probe_host()
+    arm_windows, arm_plans = _plan_arms(req, spec_path, windows, facts)
+
+    out = req.out_dir or new_profile_dir(Path(spec.run.output_dir).expanduser())
+    out.mkdir(parents=True, exist_ok=False)
+    order = schedule(req.arms, req.repeats)
+    say(
+        f"profile {out}: {len(req.arms)} arms x {req.repeats} repeats, warm-up {windows.warmup_syncs} syncs, "
+        f"window {windows.window_syncs} syncs"
+    )
+    runs, workers = _run_arms(req, spec_path, out, order, arm_windows, algo_warmup, say)
+
+    device = collector_device(spec)
+    host_sync, arm_inventories = _take_inventories(req, spec, base.spec_dir, order, arm_plans, device, say)
+    arms = [arm_result(a, runs[a.name], workers[a.name], COVERAGE_TOLERANCE, arm_inventories[a.name]) for a in req.arms]
+
+    prov = _provenance(req, spec, facts, windows, order, runs)
+    profile = Profile(
+        profile_id=out.name,
+        created_at=datetime.now(UTC).isoformat().replace("+00:00", "Z"),
+        coverage_tolerance=COVERAGE_TOLERANCE,
+        provenance=prov,
+        arms=arms,
+        host_sync=host_sync,
+        verdict=verdict(arms, device, req.threshold),
+    )
+    write_outputs(profile, out)
+    return ProfileOutput(out, profile)
+
+
+def _refuse_request(req: ProfileRequest) -> None:
+    """Refuse what the profile cannot honour before the spec is loaded or anything runs."""
     if req.repeats < 1:
         raise UnilabError("--repeats must be at least 1", fix="e.g. --repeats 2")
     if len(req.arms) < 1:
@@ -88,22 +139,15 @@ def run_profile(req: ProfileRequest, say=print) -> ProfileOutput:
                 detail="the profile places the warm-up and measured windows and each run's directory",
                 fix="use --warmup / --window for the run length and --out for where it goes; drop that --set",
             )
-    spec_path = req.spec.resolve()
-    base = _load(spec_path, req.base_sets)
-    spec = base.spec
-    # PPO checkpoints (and so the warm-up boundary) fall between rollouts of num_steps_per_env syncs.
-    d = algo_def(spec.algo)
-    iteration_syncs = d.syncs_per_unit(spec.algo)
-    windows = place_windows(_steps_per_sync(spec), req.warmup_env_steps, req.window_env_steps, iteration_syncs)
-    # Off-policy learners start updating after algo.warmup_env_steps: make that the profile's
-    # warm-up, so the measured window has updates throughout (unless the caller set it).
-    algo_warmup = d.uses_replay and not any(
-        s.split("=", 1)[0].strip() == "algo.warmup_env_steps" for s in req.base_sets
-    )
-    from unilab.host.probe import probe_host
+
+
+def _plan_arms(
+    req: ProfileRequest, spec_path: Path, windows: Windows, facts: HostFacts
+) -> tuple[dict[str, Windows], dict[str, tuple[Plan, Path]]]:
+    """Each arm's windows (the profile's syncs, in the arm's own env steps per sync) and its plan for
+    this host, with the spec dir its inventory's collector is built from."""
     from unilab.plan.compile import compile_plan
 
-    facts = probe_host()
     arm_windows: dict[str, Windows] = {}
     arm_plans: dict[str, tuple[Plan, Path]] = {}
     for arm in req.arms:  # every arm is planned for this host before anything runs: refusals come first
@@ -122,14 +166,20 @@ def run_profile(req: ProfileRequest, say=print) -> ProfileOutput:
             raise
         arm_spec = loaded.spec
         arm_windows[arm.name] = Windows(_steps_per_sync(arm_spec), windows.warmup_syncs, windows.window_syncs)
+    return arm_windows, arm_plans
 
-    out = req.out_dir or new_profile_dir(Path(spec.run.output_dir).expanduser())
-    out.mkdir(parents=True, exist_ok=False)
-    order = schedule(req.arms, req.repeats)
-    say(
-        f"profile {out}: {len(req.arms)} arms x {req.repeats} repeats, warm-up {windows.warmup_syncs} syncs, "
-        f"window {windows.window_syncs} syncs"
-    )
+
+def _run_arms(
+    req: ProfileRequest,
+    spec_path: Path,
+    out: Path,
+    order: list[tuple[Arm, int]],
+    arm_windows: dict[str, Windows],
+    algo_warmup: bool,
+    say,
+) -> tuple[dict[str, list[ArmRun]], dict[str, int | None]]:
+    """Run every (arm, repeat) in the interleaved ``order`` as its own `unilab apply`: the runs of
+    each arm, and the physics workers its rank 0 used (None when its manifest has no ranks)."""
     try:
         runs: dict[str, list[ArmRun]] = {a.name: [] for a in req.arms}
         workers: dict[str, int | None] = {}
@@ -156,24 +206,45 @@ def run_profile(req: ProfileRequest, say=print) -> ProfileOutput:
         # The runs so far stay (each a complete run directory); the profile itself was not made.
         print(f"profile stopped before it finished: {out} holds its runs so far, no profile.json", file=sys.stderr)
         raise
+    return runs, workers
 
-    device = collector_device(spec)
+
+def _take_inventories(
+    req: ProfileRequest,
+    spec,
+    spec_dir: Path,
+    order: list[tuple[Arm, int]],
+    arm_plans: dict[str, tuple[Plan, Path]],
+    device: str,
+    say,
+) -> tuple[HostSyncInventory | None, dict[str, list[HostSyncInventory]]]:
+    """The base spec's host-sync inventory and each arm's, or none of them with --host-sync-steps 0."""
     host_sync = None
     arm_inventories: dict[str, list[HostSyncInventory]] = {a.name: [] for a in req.arms}
     if req.host_sync_steps > 0:
         say(f"  host-sync inventory over {req.host_sync_steps} collector steps ...", flush=True)
-        host_sync = take_inventory(spec, base.spec_dir, req.host_sync_steps, device)
+        host_sync = take_inventory(spec, spec_dir, req.host_sync_steps, device)
         # Per arm, the collector its runs used (the arm's plan), once per repeat with its own seed, in
         # the interleaved order: the per-phase allocation, copy and sync counts get a spread per arm.
         say(f"  per-arm inventories ({len(order)} x {req.host_sync_steps} steps) ...", flush=True)
         for arm, r in order:
-            plan, spec_dir = arm_plans[arm.name]
-            arm_inventories[arm.name].append(take_plan_inventory(plan, spec_dir, req.host_sync_steps, r))
-    arms = [arm_result(a, runs[a.name], workers[a.name], COVERAGE_TOLERANCE, arm_inventories[a.name]) for a in req.arms]
+            plan, arm_spec_dir = arm_plans[arm.name]
+            arm_inventories[arm.name].append(take_plan_inventory(plan, arm_spec_dir, req.host_sync_steps, r))
+    return host_sync, arm_inventories
 
+
+def _provenance(
+    req: ProfileRequest,
+    spec,
+    facts: HostFacts,
+    windows: Windows,
+    order: list[tuple[Arm, int]],
+    runs: dict[str, list[ArmRun]],
+) -> ProfileProvenance:
+    """What the profile measured and how: the host, the spec and its overrides, the windows and the schedule."""
     from unilab.run.manifest_io import provenance
 
-    prov = ProfileProvenance(
+    return ProfileProvenance(
         host=provenance(facts),
         spec=str(req.spec),
         task=spec.task.name,
@@ -192,17 +263,6 @@ def run_profile(req: ProfileRequest, say=print) -> ProfileOutput:
         schedule=[a.name for a, _ in order],
         manifests={a.name: [r.manifest for r in runs[a.name]] for a in req.arms},
     )
-    profile = Profile(
-        profile_id=out.name,
-        created_at=datetime.now(UTC).isoformat().replace("+00:00", "Z"),
-        coverage_tolerance=COVERAGE_TOLERANCE,
-        provenance=prov,
-        arms=arms,
-        host_sync=host_sync,
-        verdict=verdict(arms, device, req.threshold),
-    )
-    write_outputs(profile, out)
-    return ProfileOutput(out, profile)
 
 
 def take_inventory(spec, spec_dir: Path, steps: int, device: str) -> HostSyncInventory:

@@ -204,8 +204,6 @@ def run_apply(req: ApplyRequest) -> ApplyOutcome:
 
 
 def _run_apply(req: ApplyRequest) -> ApplyOutcome:
-    from unilab.plan.render import render
-
     plan = req.plan
     # The runtime (torch first: a resume loads its checkpoint with it) imports before anything else.
     # torch's import can swallow a KeyboardInterrupt raised inside it (the stop is then lost and
@@ -223,43 +221,12 @@ def _run_apply(req: ApplyRequest) -> ApplyOutcome:
     check_planned_inputs(plan.task, Path.cwd(), req.resume_dir)
     if req.resume_dir is None:  # a resumed run continues from its own checkpoint
         check_init_from(plan.run, Path.cwd())
-    checkpoint = None
+    checkpoint: Path | None = None
     made: list[Path] = []  # run.output_dir's directories this run creates, deepest first
     if req.resume_dir is not None:
-        lock = lock_run_dir(req.resume_dir)  # before reading it: another apply may be writing it
-        try:
-            checkpoint = resolve_resume(plan, req.resume_dir, req.resumes_plan, req.checkpoint)
-            if req.resumes_plan is not None:
-                replace_plan(req.resume_dir, plan, req.resumes_plan)
-            if (aside := supersede_newer(req.resume_dir, checkpoint)) is not None:
-                print(
-                    f"note: resuming from {checkpoint.name}; the checkpoints after it were moved to {aside}",
-                    file=sys.stderr,
-                )
-        except BaseException:
-            if lock is not None:
-                os.close(lock)
-            raise
-        run_dir = req.resume_dir
-        if (killed := killed_before_resume(run_dir)) is not None:
-            print(f"note: {killed}; this resume records that apply as killed", file=sys.stderr)
+        run_dir, lock, checkpoint = _open_resumed_run(req, req.resume_dir)
     else:
-        run_dir = new_run_dir(plan)
-        made = [p for p in run_dir.parents if not p.exists()]
-        try:
-            run_dir.mkdir(parents=True)
-        except OSError as exc:
-            raise UnilabError(
-                f"cannot create run directory {run_dir}: {exc.strerror}", fix="check run.output_dir and its permissions"
-            ) from None
-        lock = lock_run_dir(run_dir)
-        try:
-            write_text_atomic(run_dir / "plan.toml", render(plan), "plan")
-        except BaseException:
-            if lock is not None:
-                os.close(lock)
-            drop_if_nothing_ran(run_dir, None, made)  # e.g. a full disk: no empty run directory left
-            raise
+        run_dir, lock, made = _open_new_run(plan)
     try:
         try:
             if plan.topology.world_size == 1:
@@ -286,32 +253,87 @@ def _run_apply(req: ApplyRequest) -> ApplyOutcome:
             print(f"resume with: {resume_command(run_dir)}")
         return ApplyOutcome(code, run_dir)
     except BaseException as exc:
-        # No import here: a Ctrl-C can land while torch is half imported.
-        if drop_if_nothing_ran(run_dir, req.resume_dir, made):
-            # There is no run to read or resume: a fix that points at one (or at its directory) is void.
-            if isinstance(exc, UnilabError) and (exc.fix == RUN_FAILED_FIX or str(run_dir) in (exc.fix or "")):
-                exc.fix = "nothing ran and no run directory was kept: correct the problem above and apply again"
-        elif (run_dir / "manifest.json").exists():
-            ckpt = _has_checkpoint(run_dir)
-            held = "manifest and last checkpoint" if ckpt else "manifest; no checkpoint was written"
-            print(f"run directory ({held}): {run_dir}", file=sys.stderr)
-            if isinstance(exc, UnilabError) and exc.fix == RUN_FAILED_FIX:
-                exc.fix = f"read events.jsonl and the manifest in {run_dir}; " + (
-                    f"resume with: {resume_command(run_dir)}" if ckpt else "no checkpoint to resume from: apply again"
-                )
-            elif (
-                isinstance(exc, UnilabError)
-                and not isinstance(exc, RunDiverged)
-                and ckpt
-                and "--resume" not in (exc.fix or "")
-            ):
-                # A failure with a fix of its own (a dead physics worker, a full disk) ends a run that
-                # can still go on from its last checkpoint once the cause is dealt with.
-                resume = f"then resume with: {resume_command(run_dir)}"
-                exc.fix = f"{exc.fix}; {resume}" if exc.fix else resume
+        _settle_failed_run(exc, run_dir, req.resume_dir, made)
         raise
     finally:
         if req.resumes_plan is not None:
             restore_plan_unless_recorded(run_dir, plan)
         if lock is not None:
             os.close(lock)
+
+
+def _open_resumed_run(req: ApplyRequest, resume_dir: Path) -> tuple[Path, int | None, Path]:
+    """Lock ``resume_dir`` (``req.resume_dir``) and pick the checkpoint it resumes from (re-planned:
+    its plan.toml replaced; the checkpoints after the picked one moved aside): ``(run_dir, lock,
+    checkpoint)``. On a refusal the lock is released before the error goes on."""
+    lock = lock_run_dir(resume_dir)  # before reading it: another apply may be writing it
+    try:
+        checkpoint = resolve_resume(req.plan, resume_dir, req.resumes_plan, req.checkpoint)
+        if req.resumes_plan is not None:
+            replace_plan(resume_dir, req.plan, req.resumes_plan)
+        if (aside := supersede_newer(resume_dir, checkpoint)) is not None:
+            print(
+                f"note: resuming from {checkpoint.name}; the checkpoints after it were moved to {aside}",
+                file=sys.stderr,
+            )
+    except BaseException:
+        if lock is not None:
+            os.close(lock)
+        raise
+    run_dir = resume_dir
+    if (killed := killed_before_resume(run_dir)) is not None:
+        print(f"note: {killed}; this resume records that apply as killed", file=sys.stderr)
+    return run_dir, lock, checkpoint
+
+
+def _open_new_run(plan: Plan) -> tuple[Path, int | None, list[Path]]:
+    """Create and lock a new run directory holding plan.toml: ``(run_dir, lock, made)``, ``made``
+    the directories above it this run created, deepest first. A failure to write plan.toml leaves
+    no empty run directory."""
+    from unilab.plan.render import render
+
+    run_dir = new_run_dir(plan)
+    made = [p for p in run_dir.parents if not p.exists()]
+    try:
+        run_dir.mkdir(parents=True)
+    except OSError as exc:
+        raise UnilabError(
+            f"cannot create run directory {run_dir}: {exc.strerror}", fix="check run.output_dir and its permissions"
+        ) from None
+    lock = lock_run_dir(run_dir)
+    try:
+        write_text_atomic(run_dir / "plan.toml", render(plan), "plan")
+    except BaseException:
+        if lock is not None:
+            os.close(lock)
+        drop_if_nothing_ran(run_dir, None, made)  # e.g. a full disk: no empty run directory left
+        raise
+    return run_dir, lock, made
+
+
+def _settle_failed_run(exc: BaseException, run_dir: Path, resume_dir: Path | None, made: list[Path]) -> None:
+    """A run that ended in ``exc``: drop its directory if nothing ran, else say where it is; and
+    make a UnilabError's fix fit what is left (no run to read, or a checkpoint to resume from)."""
+    # No import here: a Ctrl-C can land while torch is half imported.
+    if drop_if_nothing_ran(run_dir, resume_dir, made):
+        # There is no run to read or resume: a fix that points at one (or at its directory) is void.
+        if isinstance(exc, UnilabError) and (exc.fix == RUN_FAILED_FIX or str(run_dir) in (exc.fix or "")):
+            exc.fix = "nothing ran and no run directory was kept: correct the problem above and apply again"
+    elif (run_dir / "manifest.json").exists():
+        ckpt = _has_checkpoint(run_dir)
+        held = "manifest and last checkpoint" if ckpt else "manifest; no checkpoint was written"
+        print(f"run directory ({held}): {run_dir}", file=sys.stderr)
+        if isinstance(exc, UnilabError) and exc.fix == RUN_FAILED_FIX:
+            exc.fix = f"read events.jsonl and the manifest in {run_dir}; " + (
+                f"resume with: {resume_command(run_dir)}" if ckpt else "no checkpoint to resume from: apply again"
+            )
+        elif (
+            isinstance(exc, UnilabError)
+            and not isinstance(exc, RunDiverged)
+            and ckpt
+            and "--resume" not in (exc.fix or "")
+        ):
+            # A failure with a fix of its own (a dead physics worker, a full disk) ends a run that
+            # can still go on from its last checkpoint once the cause is dealt with.
+            resume = f"then resume with: {resume_command(run_dir)}"
+            exc.fix = f"{exc.fix}; {resume}" if exc.fix else resume

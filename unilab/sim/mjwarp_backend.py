@@ -23,7 +23,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -31,6 +31,9 @@ from unilab.errors import UnilabError
 from unilab.sim.contract import ModelDims, PhysicsState
 from unilab.sim.mjmodel import has_acc_stage_sensors, load_mj_model, model_dims
 from unilab.sim.world_params import WorldParamTargets, not_built_with_world_params
+
+if TYPE_CHECKING:
+    from warp import Device
 
 # Model fields domain randomization writes, batched per world when it is on.
 # Constraint rows allocated per world when the spec does not say (sim.njmax): mjlab's figure for its
@@ -75,6 +78,37 @@ def _native_line_dropped(text: str, when: bool) -> Iterator[None]:
                     os.write(2, line)
 
 
+def _warp_device(device: str) -> Device:
+    """Warp's device for ``device``, or a UnilabError that says Warp does not see it."""
+    import warp as wp
+
+    try:
+        return wp.get_device(device)
+    except (RuntimeError, ValueError) as exc:
+        raise UnilabError(
+            f"Warp has no device {device!r}",
+            detail=str(exc),
+            fix='use device "cpu", or "cuda:N" on a host where Warp sees that GPU',
+        ) from exc
+
+
+def _refuse_unsupported_graph(wp_device: Device, device: str, physics_graph: bool) -> None:
+    """A requested physics graph needs a CUDA device with Warp's memory pool on."""
+    import warp as wp
+
+    if physics_graph and not wp_device.is_cuda:
+        raise UnilabError(
+            f"physics_graph was requested on Warp device {device!r}; physics graphs need a CUDA device",
+            fix='set training.physics_graph = "off" for the CPU device (the plan should already have refused this)',
+        )
+    if physics_graph and not wp.is_mempool_enabled(wp_device):
+        raise UnilabError(
+            f"physics_graph was requested but Warp's CUDA memory pool is disabled on {device}",
+            detail="capturing MuJoCo Warp's step allocates inside the capture, which needs the mempool",
+            fix='enable it (wp.set_mempool_enabled) or set training.physics_graph = "off" and re-plan',
+        )
+
+
 class MjwarpBackend:
     """``PhysicsBackend`` over MuJoCo Warp (``mujoco_warp``)."""
 
@@ -113,29 +147,12 @@ class MjwarpBackend:
         self.acc_sensors = acc_sensors
         self._acc_tail = acc_sensors and has_acc_stage_sensors(mjm)
 
-        try:
-            self._wp_device = wp.get_device(device)
-        except (RuntimeError, ValueError) as exc:
-            raise UnilabError(
-                f"Warp has no device {device!r}",
-                detail=str(exc),
-                fix='use device "cpu", or "cuda:N" on a host where Warp sees that GPU',
-            ) from exc
+        self._wp_device = _warp_device(device)
         self.device = torch.device(wp.device_to_torch(self._wp_device))
         is_cuda = self._wp_device.is_cuda
 
         self._graph_requested = physics_graph
-        if physics_graph and not is_cuda:
-            raise UnilabError(
-                f"physics_graph was requested on Warp device {device!r}; physics graphs need a CUDA device",
-                fix='set training.physics_graph = "off" for the CPU device (the plan should already have refused this)',
-            )
-        if physics_graph and not wp.is_mempool_enabled(self._wp_device):
-            raise UnilabError(
-                f"physics_graph was requested but Warp's CUDA memory pool is disabled on {device}",
-                detail="capturing MuJoCo Warp's step allocates inside the capture, which needs the mempool",
-                fix='enable it (wp.set_mempool_enabled) or set training.physics_graph = "off" and re-plan',
-            )
+        _refuse_unsupported_graph(self._wp_device, device, physics_graph)
 
         # Domain randomization: the fields it writes get one row per world (MuJoCo Warp indexes
         # batched model fields by world), allocated before any graph captures their addresses.
@@ -160,8 +177,26 @@ class MjwarpBackend:
             self._wp_stream = None
             self._torch_stream = None
 
+        self._view_state()
+
+        self._graph_enabled = False
+        self._graph_disable_reason = "" if physics_graph else "physics_graph not requested"
+        self._graph_replays = 0
+        self._step_graph: Any = None
+        self._reset_graph: Any = None
+        self._forward_graph: Any = None
+        self._closed = False
+
+        with self._on_stream():
+            if physics_graph:
+                self._capture_graphs()
+            else:
+                self._run(lambda: mjw.forward(self._m, self._d))
+
+    def _view_state(self) -> None:
+        """The torch views of the Data the backend hands out and reads: zero-copy, so they stay current."""
         d = self._d
-        to_t = wp.to_torch
+        to_t = self._wp.to_torch
         self.state = PhysicsState(
             qpos=to_t(d.qpos),
             qvel=to_t(d.qvel),
@@ -178,20 +213,6 @@ class MjwarpBackend:
         self._overflow_t = to_t(d.overflow)
         self._overflow_seen = torch.zeros_like(self._overflow_t)
         self._snapshot = {f: torch.empty_like(getattr(self.state, f)) for f in _DERIVED}
-
-        self._graph_enabled = False
-        self._graph_disable_reason = "" if physics_graph else "physics_graph not requested"
-        self._graph_replays = 0
-        self._step_graph: Any = None
-        self._reset_graph: Any = None
-        self._forward_graph: Any = None
-        self._closed = False
-
-        with self._on_stream():
-            if physics_graph:
-                self._capture_graphs()
-            else:
-                self._run(lambda: mjw.forward(self._m, self._d))
 
     # ------------------------------------------------------------------ warp plumbing
 

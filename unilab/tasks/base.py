@@ -38,7 +38,7 @@ from unilab.tasks.timing import max_episode_steps
 
 if TYPE_CHECKING:
     from unilab.robot.model import RobotLayout
-    from unilab.sim.contract import PhysicsBackend, PhysicsState
+    from unilab.sim.contract import ModelDims, PhysicsBackend, PhysicsState
     from unilab.spec.models import TaskSpec
 
 
@@ -96,33 +96,7 @@ class Task(ABC):
         f32 = torch.float32
 
         dims = backend.dims
-        qpos_adr = tuple(int(a) for a in layout.qpos_adr)
-        qvel_adr = tuple(int(a) for a in layout.qvel_adr)
-        act_ids = tuple(int(a) for a in layout.actuator_ids)
-        self.num_actions = len(qpos_adr)
-        if dims.nu < self.num_actions or layout.default_qpos.shape[0] != dims.nq:
-            raise UnilabError(
-                f"the physics model (nq={dims.nq}, nu={dims.nu}) does not match the robot layout "
-                f"(nq={layout.default_qpos.shape[0]}, {self.num_actions} actuated joints)",
-                fix="build the backend and the task from the same model (unilab.robot.model.build_model_xml)",
-            )
-        self._qpos_idx = torch.tensor(qpos_adr, device=dev, dtype=torch.long)
-        self._qvel_idx = torch.tensor(qvel_adr, device=dev, dtype=torch.long)
-        self._qpos_slice = _contiguous(qpos_adr)
-        self._qvel_slice = _contiguous(qvel_adr)
-        self._act_idx = torch.tensor(act_ids, device=dev, dtype=torch.long)
-        self._act_identity = act_ids == tuple(range(dims.nu))
-        b = int(layout.base_qpos_adr)
-        self._base_pos = slice(b, b + 3)
-        self._base_quat = slice(b + 3, b + 7)
-        v = int(layout.base_qvel_adr)
-        self._base_lin = slice(v, v + 3)
-        self._base_ang = slice(v + 3, v + 6)
-        self.default_qpos = torch.tensor(layout.default_qpos, device=dev, dtype=f32)
-        self.default_joint_pos = self.default_qpos[self._qpos_idx].clone()
-        self.joint_lower = torch.tensor(layout.joint_range[:, 0], device=dev, dtype=f32)
-        self.joint_upper = torch.tensor(layout.joint_range[:, 1], device=dev, dtype=f32)
-        self.action_scale = joint_action_scale(layout, spec.action_scale).to(dev)
+        self._index_layout(layout, dims)
 
         self._consts: dict[tuple[float, torch.dtype], torch.Tensor] = {}
         # Persistent buffers.
@@ -165,6 +139,39 @@ class Task(ABC):
         self.curricula: list[CurriculumTerm] = []
         self.build_terms()
         self._finalize()
+
+    def _index_layout(self, layout: RobotLayout, dims: ModelDims) -> None:
+        """Where the layout's joints, actuators and base sit in the model's qpos, qvel and ctrl, and the
+        robot's default pose, joint limits and action scale, on the task's device."""
+        dev = self.device
+        f32 = torch.float32
+        qpos_adr = tuple(int(a) for a in layout.qpos_adr)
+        qvel_adr = tuple(int(a) for a in layout.qvel_adr)
+        act_ids = tuple(int(a) for a in layout.actuator_ids)
+        self.num_actions = len(qpos_adr)
+        if dims.nu < self.num_actions or layout.default_qpos.shape[0] != dims.nq:
+            raise UnilabError(
+                f"the physics model (nq={dims.nq}, nu={dims.nu}) does not match the robot layout "
+                f"(nq={layout.default_qpos.shape[0]}, {self.num_actions} actuated joints)",
+                fix="build the backend and the task from the same model (unilab.robot.model.build_model_xml)",
+            )
+        self._qpos_idx = torch.tensor(qpos_adr, device=dev, dtype=torch.long)
+        self._qvel_idx = torch.tensor(qvel_adr, device=dev, dtype=torch.long)
+        self._qpos_slice = _contiguous(qpos_adr)
+        self._qvel_slice = _contiguous(qvel_adr)
+        self._act_idx = torch.tensor(act_ids, device=dev, dtype=torch.long)
+        self._act_identity = act_ids == tuple(range(dims.nu))
+        b = int(layout.base_qpos_adr)
+        self._base_pos = slice(b, b + 3)
+        self._base_quat = slice(b + 3, b + 7)
+        v = int(layout.base_qvel_adr)
+        self._base_lin = slice(v, v + 3)
+        self._base_ang = slice(v + 3, v + 6)
+        self.default_qpos = torch.tensor(layout.default_qpos, device=dev, dtype=f32)
+        self.default_joint_pos = self.default_qpos[self._qpos_idx].clone()
+        self.joint_lower = torch.tensor(layout.joint_range[:, 0], device=dev, dtype=f32)
+        self.joint_upper = torch.tensor(layout.joint_range[:, 1], device=dev, dtype=f32)
+        self.action_scale = joint_action_scale(layout, self.spec.action_scale).to(dev)
 
     # ------------------------------------------------------------------ construction
     @abstractmethod

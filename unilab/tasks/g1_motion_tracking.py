@@ -56,56 +56,8 @@ class G1MotionTrackingTask(Task):
         super().__init__(spec, backend, layout, step_dt=step_dt, seed=seed)
 
     def build_terms(self) -> None:
-        n, dev, m = self.num_envs, self.device, self.motion
-        self.m_joint_pos = torch.as_tensor(m.joint_pos, device=dev)
-        self.m_joint_vel = torch.as_tensor(m.joint_vel, device=dev)
-        self.m_body_pos = torch.as_tensor(m.body_pos_w, device=dev)
-        self.m_body_quat = torch.as_tensor(m.body_quat_w, device=dev)
-        self.m_body_lin_vel = torch.as_tensor(m.body_lin_vel_w, device=dev)
-        self.m_body_ang_vel = torch.as_tensor(m.body_ang_vel_w, device=dev)
-        self.num_frames = m.num_frames
-        self.fps = float(m.fps)
-
-        names = {b: i for i, b in enumerate(self.layout.key_body_names)}
-        key = [int(i) for i in self.layout.key_body_ids]
-        self._key_idx = torch.tensor(key, device=dev, dtype=torch.long)  # model body ids
-        self._key_ref_idx = self._key_idx - 1  # motion arrays exclude the world body
-        self._anchor = int(self.layout.anchor_body_id)
-        self._base = int(self.layout.base_body_id)
-        self._ee_in_key = torch.tensor([names[b] for b in END_EFFECTORS], device=dev, dtype=torch.long)
-        # The clip's key bodies and anchor, gathered once: [T, K, ...] and [T, ...].
-        self.m_key_pos = self.m_body_pos[:, self._key_ref_idx].contiguous()
-        self.m_key_quat = self.m_body_quat[:, self._key_ref_idx].contiguous()
-        self.m_anchor_pos = self.m_body_pos[:, self._anchor - 1].contiguous()
-        self.m_anchor_quat = self.m_body_quat[:, self._anchor - 1].contiguous()
-        # Per frame, what the alignment to the robot needs (see read_task_state).
-        self.m_anchor_heading = Q.heading(self.m_anchor_quat)
-        self.m_key_rel = (self.m_key_pos - self.m_anchor_pos.unsqueeze(1)).contiguous()
-        self.m_key_quat_perm = Q.rotate_z_quat_perm(self.m_key_quat).contiguous()
-
-        # Reference at each world's current frame.
-        k = len(key)
-        self.motion_frame = torch.zeros(n, device=dev, dtype=torch.long)
-        ratio = self.fps * self.step_dt
-        self._frames_per_step: int | None = round(ratio) if abs(ratio - round(ratio)) < 1e-6 else None
-        self._phase_time = torch.zeros(n, device=dev)  # clip time, s (used when frames_per_step is None)
-        self._frame_f = torch.zeros(n, device=dev)
-        self.ref_joint_pos = torch.zeros(n, self.num_actions, device=dev)
-        self.ref_joint_vel = torch.zeros(n, self.num_actions, device=dev)
-        self.ref_anchor_pos = torch.zeros(n, 3, device=dev)
-        self.ref_anchor_quat = torch.zeros(n, 4, device=dev)
-        self.ref_key_pos = torch.zeros(n, k, 3, device=dev)
-        self.ref_key_quat = torch.zeros(n, k, 4, device=dev)
-        self.ref_anchor_heading = torch.zeros(n, device=dev)
-        self.ref_key_rel = torch.zeros(n, k, 3, device=dev)
-        self.ref_key_quat_perm = torch.zeros(n, k, 4, device=dev)
-        # Robot side and the aligned reference, refreshed by read_task_state.
-        self.anchor_pos = torch.zeros(n, 3, device=dev)
-        self.anchor_quat = torch.zeros(n, 4, device=dev)
-        self.key_pos = torch.zeros(n, k, 3, device=dev)
-        self.key_quat = torch.zeros(n, k, 4, device=dev)
-        self.ref_key_pos_aligned = torch.zeros(n, k, 3, device=dev)
-        self.ref_key_quat_aligned = torch.zeros(n, k, 4, device=dev)
+        self._put_clip()
+        self._build_reference_buffers()
 
         self.commands = [
             CommandTerm("motion_phase", G1MotionTrackingTask.resample_phase, G1MotionTrackingTask.advance_phase)
@@ -139,6 +91,62 @@ class G1MotionTrackingTask(Task):
         self.events = [EventTerm("reset_to_reference", "reset", G1MotionTrackingTask.reset_to_reference)]
         self.events += shared_events(self)
         self._gather_reference()
+
+    def _put_clip(self) -> None:
+        """The clip on the task's device, with the key bodies and anchor it is compared on gathered once."""
+        dev, m = self.device, self.motion
+        self.m_joint_pos = torch.as_tensor(m.joint_pos, device=dev)
+        self.m_joint_vel = torch.as_tensor(m.joint_vel, device=dev)
+        self.m_body_pos = torch.as_tensor(m.body_pos_w, device=dev)
+        self.m_body_quat = torch.as_tensor(m.body_quat_w, device=dev)
+        self.m_body_lin_vel = torch.as_tensor(m.body_lin_vel_w, device=dev)
+        self.m_body_ang_vel = torch.as_tensor(m.body_ang_vel_w, device=dev)
+        self.num_frames = m.num_frames
+        self.fps = float(m.fps)
+
+        names = {b: i for i, b in enumerate(self.layout.key_body_names)}
+        key = [int(i) for i in self.layout.key_body_ids]
+        self._key_idx = torch.tensor(key, device=dev, dtype=torch.long)  # model body ids
+        self._key_ref_idx = self._key_idx - 1  # motion arrays exclude the world body
+        self._anchor = int(self.layout.anchor_body_id)
+        self._base = int(self.layout.base_body_id)
+        self._ee_in_key = torch.tensor([names[b] for b in END_EFFECTORS], device=dev, dtype=torch.long)
+        # The clip's key bodies and anchor, gathered once: [T, K, ...] and [T, ...].
+        self.m_key_pos = self.m_body_pos[:, self._key_ref_idx].contiguous()
+        self.m_key_quat = self.m_body_quat[:, self._key_ref_idx].contiguous()
+        self.m_anchor_pos = self.m_body_pos[:, self._anchor - 1].contiguous()
+        self.m_anchor_quat = self.m_body_quat[:, self._anchor - 1].contiguous()
+        # Per frame, what the alignment to the robot needs (see read_task_state).
+        self.m_anchor_heading = Q.heading(self.m_anchor_quat)
+        self.m_key_rel = (self.m_key_pos - self.m_anchor_pos.unsqueeze(1)).contiguous()
+        self.m_key_quat_perm = Q.rotate_z_quat_perm(self.m_key_quat).contiguous()
+
+    def _build_reference_buffers(self) -> None:
+        """Per world: the clip frame, the reference there, and the robot side it is compared with."""
+        n, dev = self.num_envs, self.device
+        # Reference at each world's current frame.
+        k = len(self._key_idx)
+        self.motion_frame = torch.zeros(n, device=dev, dtype=torch.long)
+        ratio = self.fps * self.step_dt
+        self._frames_per_step: int | None = round(ratio) if abs(ratio - round(ratio)) < 1e-6 else None
+        self._phase_time = torch.zeros(n, device=dev)  # clip time, s (used when frames_per_step is None)
+        self._frame_f = torch.zeros(n, device=dev)
+        self.ref_joint_pos = torch.zeros(n, self.num_actions, device=dev)
+        self.ref_joint_vel = torch.zeros(n, self.num_actions, device=dev)
+        self.ref_anchor_pos = torch.zeros(n, 3, device=dev)
+        self.ref_anchor_quat = torch.zeros(n, 4, device=dev)
+        self.ref_key_pos = torch.zeros(n, k, 3, device=dev)
+        self.ref_key_quat = torch.zeros(n, k, 4, device=dev)
+        self.ref_anchor_heading = torch.zeros(n, device=dev)
+        self.ref_key_rel = torch.zeros(n, k, 3, device=dev)
+        self.ref_key_quat_perm = torch.zeros(n, k, 4, device=dev)
+        # Robot side and the aligned reference, refreshed by read_task_state.
+        self.anchor_pos = torch.zeros(n, 3, device=dev)
+        self.anchor_quat = torch.zeros(n, 4, device=dev)
+        self.key_pos = torch.zeros(n, k, 3, device=dev)
+        self.key_quat = torch.zeros(n, k, 4, device=dev)
+        self.ref_key_pos_aligned = torch.zeros(n, k, 3, device=dev)
+        self.ref_key_quat_aligned = torch.zeros(n, k, 4, device=dev)
 
     # ------------------------------------------------------------------ reference
     def _gather_reference(self) -> None:

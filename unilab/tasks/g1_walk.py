@@ -45,20 +45,7 @@ class G1WalkTask(Task):
     def build_terms(self) -> None:
         n, dev = self.num_envs, self.device
         self.velocity_command = torch.zeros(n, 3, device=dev)
-        feet = len(self.layout.feet_body_ids)
-        # Per-episode feet buffers share storage: one float block, so a reset clears both in one op,
-        # and one bool block.
-        self._feet_times = torch.zeros(n, 2, feet, device=dev)
-        self._feet_flags = torch.zeros(n, 2, feet, device=dev, dtype=torch.bool)
-        self.feet_air_time = self._feet_times[:, 0]
-        self._air_time_at_touchdown = self._feet_times[:, 1]
-        self.feet_contact = self._feet_flags[:, 0]
-        self._first_contact = self._feet_flags[:, 1]
-        self._contact_now = torch.zeros(n, feet, device=dev, dtype=torch.bool)
-        self._cmd_draw = torch.zeros(n, 3, device=dev)
-        self._feet_idx = torch.tensor(self.layout.feet_body_ids.tolist(), device=dev, dtype=torch.long)
-        self._feet_src: torch.Tensor | None = None  # the xpos tensor _feet_z views
-        self._feet_z: torch.Tensor | None = None
+        self._build_feet_buffers()
         # Constants as 0-dim tensors (Task.const): cheaper operands than Python numbers.
         self._c_zero = self.const(0.0)
         self._c_one = self.const(1.0)
@@ -69,6 +56,34 @@ class G1WalkTask(Task):
         self._c_moving = self.const(MOVING_COMMAND)
         self._c_fall_height = self.const(FALL_HEIGHT)
         self._c_fall_gravity_z = self.const(-math.cos(FALL_TILT))
+        self._build_reset_buffers()
+        self._build_reward_buffers()
+        gait = self.spec.gait_period_s
+        if gait is not None:
+            self._build_gait_clock(gait)
+        self._build_command_draws()
+        self._declare_terms(gait_clock=gait is not None)
+
+    def _build_feet_buffers(self) -> None:
+        """Per-episode feet state (air times, contacts, touchdowns) and the foot body ids it reads."""
+        n, dev = self.num_envs, self.device
+        feet = len(self.layout.feet_body_ids)
+        # Per-episode feet buffers share storage: one float block, so a reset clears both in one op,
+        # and one bool block.
+        self._feet_times = torch.zeros(n, 2, feet, device=dev)
+        self._feet_flags = torch.zeros(n, 2, feet, device=dev, dtype=torch.bool)
+        self.feet_air_time = self._feet_times[:, 0]
+        self._air_time_at_touchdown = self._feet_times[:, 1]
+        self.feet_contact = self._feet_flags[:, 0]
+        self._first_contact = self._feet_flags[:, 1]
+        self._contact_now = torch.zeros(n, feet, device=dev, dtype=torch.bool)
+        self._feet_idx = torch.tensor(self.layout.feet_body_ids.tolist(), device=dev, dtype=torch.long)
+        self._feet_src: torch.Tensor | None = None  # the xpos tensor _feet_z views
+        self._feet_z: torch.Tensor | None = None
+
+    def _build_reset_buffers(self) -> None:
+        """The default pose rows, the reset state views and the scratch `reset_around_default` draws into."""
+        n, dev = self.num_envs, self.device
         default = self.default_qpos.clone()
         default[self._base_quat.start + 1 : self._base_quat.start + 3] = 0.0  # yaw-only quaternions
         self._default_qpos_rows = default.expand(n, -1)
@@ -84,6 +99,9 @@ class G1WalkTask(Task):
             torch.zeros(n, self.num_actions, device=dev),
             torch.zeros(n, 6, device=dev),
         )
+
+    def _build_reward_buffers(self) -> None:
+        n, dev, feet = self.num_envs, self.device, len(self.layout.feet_body_ids)
         # Reward term buffers and the views they read.
         self._cmd_xy = self.velocity_command[:, :2]
         self._cmd_yaw = self.velocity_command[:, 2]
@@ -97,10 +115,12 @@ class G1WalkTask(Task):
         self._r_feet_air_time, self._r_alive = torch.zeros(2, n, device=dev)
         self._c_neg_inv_track_var = self.const(-1.0 / TRACKING_STD**2)
         self._c_neg_inv_upright_var = self.const(-1.0 / UPRIGHT_STD**2)
-        gait = self.spec.gait_period_s
-        if gait is not None:
-            self._build_gait_clock(gait)
+
+    def _build_command_draws(self) -> None:
+        """Buffers of the velocity command draws (`task.commands`): ranges, standing share, resampling."""
+        n, dev = self.num_envs, self.device
         c = self.spec.commands
+        self._cmd_draw = torch.zeros(n, 3, device=dev)
         self._standing_draw = torch.zeros(n, device=dev)
         self._standing = torch.zeros(n, device=dev, dtype=torch.bool)
         self._c_standing_share = self.const(c.standing_share or 0.0)
@@ -116,15 +136,17 @@ class G1WalkTask(Task):
             device=dev,
         )
 
+    def _declare_terms(self, gait_clock: bool) -> None:
+        """The task's command, observation, reward, termination and event terms (the gait clock's with it)."""
         self.commands = [CommandTerm("velocity_command", G1WalkTask.resample_command, G1WalkTask.resample_due_commands)]
-        if gait is not None:
+        if gait_clock:
             self.commands.append(CommandTerm("gait_clock", G1WalkTask.reset_gait_clock, G1WalkTask.advance_gait_clock))
         self.observations = [
             ObservationTerm("base_lin_vel", 3, Task.obs_base_lin_vel, noise=0.5),
             ObservationTerm("base_ang_vel", 3, Task.obs_base_ang_vel, noise=0.2),
             ObservationTerm("projected_gravity", 3, Task.obs_projected_gravity, noise=0.05),
             ObservationTerm("velocity_command", 3, G1WalkTask.obs_velocity_command),
-            *([ObservationTerm("gait_phase", 2, G1WalkTask.obs_gait_phase)] if gait is not None else []),
+            *([ObservationTerm("gait_phase", 2, G1WalkTask.obs_gait_phase)] if gait_clock else []),
             *self.shared_observations(joint_vel_noise=1.5),
         ]
         self.rewards = self.weighted_rewards(
@@ -136,7 +158,7 @@ class G1WalkTask(Task):
                 "joint_torques_l2": Task.rew_joint_torques_l2,
                 "action_rate_l2": Task.rew_action_rate_l2,
                 "feet_air_time": G1WalkTask.rew_feet_air_time,
-                **({"feet_phase": G1WalkTask.rew_feet_phase} if gait is not None else {}),
+                **({"feet_phase": G1WalkTask.rew_feet_phase} if gait_clock else {}),
                 "alive": G1WalkTask.rew_alive,
             }
         )

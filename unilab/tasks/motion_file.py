@@ -206,8 +206,19 @@ def _check_members(path: Path) -> None:
 def _validate(
     path: Path, raw: dict[str, Any], num_joints: int, num_bodies: int | None
 ) -> tuple[int, float, int, dict[str, np.ndarray]]:
-    import numpy as np
+    """The clip's frame count, fps, body count and arrays, checked in this order: keys, fps, array
+    dtypes and ranks, frame counts, joint and body columns, then the values themselves."""
+    _check_keys(path, raw)
+    fps = _read_fps(path, raw)
+    arrays = _read_arrays(path, raw, num_joints)
+    t = _frame_count(path, arrays)
+    b = _body_count(path, arrays, num_joints, num_bodies)
+    _check_values(path, arrays, b)
+    return t, fps, b, arrays
 
+
+def _check_keys(path: Path, raw: dict[str, Any]) -> None:
+    """Every required key is there (all of the missing ones named at once)."""
     missing = [k for k in REQUIRED_KEYS if k not in raw]
     if missing:
         raise MotionFileError(
@@ -215,6 +226,11 @@ def _validate(
             detail=f"present keys: {', '.join(sorted(raw)) or 'none'}; required: {', '.join(REQUIRED_KEYS)}",
             fix=f"add the missing arrays; {_REGENERATE}",
         )
+
+
+def _read_fps(path: Path, raw: dict[str, Any]) -> float:
+    """The clip's frame rate: one finite number > 0."""
+    import numpy as np
 
     fps_arr = np.asarray(raw["fps"])
     if fps_arr.size != 1 or not np.issubdtype(fps_arr.dtype, np.number):
@@ -228,6 +244,12 @@ def _validate(
             f"motion file {path}: key 'fps' is {fps}, it must be a finite number > 0",
             fix="store the clip's frame rate (frames per second) under 'fps'",
         )
+    return fps
+
+
+def _read_arrays(path: Path, raw: dict[str, Any], num_joints: int) -> dict[str, np.ndarray]:
+    """The layout's arrays, each of a numeric dtype and of its rank (T plus its trailing dims)."""
+    import numpy as np
 
     arrays: dict[str, np.ndarray] = {}
     for key, tail in _LAYOUT.items():
@@ -244,7 +266,11 @@ def _validate(
                 fix=f"store {key!r} with shape [{want}] (J = {num_joints} joints, B = robot bodies without world)",
             )
         arrays[key] = a
+    return arrays
 
+
+def _frame_count(path: Path, arrays: dict[str, np.ndarray]) -> int:
+    """T, the same for every array and at least 2."""
     t = arrays["joint_pos"].shape[0]
     lengths = {k: a.shape[0] for k, a in arrays.items()}
     if len(set(lengths.values())) != 1:
@@ -261,7 +287,11 @@ def _validate(
             f"motion file {path}: the clip has {t} frame(s); at least 2 are needed",
             fix="export a clip of at least two frames",
         )
+    return t
 
+
+def _body_count(path: Path, arrays: dict[str, np.ndarray], num_joints: int, num_bodies: int | None) -> int:
+    """B, after the joint columns match the robot and the body arrays agree on their bodies and trailing dims."""
     for key in ("joint_pos", "joint_vel"):
         if arrays[key].shape[1] != num_joints:
             raise MotionFileError(
@@ -291,6 +321,12 @@ def _validate(
             fix="re-export the motion with the robot model used for training (docs/tasks.md); unilab's squat "
             "for your model: python tools/make_motion.py --robot-mjcf YOUR.xml --out clip.npz",
         )
+    return b
+
+
+def _check_values(path: Path, arrays: dict[str, np.ndarray], b: int) -> None:
+    """Values a shape check cannot see: non-finite numbers, zero quaternions, degrees, a root under the floor."""
+    import numpy as np
 
     for key, a in arrays.items():
         finite = np.isfinite(a)
@@ -332,7 +368,6 @@ def _validate(
             "(the root first)",
             fix=f"convert the positions to that frame (metres, z up, floor at 0); {_REGENERATE}",
         )
-    return t, fps, b, arrays
 
 
 def inspect_motion(path: Path, num_joints: int = 29, num_bodies: int | None = None) -> MotionInfo:
