@@ -84,6 +84,28 @@ def test_sac_learns_cartpole_within_three_minutes(tmp_path: Path) -> None:
     assert carried >= THRESHOLD, f"a run started from the trained policy returns {carried:.2f} < {THRESHOLD}"
 
 
+def test_td3_learns_cartpole_within_its_budget(tmp_path: Path) -> None:
+    """TD3 (FastTD3's options) with the SAC check's sizes, a critic support that fits the task's
+    returns, float32 (the check task's 64-wide networks)."""
+    algo = (
+        'algo={name="td3", batch_size=256, hidden_dims=[64, 64], updates_per_step=4.0, warmup_env_steps=2000, '
+        'v_min=-5.0, v_max=5.0, precision="float32"}'
+    )
+    t0 = time.monotonic()
+    r = subprocess.run(
+        [sys.executable, "-m", "unilab", "apply", str(ROOT / "specs/cartpole.toml"), "--quiet", "--set", algo],
+        cwd=tmp_path, capture_output=True, text=True, timeout=HANG_TIMEOUT_S,
+    )  # fmt: skip
+    elapsed = time.monotonic() - t0
+    assert r.returncode == 0, r.stderr
+    (run_dir,) = list((tmp_path / "runs").iterdir())
+    last = json.loads((run_dir / "manifest.json").read_text())["metrics"]["episode_return_mean"]
+    evaluated = _evaluated_return(run_dir)
+    print(f"cartpole TD3: final mean return {last:.2f}, evaluated {evaluated:.2f}, {elapsed:.0f} s")
+    assert last >= THRESHOLD, f"final mean return {last:.2f} < {THRESHOLD}"
+    assert evaluated >= THRESHOLD, f"evaluated mean return {evaluated:.2f} < {THRESHOLD}"
+
+
 def test_ppo_learns_cartpole_within_three_minutes(tmp_path: Path) -> None:
     algo = (
         'algo={name="ppo", num_steps_per_env=32, hidden_dims=[64,64], init_noise_std=0.5, learning_rate=3e-4, '

@@ -385,6 +385,9 @@ class Td3Spec(ReplayAlgoSpec):
     actor_update_every: Annotated[int, Field(ge=1, le=MAX_COUNT)] = Field(
         2, description="Delayed actor: one actor update every N critic updates (TD3's policy delay)."
     )
+    tau: Annotated[float, Field(gt=0, le=1)] = Field(
+        0.1, description="Polyak averaging rate of the target actor and critics (FastTD3's)."
+    )
     clipped_double_q: bool = Field(
         True, description="Target from the lower of the two target critics (TD3); false: their mean."
     )
