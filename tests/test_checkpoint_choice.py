@@ -70,7 +70,7 @@ def test_resume_and_export_from_a_chosen_checkpoint_and_diff_run_dirs(tmp_path: 
 
 
 def test_superseded_checkpoints_keep_their_digests_and_never_collide(tmp_path: Path) -> None:
-    from unilab.run.apply import supersede_newer
+    from unilab.run.run_dir import supersede_newer
 
     ck = tmp_path / "checkpoints"
     ck.mkdir()

@@ -159,7 +159,7 @@ def test_a_tilde_in_run_output_dir_is_the_home_directory(tmp_path: Path, monkeyp
     """`run.output_dir = "~/runs"` used to make a directory literally named `~` in the working directory."""
     from tests.conftest import ROOT, host
     from unilab.plan.compile import compile_plan
-    from unilab.run.apply import new_run_dir
+    from unilab.run.run_dir import new_run_dir
     from unilab.spec.load import load_spec
 
     monkeypatch.setenv("HOME", str(tmp_path))

@@ -101,7 +101,7 @@ def test_rank0_refuses_a_run_dir_another_process_is_running(
     import os
 
     from unilab.plan.render import render
-    from unilab.run.apply import lock_run_dir
+    from unilab.run.run_lock import lock_run_dir
 
     plan_file = tmp_path / "plan.toml"
     plan_file.write_text(render(_plan()))

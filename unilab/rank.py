@@ -42,9 +42,9 @@ def main(argv: list[str] | None = None) -> int:
             )
         from unilab.plan.inputs import check_init_from
         from unilab.plan.render import load_plan
-        from unilab.run.apply import new_run_dir, resolve_resume
         from unilab.run.launch import check_world_size, rank_entry
         from unilab.run.rank_dir import check_run_dir_free
+        from unilab.run.run_dir import new_run_dir, resolve_resume
         from unilab.run.run_lock import lock_run_dir
 
         plan = load_plan(args.plan)

@@ -18,7 +18,7 @@ from torch.distributed.elastic.multiprocessing.errors import record
 
 from unilab.errors import EXIT_INTERRUPTED, UnilabError
 from unilab.plan.models import Plan
-from unilab.run.apply import resume_command
+from unilab.run.run_dir import resume_command
 from unilab.run.stop import STOP_SIGNALS, signals_via_helper_thread
 
 COLLECTIVE_TIMEOUT = timedelta(minutes=10)  # a rank's first collective waits for every collector to build

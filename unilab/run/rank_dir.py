@@ -8,7 +8,7 @@ from pathlib import Path
 
 from unilab.errors import UnilabError
 from unilab.plan.models import Plan
-from unilab.run.apply import drop_if_nothing_ran
+from unilab.run.run_dir import drop_if_nothing_ran
 from unilab.run.run_lock import lock_run_dir
 
 _RUN_FILES = ("plan.toml", "manifest.json", "checkpoints")

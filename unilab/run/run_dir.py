@@ -1,0 +1,164 @@
+"""A run's directory: where a new one goes, which checkpoint a resume continues from (and where
+the later ones are set aside), its kept plan, and whether a run that never started leaves it
+behind. Shared by `unilab apply`, the multi-rank launcher and rank 0 under torchrun."""
+
+from __future__ import annotations
+
+import shutil
+from datetime import UTC, datetime
+from pathlib import Path
+
+from unilab.atomic import write_text_atomic
+from unilab.errors import UnilabError
+from unilab.plan.models import Plan
+from unilab.run.run_lock import read_run_manifest
+
+
+def new_run_dir(plan: Plan) -> Path:
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    base = Path(plan.run.output_dir).expanduser() / f"{plan.run.name}-{stamp}"
+    path, i = base, 1
+    while path.exists():
+        i += 1
+        path = base.with_name(f"{base.name}.{i}")
+    return path
+
+
+def resolve_resume(plan: Plan, run_dir: Path, run_plan_id: str | None = None, checkpoint: Path | None = None) -> Path:
+    """The newest loadable checkpoint of `run_dir` (or ``checkpoint``, a file name in its
+    checkpoints/ or a path to one), which must belong to the same plan (the run's plan
+    `run_plan_id` when `plan` re-plans it for this host) and still have env steps to go."""
+    from unilab.plan.render import load_plan
+    from unilab.run.checkpoint import (
+        check_recorded_digest,
+        checkpoint_name,
+        env_steps_of,
+        list_checkpoints,
+        load_checkpoint,
+    )
+
+    saved = run_dir / "plan.toml"
+    if not saved.is_file():
+        raise UnilabError(
+            f"{run_dir} is not a unilab run directory (no plan.toml)",
+            fix="pass the directory `unilab apply` printed at the end of the run",
+        )
+    theirs = load_plan(saved)
+    run_plan_id = run_plan_id or plan.plan_id
+    if theirs.plan_id != run_plan_id:
+        raise UnilabError(
+            f"{run_dir} was run with plan {theirs.plan_id}, this plan is {plan.plan_id}",
+            detail="--resume continues the same plan; a changed spec, override or host makes a new plan",
+            fix=f"resume with the run's own plan: {resume_command(run_dir)}",
+        )
+    ckpts = list_checkpoints(run_dir / "checkpoints")
+    if not ckpts:
+        raise UnilabError(f"{run_dir}/checkpoints holds no checkpoint to resume from", fix="start a new run")
+    if checkpoint is not None:
+        from unilab.run.export import run_checkpoint
+
+        path = run_checkpoint(run_dir, checkpoint, "unilab apply --resume")
+    else:
+        path = ckpts[-1]
+    blob = load_checkpoint(path, plan_id=run_plan_id)  # a corrupt file is named as such first
+    check_recorded_digest(run_dir, path)
+    named = env_steps_of(path)
+    if blob["env_steps"] != named:  # checkpoints are ordered, and superseded, by the steps in their names
+        raise UnilabError(
+            f"checkpoint {path} holds the state after {blob['env_steps']:,} env steps, its name says "
+            + (f"{named:,}" if named is not None else "no env steps"),
+            detail="checkpoints are picked by name; a renamed one would be resumed from the wrong point",
+            fix=f"rename it back to {checkpoint_name(int(blob['env_steps']))} (and its .sha256 file), or remove it",
+        )
+    if blob["env_steps"] >= plan.run.total_env_steps:
+        raise UnilabError(
+            f"{run_dir} already finished its run ({blob['env_steps']:,} env steps of "
+            f"{plan.run.total_env_steps:,} requested); nothing to resume",
+            fix="nothing is left to run in it; for more training, start a new run with a larger "
+            "run.total_env_steps (a finished run cannot be extended: its plan fixes the budget)",
+        )
+    return path
+
+
+def supersede_newer(run_dir: Path, resumed: Path) -> Path | None:
+    """A resume from an older checkpoint continues the run from there: the checkpoints after it
+    belong to a history the run no longer has. They are moved, with their digest files, into
+    checkpoints/superseded-<utc time>/ (nothing is deleted); returns that directory, or None."""
+    from unilab.run.checkpoint import digest_path, env_steps_of, list_checkpoints
+    from unilab.run.manifest_io import write_manifest
+    from unilab.run.run_lock import read_run_manifest
+
+    steps = env_steps_of(resumed) or 0
+    newer = [c for c in list_checkpoints(run_dir / "checkpoints") if (env_steps_of(c) or 0) > steps]
+    if not newer:
+        return None
+    base = run_dir / "checkpoints" / f"superseded-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}"
+    aside, i = base, 1
+    while aside.exists():  # two resumes within a second
+        i += 1
+        aside = base.with_name(f"{base.name}.{i}")
+    aside.mkdir()
+    for c in newer:
+        for f in (c, digest_path(c)):
+            if f.exists():
+                f.rename(aside / f.name)
+    # The manifest lists what checkpoints/ holds, now and if this session never starts.
+    manifest = read_run_manifest(run_dir)
+    if manifest is not None:
+        moved = {c.name for c in newer}
+        kept = [c for c in manifest.checkpoints if Path(c.path).name not in moved]
+        write_manifest(run_dir / "manifest.json", manifest.model_copy(update={"checkpoints": kept}), None)
+    return aside
+
+
+def kept_plan_path(run_dir: Path, plan_id: str) -> Path:
+    """Where a re-planned run keeps the plan its new one replaced."""
+    return run_dir / f"plan.{plan_id.removeprefix('sha256:')[:12]}.toml"
+
+
+def replace_plan(run_dir: Path, plan: Plan, old_plan_id: str) -> None:
+    """A run re-planned for this host: its plan.toml (plan `old_plan_id`, which resolve_resume
+    checked) becomes the new plan, and the one it replaces is kept beside it (its checkpoints
+    belong to it; the manifest's sessions name both)."""
+    from unilab.plan.render import render
+
+    old = run_dir / "plan.toml"
+    keep = kept_plan_path(run_dir, old_plan_id)
+    if not keep.exists():
+        write_text_atomic(keep, old.read_text(encoding="utf-8"), "previous plan")
+    write_text_atomic(old, render(plan), "plan")
+
+
+def restore_plan_unless_recorded(run_dir: Path, plan: Plan) -> None:
+    """A re-planned resume that ended before its manifest named the new plan (it failed or was
+    stopped while starting) puts the run's plan.toml back: the directory stays the run it was."""
+    manifest = read_run_manifest(run_dir)
+    if manifest is None or manifest.plan_id == plan.plan_id:
+        return
+    kept = kept_plan_path(run_dir, manifest.plan_id)
+    if kept.is_file():
+        write_text_atomic(run_dir / "plan.toml", kept.read_text(encoding="utf-8"), "plan")
+        kept.unlink()
+
+
+def drop_if_nothing_ran(run_dir: Path, resume_dir: Path | None, made_parents: list[Path] | None = None) -> bool:
+    """A new run directory without a manifest holds nothing that ran: remove it, leaving no
+    half-made run directory, and the parents this run made (run.output_dir) if they are empty.
+    True when it was removed."""
+    if resume_dir is not None or (run_dir / "manifest.json").exists():
+        return False
+    shutil.rmtree(run_dir, ignore_errors=True)
+    for parent in made_parents or []:  # deepest first; stop at the first that holds something
+        try:
+            parent.rmdir()
+        except OSError:
+            break
+    return True
+
+
+def has_checkpoint(run_dir: Path) -> bool:
+    return any((run_dir / "checkpoints").glob("ckpt-*.pt"))
+
+
+def resume_command(run_dir: Path) -> str:
+    return f"unilab apply --resume {run_dir}"
