@@ -300,7 +300,11 @@ def test_bf16_update_keeps_float32_state_and_follows_float32_gradients(algo: str
     assert float((a - b).norm() / a.norm()) < 0.1  # measured: sac 0.01, flashsac 0.05 (bf16 keeps 8 bits)
     for i in range(3):
         low.update(_batch(i))
-    for net, work in ((low.actor, low._actor_w), (low.critic, low._critic_w), (low.critic_target, low._target_w)):
+    for net, work in (
+        (low.actor, low._actor_w),
+        (low.critic, low._critic_w),
+        (low.critic_target, low._critic_target_w),
+    ):
         for p, w in zip(net.parameters(), work.params, strict=True):
             assert p.dtype == torch.float32 and w.dtype == BF16
             assert torch.equal(p.detach().to(BF16), w.detach())

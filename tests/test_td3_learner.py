@@ -173,7 +173,8 @@ def test_optim_groups_and_runtime_views() -> None:
     groups = learner.optim_groups()
     assert set(groups) == {"critic", "actor"}
     assert [id(p) for p in groups["critic"]] == [id(p) for p in learner.critic.parameters()]
-    assert learner.replicated() == [learner.actor, learner.actor_target, learner.critic, learner.critic_target]
+    want = [learner.actor, learner.critic, learner.critic_target, learner.actor_target]
+    assert learner.replicated() == want
     assert learner.running_stat_modules() == []
     obs = torch.randn(5, OBS)
     policy = learner.deterministic_actor()

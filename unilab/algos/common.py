@@ -3,7 +3,7 @@ learner, and the deployable policy of a checkpoint (export and eval read it here
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from torch import nn
@@ -59,7 +59,7 @@ def replay_policy(plan: Any, state: dict[str, Any]) -> tuple[nn.Module, int]:
     return DeployPolicy(learner.deterministic_actor(), mean, inv_std, clip).eval(), obs_dim
 
 
-def planned_precision(plan: Any) -> str:
+def planned_precision(plan: Any) -> Literal["float32", "bfloat16"]:
     """The learner precision a plan decided (plans made before the decision: float32)."""
     return plan.learner.precision.effective if plan.learner is not None else "float32"
 

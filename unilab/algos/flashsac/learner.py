@@ -45,8 +45,8 @@ Choices where the spec has no field or the paper leaves room (each is a default 
 
 from __future__ import annotations
 
-import copy
 import math
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -54,9 +54,9 @@ from torch import nn
 
 from unilab.errors import UnilabError
 from unilab.learn import categorical, squashed_gaussian
-from unilab.learn.optim import GradSyncFn, MaskedAdam, agree, grad_norm_and_clip, polyak_, set_grads
-from unilab.learn.precision import WorkingCopy
+from unilab.learn.optim import GradSyncFn, MaskedAdam, agree, set_grads
 from unilab.learn.replay import Batch
+from unilab.learn.replay_learner import ReplayLearner, seeded
 from unilab.learn.reward_scale import RewardScaler
 from unilab.spec.models import FlashSacSpec
 
@@ -201,69 +201,40 @@ def _project_all(module: nn.Module, ok: torch.Tensor) -> None:
             m.project(ok)
 
 
-class FlashSacLearner:
+class FlashSacLearner(ReplayLearner):
     """FlashSAC learner; same API as `SacLearner` (see `unilab.algos.sac.learner` for the update structure)."""
 
-    def __init__(
-        self,
-        obs_dim: int,
-        act_dim: int,
-        cfg: FlashSacSpec,
-        device: torch.device | str = "cpu",
-        seed: int = 0,
-        *,
-        compute_dtype: torch.dtype = torch.float32,
-        compile_mode: str | None = None,
-    ) -> None:
-        if obs_dim < 1 or act_dim < 1:
-            raise UnilabError(f"FlashSAC needs positive observation and action sizes, got {obs_dim} and {act_dim}")
+    algo = "flashsac"
+    title = "FlashSAC"
+
+    cfg: FlashSacSpec
+
+    def _build(self, seed: int) -> None:
+        """The networks projected onto their weight spheres from the start; BatchNorm statistics are
+        the float32 networks' own (the working copies hold the weights only, unilab.learn.precision)."""
+        cfg, obs_dim, act_dim = self.cfg, self.obs_dim, self.act_dim
         if not cfg.v_min < 0 < cfg.v_max:
             raise UnilabError(
                 f"FlashSAC's critic support [{cfg.v_min}, {cfg.v_max}] must contain 0 (rewards are scaled to it)",
                 fix="set algo.v_min = -5.0 and algo.v_max = 5.0 (the paper's support)",
             )
-        self.cfg = cfg
-        self.obs_dim, self.act_dim = obs_dim, act_dim
-        self.device = torch.device(device)
-        self.compute_dtype = compute_dtype
         self.target_entropy = squashed_gaussian.gaussian_entropy_target(act_dim, cfg.target_action_std)
         ha, hc = cfg.actor_hidden_dims[0], cfg.critic_hidden_dims[0]
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
-            actor = FlashActor(obs_dim, act_dim, ha, cfg.num_blocks, cfg.expansion)
-            critic = FlashCritic(obs_dim, act_dim, hc, cfg.num_blocks, cfg.expansion, cfg.num_atoms)
+        actor, critic = seeded(
+            seed,
+            lambda: FlashActor(obs_dim, act_dim, ha, cfg.num_blocks, cfg.expansion),
+            lambda: FlashCritic(obs_dim, act_dim, hc, cfg.num_blocks, cfg.expansion, cfg.num_atoms),
+        )
         self.actor = actor.to(self.device)
         self.critic = critic.to(self.device)
         yes = torch.ones((), dtype=torch.bool, device=self.device)
         _project_all(self.actor, yes)
         _project_all(self.critic, yes)
-        self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
         self.log_alpha = torch.tensor(math.log(cfg.alpha_init), device=self.device, requires_grad=True)
+        self.alpha_opt = MaskedAdam([self.log_alpha], cfg.alpha_lr)
         self.atoms = categorical.support(cfg.v_min, cfg.v_max, cfg.num_atoms, self.device)
         self.reward_scaler = RewardScaler(cfg.gamma, min(-cfg.v_min, cfg.v_max), self.device)
         self.reward_scaling = cfg.reward_scaling
-        # What the update's network calls run on (the networks themselves in float32;
-        # unilab.learn.precision): BatchNorm statistics are the networks' own.
-        self._actor_w = WorkingCopy(self.actor, compute_dtype)
-        self._critic_w = WorkingCopy(self.critic, compute_dtype)
-        self._target_w = WorkingCopy(self.critic_target, compute_dtype)
-        self._target_params = list(self.critic_target.parameters())
-
-        self._actor_params: list[torch.Tensor] = list(self.actor.parameters())
-        self._critic_params: list[torch.Tensor] = list(self.critic.parameters())
-        self.actor_opt = MaskedAdam(self._actor_params, cfg.actor_lr)
-        self.critic_opt = MaskedAdam(self._critic_params, cfg.critic_lr)
-        self.alpha_opt = MaskedAdam([self.log_alpha], cfg.alpha_lr)
-        self.update_gen = torch.Generator(device=self.device).manual_seed(seed * 2 + 1)
-        self.act_gen = torch.Generator(device=self.device).manual_seed(seed * 2 + 2)
-        self.num_critic_updates = 0
-        self.num_actor_updates = 0
-
-        self._critic_loss = self._critic_loss_eager
-        self._actor_loss = self._actor_loss_eager
-        if compile_mode is not None:
-            self._critic_loss = torch.compile(self._critic_loss_eager, mode=compile_mode, dynamic=False)
-            self._actor_loss = torch.compile(self._actor_loss_eager, mode=compile_mode, dynamic=False)
 
     # ------------------------------------------------------------------ inference
     @torch.no_grad()
@@ -285,9 +256,6 @@ class FlashSacLearner:
         return self.reward_scaler.scale() if self.reward_scaling else one
 
     # ------------------------------------------------------------------ losses (pure but for BN statistics)
-    def _in(self, x: torch.Tensor) -> torch.Tensor:
-        return x.to(self.compute_dtype)
-
     def _actor_loss_eager(
         self, batch: Batch, noise: torch.Tensor, alpha: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -307,7 +275,7 @@ class FlashSacLearner:
             next_a, next_logp = squashed_gaussian.sample(mean, log_std, next_noise)
             obs_all = self._in(torch.cat([batch.obs, batch.next_obs], dim=0))
             act_all = self._in(torch.cat([batch.action, next_a], dim=0))
-            t_logits = self._target_w(obs_all, act_all, train=True)[:, b:]  # [2, B, K], next half
+            t_logits = self._critic_target_w(obs_all, act_all, train=True)[:, b:]  # [2, B, K], next half
             t_q = categorical.expectation(t_logits, self.atoms)
             pick = (t_q[0] <= t_q[1])[:, None]
             t_probs = torch.softmax(t_logits, dim=-1)
@@ -333,14 +301,8 @@ class FlashSacLearner:
         set_grads(self._actor_params, torch.autograd.grad(loss, self._actor_w.params, allow_unused=True))
         return {"actor_loss": loss.detach(), "actor_finite": torch.isfinite(loss), "entropy": -logp_mean}
 
-    def actor_step(self, ok: torch.Tensor) -> dict[str, torch.Tensor]:
-        norm = grad_norm_and_clip(self._actor_params, self.cfg.max_grad_norm)
-        ok = ok & torch.isfinite(norm)
-        self.actor_opt.step(ok)
-        _project_all(self.actor, ok)
-        self._actor_w.refresh()
-        self.num_actor_updates += 1
-        return {"actor_grad_norm": norm, "actor_finite": ok}
+    def _constrain(self, net: nn.Module, ok: torch.Tensor) -> None:
+        _project_all(net, ok)
 
     def alpha_grads(self, entropy: torch.Tensor) -> dict[str, torch.Tensor]:
         """Loss alpha * (entropy - target); its gradient w.r.t. log_alpha is written directly."""
@@ -358,31 +320,7 @@ class FlashSacLearner:
     def critic_grads(self, batch: Batch) -> dict[str, torch.Tensor]:
         noise = torch.randn(batch.action.shape, device=self.device, generator=self.update_gen)
         loss, q_mean = self._critic_loss(batch, noise, self.alpha(), self.reward_scale())
-        set_grads(self._critic_params, torch.autograd.grad(loss, self._critic_w.params, allow_unused=True))
-        return {"critic_loss": loss.detach(), "critic_finite": torch.isfinite(loss), "q_mean": q_mean}
-
-    def critic_step(self, ok: torch.Tensor) -> dict[str, torch.Tensor]:
-        norm = grad_norm_and_clip(self._critic_params, self.cfg.max_grad_norm)
-        ok = ok & torch.isfinite(norm)
-        self.critic_opt.step(ok)
-        _project_all(self.critic, ok)
-        polyak_(self._target_params, self._critic_params, self.cfg.tau, ok)
-        self._critic_w.refresh()
-        self._target_w.refresh()
-        self.num_critic_updates += 1
-        return {"critic_grad_norm": norm, "critic_finite": ok}
-
-    def refresh_working_copies(self) -> None:
-        """After the float32 networks were written from outside the update (a checkpoint loaded, a
-        data-parallel broadcast), so the update's working copies hold the same weights."""
-        self._actor_w.refresh()
-        self._critic_w.refresh()
-        self._target_w.refresh()
-
-    def cycle_kind(self) -> str:
-        """What the next `update` runs: the actor and temperature too, or the critic alone (a host
-        counter, no sync); a CUDA graph of the learner keeps one graph per kind."""
-        return "critic+actor" if self.num_critic_updates % self.cfg.actor_update_every == 0 else "critic"
+        return self._critic_grads(loss, q_mean)
 
     def update(self, batch: Batch, sync: GradSyncFn | None = None) -> dict[str, torch.Tensor]:
         """Actor + temperature every `actor_update_every` calls (first), then critic and target."""
@@ -402,57 +340,26 @@ class FlashSacLearner:
         """Normalized observations -> the deterministic action in [-1, 1] (export, eval)."""
         return squashed_gaussian.MeanAction(self.actor, False)
 
-    def replicated(self) -> list[nn.Module | torch.Tensor]:
-        """What every data-parallel rank must hold alike (broadcast at start, digested at the end)."""
-        return [self.actor, self.critic, self.critic_target, self.log_alpha]
+    def _learned_tensors(self) -> list[torch.Tensor]:
+        return [self.log_alpha]
 
     def running_stat_modules(self) -> list[nn.Module]:
-        """Modules whose buffers each rank updates from its own batch (averaged under data parallel)."""
         return [self.actor, self.critic, self.critic_target]  # BatchNorm running statistics
 
     # ------------------------------------------------------------------ checkpoints
-    def state_dict(self) -> dict[str, object]:
-        return {
-            "algo": "flashsac",
-            "actor": self.actor.state_dict(),
-            "critic": self.critic.state_dict(),
-            "critic_target": self.critic_target.state_dict(),
-            "log_alpha": self.log_alpha.detach().clone(),
-            "actor_opt": self.actor_opt.state_dict(),
-            "critic_opt": self.critic_opt.state_dict(),
-            "alpha_opt": self.alpha_opt.state_dict(),
-            "reward_scaler": self.reward_scaler.state_dict(),
-            "update_gen": self.update_gen.get_state(),
-            "act_gen": self.act_gen.get_state(),
-            "num_critic_updates": self.num_critic_updates,
-            "num_actor_updates": self.num_actor_updates,
-        }
+    def optimizers(self) -> dict[str, MaskedAdam]:
+        return {**super().optimizers(), "alpha_opt": self.alpha_opt}
 
-    def load_weights(self, state: dict[str, object]) -> None:
-        """What a run started from this checkpoint takes (run.init_from): the networks, the entropy
-        temperature and the reward scale the critic was fitted under (its statistics; the source's
-        unfinished episode returns are dropped); optimizers, generators and counters stay fresh."""
-        if state.get("algo") != "flashsac":
-            raise UnilabError(
-                f"checkpoint holds a {state.get('algo')!r} learner, this run uses 'flashsac'",
-                fix="resume with the algo.name that wrote the checkpoint",
-            )
-        self.actor.load_state_dict(state["actor"])  # type: ignore[arg-type]
-        self.critic.load_state_dict(state["critic"])  # type: ignore[arg-type]
-        self.critic_target.load_state_dict(state["critic_target"])  # type: ignore[arg-type]
+    def _extra_state(self) -> dict[str, object]:
+        return {"log_alpha": self.log_alpha.detach().clone(), "reward_scaler": self.reward_scaler.state_dict()}
+
+    def _load_extra_weights(self, state: dict[str, Any]) -> None:
+        """The entropy temperature and the reward scale the critic was fitted under (its statistics;
+        the source's unfinished episode returns are dropped)."""
         with torch.no_grad():
-            self.log_alpha.copy_(state["log_alpha"])  # type: ignore[arg-type]
-        self.reward_scaler.load_state_dict(state["reward_scaler"])  # type: ignore[arg-type]
+            self.log_alpha.copy_(state["log_alpha"])
+        self.reward_scaler.load_state_dict(state["reward_scaler"])
         self.reward_scaler.returns = torch.zeros(0, device=self.device)  # this run's episodes are new
-        self.refresh_working_copies()
 
-    def load_state_dict(self, state: dict[str, object]) -> None:
-        self.load_weights(state)
-        self.reward_scaler.load_state_dict(state["reward_scaler"])  # type: ignore[arg-type]  (returns too)
-        self.actor_opt.load_state_dict(state["actor_opt"])  # type: ignore[arg-type]
-        self.critic_opt.load_state_dict(state["critic_opt"])  # type: ignore[arg-type]
-        self.alpha_opt.load_state_dict(state["alpha_opt"])  # type: ignore[arg-type]
-        self.update_gen.set_state(state["update_gen"])  # type: ignore[arg-type]
-        self.act_gen.set_state(state["act_gen"])  # type: ignore[arg-type]
-        self.num_critic_updates = int(state["num_critic_updates"])  # type: ignore[arg-type]
-        self.num_actor_updates = int(state["num_actor_updates"])  # type: ignore[arg-type]
+    def _load_extra_state(self, state: dict[str, Any]) -> None:
+        self.reward_scaler.load_state_dict(state["reward_scaler"])  # the unfinished returns too

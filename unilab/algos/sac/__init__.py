@@ -8,7 +8,8 @@ from unilab.algos.algodef import AlgoDef
 from unilab.spec.models import SacSpec
 
 
-def _network_keys(algo: Any) -> tuple[str, ...]:
+def network_keys(algo: Any) -> tuple[str, ...]:
+    """An MLP actor and twin critic's shape (SAC's, TD3's): what a loaded checkpoint must match."""
     dist = ("num_atoms", "v_min", "v_max") if algo.critic == "c51" else ()
     return (
         "actor_hidden_dims", "critic_hidden_dims", "activation", "critic", "layer_norm", *dist,
@@ -22,7 +23,7 @@ SAC = AlgoDef(
     spec=SacSpec,
     loop="offpolicy",
     learner="unilab.algos.sac.learner:SacLearner",
-    network_keys=_network_keys,
+    network_keys=network_keys,
     carried_key="alpha_init",
     carried_what="entropy temperature",
 )

@@ -34,8 +34,8 @@ own generators outside the loss functions, so those are pure and can be torch.co
 
 from __future__ import annotations
 
-import copy
 import math
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -43,9 +43,9 @@ from torch import nn
 
 from unilab.errors import UnilabError
 from unilab.learn import categorical, squashed_gaussian
-from unilab.learn.optim import GradSyncFn, MaskedAdam, agree, grad_norm_and_clip, polyak_, set_grads
-from unilab.learn.precision import WorkingCopy
+from unilab.learn.optim import GradSyncFn, MaskedAdam, agree, set_grads
 from unilab.learn.replay import Batch
+from unilab.learn.replay_learner import ReplayLearner, seeded
 from unilab.spec.models import SacSpec
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
@@ -54,17 +54,21 @@ LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
 ACTIVATIONS: dict[str, type[nn.Module]] = {"relu": nn.ReLU, "silu": nn.SiLU, "elu": nn.ELU}
 
 
+def mlp(d: int, hidden: tuple[int, ...], layer_norm: bool, activation: str) -> tuple[nn.Sequential, int]:
+    """Linear, optional LayerNorm and the activation per hidden width; and the output width."""
+    layers: list[nn.Module] = []
+    for h in hidden:
+        layers += [nn.Linear(d, h), nn.LayerNorm(h) if layer_norm else nn.Identity(), ACTIVATIONS[activation]()]
+        d = h
+    return nn.Sequential(*layers), d
+
+
 class Actor(nn.Module):
     def __init__(
         self, obs_dim: int, act_dim: int, hidden: tuple[int, ...], layer_norm: bool, activation: str = "relu"
     ) -> None:
         super().__init__()
-        layers: list[nn.Module] = []
-        d = obs_dim
-        for h in hidden:
-            layers += [nn.Linear(d, h), nn.LayerNorm(h) if layer_norm else nn.Identity(), ACTIVATIONS[activation]()]
-            d = h
-        self.trunk = nn.Sequential(*layers)
+        self.trunk, d = mlp(obs_dim, hidden, layer_norm, activation)
         self.head = nn.Linear(d, 2 * act_dim)
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -96,6 +100,16 @@ class EnsembleLayerNorm(nn.Module):
         return torch.addcmul(self.bias, F.layer_norm(x, x.shape[-1:]), self.weight)
 
 
+def distributional(cfg: Any) -> bool:
+    """Whether the `[algo]` asks for the C51 critic; an empty support is refused."""
+    if cfg.critic == "c51" and not cfg.v_min < cfg.v_max:
+        raise UnilabError(
+            f"C51 critic support is empty: v_min {cfg.v_min} >= v_max {cfg.v_max}",
+            fix="set algo.v_min below algo.v_max",
+        )
+    return cfg.critic == "c51"
+
+
 class TwinCritic(nn.Module):
     """Two Q networks. Output [2, B] (mse) or logits [2, B, num_atoms] (c51)."""
 
@@ -119,81 +133,60 @@ class TwinCritic(nn.Module):
         self.head = EnsembleLinear(2, d, out_dim)
         self.out_dim = out_dim
 
+    @classmethod
+    def for_spec(cls, obs_dim: int, act_dim: int, cfg: Any) -> TwinCritic:
+        """The twin critic an `[algo]` with SAC's critic keys asks for (SAC's, TD3's)."""
+        out_dim = cfg.num_atoms if distributional(cfg) else 1
+        return cls(obs_dim, act_dim, tuple(cfg.critic_hidden_dims), cfg.layer_norm, out_dim, cfg.activation)
+
     def forward(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
         x = torch.cat([obs, action], dim=-1).unsqueeze(0).expand(2, -1, -1)
         out = self.head(self.trunk(x)).float()
         return out.squeeze(-1) if self.out_dim == 1 else out
 
 
-class SacLearner:
-    """SAC learner: `act`, `update`, `state_dict`; see the module docstring for the update structure.
+class TwinCriticFit:
+    """SAC's and TD3's twin critic in the update: its expected Q, and its loss against a target
+    (cross-entropy to the projected target distribution, or squared error), summed over the two."""
 
-    `seed` fixes the initial weights (without touching the caller's global RNG) and the learner's
-    own noise generators. `compute_dtype` is the precision of the update's network calls
-    (float32 or the plan's bfloat16; see the module docstring); parameters, optimizer state,
-    losses and `act` stay float32. `compile_mode` wraps the two loss functions in torch.compile
-    (forward and backward), measured slower than eager on CPU (tools/bench_learner.py --compile).
-    """
+    distributional: bool
+    atoms: torch.Tensor
 
-    def __init__(
-        self,
-        obs_dim: int,
-        act_dim: int,
-        cfg: SacSpec,
-        device: torch.device | str = "cpu",
-        seed: int = 0,
-        *,
-        compute_dtype: torch.dtype = torch.float32,
-        compile_mode: str | None = None,
-    ) -> None:
-        if obs_dim < 1 or act_dim < 1:
-            raise UnilabError(f"SAC needs positive observation and action sizes, got {obs_dim} and {act_dim}")
-        if cfg.critic == "c51" and not cfg.v_min < cfg.v_max:
-            raise UnilabError(
-                f"C51 critic support is empty: v_min {cfg.v_min} >= v_max {cfg.v_max}",
-                fix="set algo.v_min below algo.v_max",
-            )
-        self.cfg = cfg
-        self.obs_dim, self.act_dim = obs_dim, act_dim
-        self.device = torch.device(device)
-        self.distributional = cfg.critic == "c51"
+    def _q_values(self, out: torch.Tensor) -> torch.Tensor:
+        """[2, B] expected Q from critic output."""
+        return categorical.expectation(out, self.atoms) if self.distributional else out
+
+    def _critic_fit(self, out: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.distributional:
+            loss = -(target[None] * torch.log_softmax(out, dim=-1)).sum(-1).mean(-1).sum()
+        else:
+            loss = (out - target[None]).square().mean(-1).sum()
+        return loss, self._q_values(out.detach()).mean()
+
+
+class SacLearner(TwinCriticFit, ReplayLearner):
+    """A squashed-Gaussian actor, a twin critic and a learned entropy temperature; the update
+    structure is the module docstring's, the constructor `ReplayLearner`'s."""
+
+    algo = "sac"
+    title = "SAC"
+
+    cfg: SacSpec
+
+    def _build(self, seed: int) -> None:
+        cfg, obs_dim, act_dim = self.cfg, self.obs_dim, self.act_dim
+        self.distributional = distributional(cfg)
         self.target_entropy = float(-act_dim if cfg.target_entropy == "auto" else cfg.target_entropy)
-        self.compute_dtype = compute_dtype
-        out_dim = cfg.num_atoms if self.distributional else 1
-        with torch.random.fork_rng(devices=[]):  # seeded init without touching the caller's RNG
-            torch.manual_seed(seed)
-            actor = Actor(obs_dim, act_dim, tuple(cfg.actor_hidden_dims), cfg.layer_norm, cfg.activation)
-            critic = TwinCritic(
-                obs_dim, act_dim, tuple(cfg.critic_hidden_dims), cfg.layer_norm, out_dim, cfg.activation
-            )
+        actor, critic = seeded(
+            seed,
+            lambda: Actor(obs_dim, act_dim, tuple(cfg.actor_hidden_dims), cfg.layer_norm, cfg.activation),
+            lambda: TwinCritic.for_spec(obs_dim, act_dim, cfg),
+        )
         self.actor = actor.to(self.device)
         self.critic = critic.to(self.device)
-        self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
         self.log_alpha = torch.tensor(math.log(cfg.alpha_init), device=self.device, requires_grad=True)
-        self.atoms = categorical.support(cfg.v_min, cfg.v_max, cfg.num_atoms, self.device)
-        # What the update's network calls run on (the networks themselves in float32).
-        self._actor_w = WorkingCopy(self.actor, compute_dtype)
-        self._critic_w = WorkingCopy(self.critic, compute_dtype)
-        self._target_w = WorkingCopy(self.critic_target, compute_dtype)
-        self._target_params = list(self.critic_target.parameters())
-
-        self._actor_params: list[torch.Tensor] = list(self.actor.parameters())
-        self._critic_params: list[torch.Tensor] = list(self.critic.parameters())
-        self.actor_opt = MaskedAdam(self._actor_params, cfg.actor_lr)
-        self.critic_opt = MaskedAdam(self._critic_params, cfg.critic_lr)
         self.alpha_opt = MaskedAdam([self.log_alpha], cfg.alpha_lr)
-
-        # Separate streams: inference calls between updates do not change the update's noise.
-        self.update_gen = torch.Generator(device=self.device).manual_seed(seed * 2 + 1)
-        self.act_gen = torch.Generator(device=self.device).manual_seed(seed * 2 + 2)
-        self.num_critic_updates = 0
-        self.num_actor_updates = 0
-
-        self._critic_loss = self._critic_loss_eager
-        self._actor_loss = self._actor_loss_eager
-        if compile_mode is not None:
-            self._critic_loss = torch.compile(self._critic_loss_eager, mode=compile_mode, dynamic=False)
-            self._actor_loss = torch.compile(self._actor_loss_eager, mode=compile_mode, dynamic=False)
+        self.atoms = categorical.support(cfg.v_min, cfg.v_max, cfg.num_atoms, self.device)
 
     # ------------------------------------------------------------------ inference
     @torch.no_grad()
@@ -206,20 +199,13 @@ class SacLearner:
         return squashed_gaussian.sample(mean, log_std, noise)[0]
 
     # ------------------------------------------------------------------ losses (pure)
-    def _in(self, x: torch.Tensor) -> torch.Tensor:
-        return x.to(self.compute_dtype)
-
-    def _q_values(self, out: torch.Tensor) -> torch.Tensor:
-        """[2, B] expected Q from critic output."""
-        return categorical.expectation(out, self.atoms) if self.distributional else out
-
     def _critic_loss_eager(
         self, batch: Batch, next_noise: torch.Tensor, alpha: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         with torch.no_grad():
             mean, log_std = self._actor_w(self._in(batch.next_obs))
             next_a, next_logp = squashed_gaussian.sample(mean, log_std, next_noise)
-            t_out = self._target_w(self._in(batch.next_obs), self._in(next_a))
+            t_out = self._critic_target_w(self._in(batch.next_obs), self._in(next_a))
             bonus = alpha * next_logp  # [B]
             if self.distributional:
                 t_q = categorical.expectation(t_out, self.atoms)  # [2, B]
@@ -231,11 +217,7 @@ class SacLearner:
             else:
                 target = batch.reward + batch.discount * (t_out.min(0).values - bonus)
         out = self._critic_w(self._in(batch.obs), self._in(batch.action))
-        if self.distributional:
-            loss = -(target[None] * torch.log_softmax(out, dim=-1)).sum(-1).mean(-1).sum()
-        else:
-            loss = (out - target[None]).square().mean(-1).sum()
-        return loss, self._q_values(out.detach()).mean()
+        return self._critic_fit(out, target)
 
     def _actor_loss_eager(
         self, obs: torch.Tensor, noise: torch.Tensor, alpha: torch.Tensor
@@ -257,19 +239,7 @@ class SacLearner:
     def critic_grads(self, batch: Batch) -> dict[str, torch.Tensor]:
         noise = torch.randn(batch.action.shape, device=self.device, generator=self.update_gen)
         loss, q_mean = self._critic_loss(batch, noise, self.alpha())
-        grads = torch.autograd.grad(loss, self._critic_w.params, allow_unused=True)
-        set_grads(self._critic_params, grads)  # converted to float32 by the copy
-        return {"critic_loss": loss.detach(), "critic_finite": torch.isfinite(loss), "q_mean": q_mean}
-
-    def critic_step(self, ok: torch.Tensor) -> dict[str, torch.Tensor]:
-        norm = grad_norm_and_clip(self._critic_params, self.cfg.max_grad_norm)
-        ok = ok & torch.isfinite(norm)
-        self.critic_opt.step(ok)
-        polyak_(self._target_params, self._critic_params, self.cfg.tau, ok)
-        self._critic_w.refresh()
-        self._target_w.refresh()
-        self.num_critic_updates += 1
-        return {"critic_grad_norm": norm, "critic_finite": ok}
+        return self._critic_grads(loss, q_mean)
 
     def actor_grads(self, batch: Batch) -> dict[str, torch.Tensor]:
         noise = torch.randn(batch.action.shape, device=self.device, generator=self.update_gen)
@@ -277,14 +247,6 @@ class SacLearner:
         # Gradients w.r.t. the actor only: the critic's .grad buffers are left as they are.
         set_grads(self._actor_params, torch.autograd.grad(loss, self._actor_w.params, allow_unused=True))
         return {"actor_loss": loss.detach(), "actor_finite": torch.isfinite(loss), "entropy": -logp_mean}
-
-    def actor_step(self, ok: torch.Tensor) -> dict[str, torch.Tensor]:
-        norm = grad_norm_and_clip(self._actor_params, self.cfg.max_grad_norm)
-        ok = ok & torch.isfinite(norm)
-        self.actor_opt.step(ok)
-        self._actor_w.refresh()
-        self.num_actor_updates += 1
-        return {"actor_grad_norm": norm, "actor_finite": ok}
 
     def alpha_grads(self, entropy: torch.Tensor) -> dict[str, torch.Tensor]:
         """`entropy`: the detached -mean log_pi from `actor_grads` (the same minibatch)."""
@@ -297,11 +259,6 @@ class SacLearner:
         self.alpha_opt.step(ok)
         return {"alpha": self.alpha(), "alpha_finite": ok}
 
-    def cycle_kind(self) -> str:
-        """What the next `update` runs: the actor and temperature too, or the critic alone (a host
-        counter, no sync); a CUDA graph of the learner keeps one graph per kind."""
-        return "critic+actor" if self.num_critic_updates % self.cfg.actor_update_every == 0 else "critic"
-
     def update(self, batch: Batch, sync: GradSyncFn | None = None) -> dict[str, torch.Tensor]:
         """One critic update and, every `actor_update_every` calls, one actor and temperature update.
 
@@ -309,7 +266,7 @@ class SacLearner:
         """
         m = self.critic_grads(batch)
         m.update(self.critic_step(agree(sync, "critic", m["critic_finite"])))
-        if (self.num_critic_updates - 1) % self.cfg.actor_update_every == 0:
+        if self._actor_due():
             m.update(self.actor_grads(batch))
             m.update(self.actor_step(agree(sync, "actor", m["actor_finite"])))
             m.update(self.alpha_grads(m["entropy"]))
@@ -319,64 +276,22 @@ class SacLearner:
     def observe_rewards(self, reward: torch.Tensor, terminated: torch.Tensor, truncated: torch.Tensor) -> None:
         """Per-env-step reward hook shared with FlashSAC; SAC does not scale rewards, so it keeps nothing."""
 
-    def refresh_working_copies(self) -> None:
-        """After the float32 networks were written from outside the update (a checkpoint loaded, a
-        data-parallel broadcast), so the update's working copies hold the same weights."""
-        self._actor_w.refresh()
-        self._critic_w.refresh()
-        self._target_w.refresh()
-
     # ------------------------------------------------------------------ what the runtime asks
     def deterministic_actor(self) -> nn.Module:
         """Normalized observations -> the deterministic action in [-1, 1] (export, eval)."""
         return squashed_gaussian.MeanAction(self.actor)
 
-    def replicated(self) -> list[nn.Module | torch.Tensor]:
-        """What every data-parallel rank must hold alike (broadcast at start, digested at the end)."""
-        return [self.actor, self.critic, self.critic_target, self.log_alpha]
-
-    def running_stat_modules(self) -> list[nn.Module]:
-        """Modules whose buffers each rank updates from its own batch (averaged under data parallel)."""
-        return []
+    def _learned_tensors(self) -> list[torch.Tensor]:
+        return [self.log_alpha]
 
     # ------------------------------------------------------------------ checkpoints
-    def state_dict(self) -> dict[str, object]:
-        return {
-            "algo": "sac",
-            "actor": self.actor.state_dict(),
-            "critic": self.critic.state_dict(),
-            "critic_target": self.critic_target.state_dict(),
-            "log_alpha": self.log_alpha.detach().clone(),
-            "actor_opt": self.actor_opt.state_dict(),
-            "critic_opt": self.critic_opt.state_dict(),
-            "alpha_opt": self.alpha_opt.state_dict(),
-            "update_gen": self.update_gen.get_state(),
-            "act_gen": self.act_gen.get_state(),
-            "num_critic_updates": self.num_critic_updates,
-            "num_actor_updates": self.num_actor_updates,
-        }
+    def optimizers(self) -> dict[str, MaskedAdam]:
+        return {**super().optimizers(), "alpha_opt": self.alpha_opt}
 
-    def load_weights(self, state: dict[str, object]) -> None:
-        """What a run started from this checkpoint takes (run.init_from): the networks, the entropy
-        temperature; optimizers, generators and counters stay fresh."""
-        if state.get("algo") != "sac":
-            raise UnilabError(
-                f"checkpoint holds a {state.get('algo')!r} learner, this run uses 'sac'",
-                fix="resume with the algo.name that wrote the checkpoint",
-            )
-        self.actor.load_state_dict(state["actor"])  # type: ignore[arg-type]
-        self.critic.load_state_dict(state["critic"])  # type: ignore[arg-type]
-        self.critic_target.load_state_dict(state["critic_target"])  # type: ignore[arg-type]
+    def _extra_state(self) -> dict[str, object]:
+        return {"log_alpha": self.log_alpha.detach().clone()}
+
+    def _load_extra_weights(self, state: dict[str, Any]) -> None:
+        """The entropy temperature it learned."""
         with torch.no_grad():
-            self.log_alpha.copy_(state["log_alpha"])  # type: ignore[arg-type]
-        self.refresh_working_copies()
-
-    def load_state_dict(self, state: dict[str, object]) -> None:
-        self.load_weights(state)
-        self.actor_opt.load_state_dict(state["actor_opt"])  # type: ignore[arg-type]
-        self.critic_opt.load_state_dict(state["critic_opt"])  # type: ignore[arg-type]
-        self.alpha_opt.load_state_dict(state["alpha_opt"])  # type: ignore[arg-type]
-        self.update_gen.set_state(state["update_gen"])  # type: ignore[arg-type]
-        self.act_gen.set_state(state["act_gen"])  # type: ignore[arg-type]
-        self.num_critic_updates = int(state["num_critic_updates"])  # type: ignore[arg-type]
-        self.num_actor_updates = int(state["num_actor_updates"])  # type: ignore[arg-type]
+            self.log_alpha.copy_(state["log_alpha"])
