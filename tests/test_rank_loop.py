@@ -4,6 +4,11 @@ off-policy sync and the PPO rollout alike (one helper, `unilab.run.rank_loop.Cad
 
 from __future__ import annotations
 
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
 from unilab.run.offpolicy import OffPolicyRank
 from unilab.run.onpolicy import OnPolicyRank
 from unilab.run.rank_loop import Cadence, RankLoop
@@ -38,3 +43,20 @@ def test_both_drivers_run_the_one_loop() -> None:
     assert "_step" in vars(OffPolicyRank) and "_step" in vars(OnPolicyRank)
     assert "run" not in vars(OffPolicyRank) and "run" not in vars(OnPolicyRank)
     assert OffPolicyRank.run is RankLoop.run
+
+
+def test_a_resumed_rank_without_the_run_directory_finds_it_above_the_checkpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ranks other than 0 are not handed the run directory; resuming, each checks the checkpoint
+    against the run's plan ids, read from the directory the checkpoint lies in."""
+    from unilab.run import checkpoint, rank_run
+
+    seen: list[Path] = []
+    monkeypatch.setattr(checkpoint, "run_plan_ids", lambda run_dir, plan_id: seen.append(run_dir) or {plan_id})
+    monkeypatch.setattr(checkpoint, "load_checkpoint", lambda path, plan_id: {"state": {"from": path.name}})
+    ckpt = tmp_path / "run" / "checkpoints" / "ckpt-0000000000064.pt"
+    plan = SimpleNamespace(plan_id="p", run=SimpleNamespace(init_from=None))
+    job = rank_run.RankJob(plan=plan, rank=1, run_dir=None, resume_checkpoint=ckpt)  # type: ignore[arg-type]
+    assert rank_run._starting_states(job) == ({"from": ckpt.name}, None)
+    assert seen == [tmp_path / "run"]

@@ -223,6 +223,11 @@ class OffPolicyRank(RankLoop):
         # Every transition handed to the replay is in storage or in its n-step window.
         self.progress.transitions_stored = replay.total_added + replay.pending * replay.num_envs
 
+    def grad_sync_evidence(self) -> tuple[int, float, dict[str, int]]:
+        """Data parallel: gradient all-reduces, their seconds and wire bytes per sync, by optimizer."""
+        dp = self.dp
+        return dp.syncs, dp.sync_s, {k: v["wire_bytes_per_sync"] for k, v in dp.wire_summary().items()}
+
     def param_digest(self) -> str:
         """Digest of the learner's replicated tensors and the observation normalizer (fed from every
         rank, so equal on every rank too): a missed normalizer merge shows as differing digests."""

@@ -66,8 +66,10 @@ class OnPolicyRank(RankLoop):
     def grad_sync_s(self) -> float:
         return self.learner.alg.grad_sync_s if self.learner is not None else 0.0
 
-    def wire_bytes_per_sync(self) -> dict[str, int]:
-        return {"ppo": 4 * self.learner.alg.grad_numel()} if self.learner is not None else {}
+    def grad_sync_evidence(self) -> tuple[int, float, dict[str, int]]:
+        """rsl-rl's own all-reduce, counted by the PPO runner (float32 on the wire)."""
+        wire = {"ppo": 4 * self.learner.alg.grad_numel()} if self.learner is not None else {}
+        return self.grad_syncs, self.grad_sync_s, wire
 
     # ---------------------------------------------------------------------------------- the driver
     def _started(self) -> None:

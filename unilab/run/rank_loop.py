@@ -98,7 +98,7 @@ class RankHooks:
 
     on_started: Callable[[ch.Hello], None]
     on_log: Callable[[Progress, dict[str, float]], None]
-    on_checkpoint: Callable[[Progress, dict[str, Any]], None]
+    on_checkpoint: Callable[[Progress, dict[str, Any]], object]
     should_stop: Callable[[], bool]
 
 

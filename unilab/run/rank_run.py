@@ -23,14 +23,13 @@ from unilab.run.collector_client import RunFailed
 from unilab.run.events import EventLog
 from unilab.run.offpolicy import OffPolicyRank
 from unilab.run.progress import ProgressLine
-from unilab.run.rank_loop import RankHooks
+from unilab.run.rank_loop import RankHooks, RankLoop
 from unilab.run.recorder import RunRecorder
 from unilab.run.stop import STOP_SIGNALS, StopFlag, signals_ignored
 from unilab.sim.contract import physics_warning_fix
 
 if TYPE_CHECKING:
     from unilab.run.mps_attach import MpsAttachment
-    from unilab.run.onpolicy import OnPolicyRank
 
 GRACE_S = 120.0  # how long the ranks wait for each other at the end of the run
 
@@ -57,105 +56,170 @@ def _gather(obj: Any, world: int) -> list[Any]:
     return out
 
 
-def run_rank(job: RankJob, stop: StopFlag) -> int:
-    """Returns the exit code; raises RunFailed / UnilabError for failures (after recording them)."""
-    from unilab.host.probe import probe_host
+def _starting_states(job: RankJob) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """The checkpoint state a resume continues from, or run.init_from's to start from (not both)."""
     from unilab.run.checkpoint import load_checkpoint, run_plan_ids
 
-    plan, rank, world = job.plan, job.rank, job.plan.topology.world_size
-    from unilab.run import mps_attach
-
-    att = job.mps
-    if plan.cuda_process_sharing.effective == "mps" and att is None:
-        raise UnilabError("internal: an MPS rank must be prepared (unilab.run.rank_env) before CUDA initialises")
-    resume_state = init_state = None
+    plan = job.plan
     if job.resume_checkpoint is not None:
-        resume_state = load_checkpoint(job.resume_checkpoint, plan_id=run_plan_ids(job.run_dir, plan.plan_id))["state"]
-    elif plan.run.init_from is not None:  # a resumed run continues from its own checkpoint instead
+        # Rank 0 has the run directory; the others find it above the checkpoint (RUN/checkpoints/).
+        run_dir = job.run_dir if job.run_dir is not None else job.resume_checkpoint.parent.parent
+        plan_ids = run_plan_ids(run_dir, plan.plan_id)
+        return load_checkpoint(job.resume_checkpoint, plan_id=plan_ids)["state"], None
+    if plan.run.init_from is not None:  # a resumed run continues from its own checkpoint instead
         from unilab.run.init_state import read_init_state
 
-        init_state = read_init_state(plan)
+        return None, read_init_state(plan)
+    return None, None
 
-    rec: RunRecorder | None = None
-    events: EventLog | None = None
-    if rank == 0:
-        if job.run_dir is None:
-            raise UnilabError("internal: rank 0 needs the run directory")
-        events = EventLog(job.run_dir / "events.jsonl", run_id=job.run_dir.name, rank=0)
-        rec = RunRecorder(
-            plan,
-            probe_host(),
-            job.run_dir,
-            events,
-            str(job.resume_checkpoint) if job.resume_checkpoint else None,
-            ProgressLine(plan.run.effective_env_steps, enabled=job.progress),
-        )
-        events.info(
-            "run_started",
-            plan_id=plan.plan_id,
-            world_size=world,
-            resumed_from=rec.resumed_from,
-            run_dir=str(job.run_dir),
-        )
 
-    dp = None
-    if world > 1:
-        from unilab.run.dp import DpContext
+def _open_record(job: RankJob) -> tuple[RunRecorder, EventLog]:
+    """Rank 0's record of the run: its event log (which says the run started) and recorder."""
+    from unilab.host.probe import probe_host
 
-        dp = DpContext(plan, rank, world)
-    started = False
+    plan = job.plan
+    if job.run_dir is None:
+        raise UnilabError("internal: rank 0 needs the run directory")
+    events = EventLog(job.run_dir / "events.jsonl", run_id=job.run_dir.name, rank=0)
+    rec = RunRecorder(
+        plan,
+        probe_host(),
+        job.run_dir,
+        events,
+        str(job.resume_checkpoint) if job.resume_checkpoint else None,
+        ProgressLine(plan.run.effective_env_steps, enabled=job.progress),
+    )
+    events.info(
+        "run_started",
+        plan_id=plan.plan_id,
+        world_size=plan.topology.world_size,
+        resumed_from=rec.resumed_from,
+        run_dir=str(job.run_dir),
+    )
+    return rec, events
 
-    def on_started(hello: Any) -> None:
-        nonlocal started, att
-        if dp is None and stop():
+
+class _RankStart:
+    """The rank's `on_started` hook: once its collector said hello, confirm the MPS attachment,
+    gather every rank's evidence and hand it to rank 0's recorder."""
+
+    def __init__(self, job: RankJob, stop: StopFlag, dp: Any, rec: RunRecorder | None) -> None:
+        self.job, self.stop, self.dp, self.rec = job, stop, dp, rec
+        self.att = job.mps
+        self.started = False
+        self.runner: Any = None  # set once built: its allocator is evidence
+
+    def __call__(self, hello: Any) -> None:
+        from unilab.run import mps_attach
+
+        plan, rank = self.job.plan, self.job.rank
+        if self.dp is None and self.stop():
             # Stopped while the collector started: nothing ran yet, so, as for a stop before it,
             # nothing is recorded and apply keeps no run directory (a second Ctrl-C's path below).
             # Data-parallel ranks decide together after their first sync instead.
             raise KeyboardInterrupt
-        started = True
+        self.started = True
+        att = self.att
         if att is not None:
             # The learner's CUDA context (torch creates it lazily, at the first allocation); the
             # collector's exists already. Only then does the daemon list this process as a client.
             torch.empty(1, device="cuda")
-            att = mps_attach.confirm_attached(att)
+            att = self.att = mps_attach.confirm_attached(att)
+        rp = plan.ranks[rank]
         mine = RankEvidence(
             rank=rank,
-            device=plan.ranks[rank].device,
-            gpu_uuid=plan.ranks[rank].gpu_uuid,
+            device=rp.device,
+            gpu_uuid=rp.gpu_uuid,
             learner_pid=os.getpid(),
             collector_pid=hello.pid,
-            collector_cpu_ids_planned=plan.ranks[rank].collector_cpu_ids,
+            collector_cpu_ids_planned=rp.collector_cpu_ids,
             collector_cpu_ids_applied=hello.cpu_ids_applied,
-            learner_cpu_ids_planned=plan.ranks[rank].learner_cpu_ids,
+            learner_cpu_ids_planned=rp.learner_cpu_ids,
             learner_cpu_ids_applied=sorted(os.sched_getaffinity(0)),
             physics_workers=hello.physics_workers,
             torch_threads=torch.get_num_threads(),
             learner_precision=planned_precision(plan) if algo_def(plan.algo).follows_precision else None,
-            learner_allocator=getattr(runner, "allocator", None),
+            learner_allocator=getattr(self.runner, "allocator", None),
             mps_service=att.service if att else None,
             mps_control_pipe=att.pipe_directory if att else None,
             mps_daemon_pid=att.daemon_pid if att else None,
             mps_server_pids=list(att.server_pids) if att else [],
             mps_validated=att.validated if att else None,
         )
-        everyone = _gather(mine, world)
-        if rec is not None:
-            rec.on_started(everyone, hello.physics_graph_enabled, hello.physics_graph_disable_reason)
+        everyone = _gather(mine, plan.topology.world_size)
+        if self.rec is not None:
+            self.rec.on_started(everyone, hello.physics_graph_enabled, hello.physics_graph_disable_reason)
 
+
+def _make_runner(job: RankJob, hooks: RankHooks, dp: Any, states: tuple[Any, Any]) -> RankLoop:
+    plan, (resume_state, init_state) = job.plan, states
+    if algo_def(plan.algo).loop == "onpolicy":  # imported here: rsl-rl takes seconds to import, others skip it
+        from unilab.run.onpolicy import OnPolicyRank
+
+        return OnPolicyRank(plan, job.rank, hooks, resume_state=resume_state, dp=dp, init_state=init_state)
+    return OffPolicyRank(plan, job.rank, hooks, resume_state=resume_state, dp=dp, init_state=init_state)
+
+
+def _record_end(rec: RunRecorder | None, runner: Any, dp: Any, world: int) -> None:
+    """Every rank's end-of-run evidence (parameter digests, counters) gathered to rank 0's record,
+    with its final checkpoint."""
+    pr = runner.progress
+    digest = runner.param_digest() if dp is not None else None
+    mine = (
+        digest,
+        {
+            "episodes": pr.episodes,
+            "nonfinite_resets": pr.nonfinite_resets,
+            "transitions_nonfinite": pr.transitions_nonfinite,
+            "transitions_stored": pr.transitions_stored,
+            "transitions_produced": pr.transitions_produced,
+        },
+    )
+    if dp is not None:
+        dp.finish_within(GRACE_S)
+    finals = _gather(mine, world)
+    digests = [d for d, _ in finals]
+    if rec is None:
+        return
+    rec.prog = pr
+    rec.totals = {k: sum(c[k] for _, c in finals) for k in finals[0][1]}
+    if dp is not None and rec.data_parallel is not None:
+        rec.ranks = [r.model_copy(update={"param_digest": d}) for r, d in zip(rec.ranks, digests, strict=True)]
+        syncs, sync_s, wire = runner.grad_sync_evidence()
+        rec.data_parallel = rec.data_parallel.model_copy(
+            update={
+                "grad_syncs": syncs,
+                "grad_sync_ms_per_update": 1e3 * sync_s / max(pr.updates, 1),
+                "wire_bytes_per_sync": wire,
+                "obs_gather_s": pr.dp_sync_s,
+                "params_identical": len(set(digests)) == 1,
+            }
+        )
+    if runner.final_state is not None:  # None: stopped before the first observation, nothing to save
+        rec.on_checkpoint(pr, runner.final_state)
+
+
+def run_rank(job: RankJob, stop: StopFlag) -> int:
+    """Returns the exit code; raises RunFailed / UnilabError for failures (after recording them)."""
+    plan, rank, world = job.plan, job.rank, job.plan.topology.world_size
+    if plan.cuda_process_sharing.effective == "mps" and job.mps is None:
+        raise UnilabError("internal: an MPS rank must be prepared (unilab.run.rank_env) before CUDA initialises")
+    states = _starting_states(job)
+    rec, events = _open_record(job) if rank == 0 else (None, None)
+    dp = None
+    if world > 1:
+        from unilab.run.dp import DpContext
+
+        dp = DpContext(plan, rank, world)
+    start = _RankStart(job, stop, dp, rec)
     noop = lambda *a: None  # noqa: E731
     hooks = RankHooks(
-        on_started=on_started,
+        on_started=start,
         on_log=rec.on_log if rec is not None else noop,
         on_checkpoint=rec.on_checkpoint if rec is not None else noop,
         should_stop=stop,
     )
-    runner: OffPolicyRank | OnPolicyRank
-    if algo_def(plan.algo).loop == "onpolicy":  # imported here: rsl-rl takes seconds to import, others skip it
-        from unilab.run.onpolicy import OnPolicyRank
-
-        runner = OnPolicyRank(plan, rank, hooks, resume_state=resume_state, dp=dp, init_state=init_state)
-    else:
-        runner = OffPolicyRank(plan, rank, hooks, resume_state=resume_state, dp=dp, init_state=init_state)
+    runner = start.runner = _make_runner(job, hooks, dp, states)
     if rec is not None and events is not None:
         # Last before the collector starts: nothing after it can fail without reaching _finish,
         # which ends the W&B run; a mirror that cannot start refuses the run before it begins.
@@ -171,45 +235,7 @@ def run_rank(job: RankJob, stop: StopFlag) -> int:
     try:
         runner.run()
         status, code = ("interrupted", EXIT_INTERRUPTED) if runner.interrupted else ("succeeded", EXIT_OK)
-        pr = runner.progress
-        digest = None
-        if dp is not None:
-            digest = runner.param_digest()
-        mine = (
-            digest,
-            {
-                "episodes": pr.episodes,
-                "nonfinite_resets": pr.nonfinite_resets,
-                "transitions_nonfinite": pr.transitions_nonfinite,
-                "transitions_stored": pr.transitions_stored,
-                "transitions_produced": pr.transitions_produced,
-            },
-        )
-        if dp is not None:
-            dp.finish_within(GRACE_S)
-        finals = _gather(mine, world)
-        digests = [d for d, _ in finals]
-        if rec is not None:
-            rec.prog = runner.progress
-            rec.totals = {k: sum(c[k] for _, c in finals) for k in finals[0][1]}
-            if dp is not None:
-                rec.ranks = [r.model_copy(update={"param_digest": d}) for r, d in zip(rec.ranks, digests, strict=True)]
-                if isinstance(runner, OffPolicyRank):
-                    syncs, sync_s = dp.syncs, dp.sync_s
-                    wire = {k: v["wire_bytes_per_sync"] for k, v in dp.wire_summary().items()}
-                else:  # PPO: rsl-rl's own all-reduce, counted by the PPO runner
-                    syncs, sync_s, wire = runner.grad_syncs, runner.grad_sync_s, runner.wire_bytes_per_sync()
-                rec.data_parallel = rec.data_parallel.model_copy(
-                    update={  # type: ignore[union-attr]
-                        "grad_syncs": syncs,
-                        "grad_sync_ms_per_update": 1e3 * sync_s / max(runner.progress.updates, 1),
-                        "wire_bytes_per_sync": wire,
-                        "obs_gather_s": runner.progress.dp_sync_s,
-                        "params_identical": len(set(digests)) == 1,
-                    }
-                )
-            if runner.final_state is not None:  # None: stopped before the first observation, nothing to save
-                rec.on_checkpoint(runner.progress, runner.final_state)
+        _record_end(rec, runner, dp, world)
     except KeyboardInterrupt:  # a second Ctrl-C: stop now, record what we have
         status, code = "interrupted", EXIT_INTERRUPTED
     except RunFailed as exc:
@@ -225,8 +251,8 @@ def run_rank(job: RankJob, stop: StopFlag) -> int:
         with signals_ignored(*STOP_SIGNALS):  # a further stop signal must not cut the record short
             runner.close()
             if rec is not None and events is not None:
-                _finish(rec, events, status, first_error, started)
-    if rec is not None and started:
+                _finish(rec, events, status, first_error, start.started)
+    if rec is not None and start.started:
         summarize(rec, status)
     return code
 
