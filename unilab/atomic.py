@@ -23,7 +23,7 @@ def fsync_dir(path: Path) -> None:
 RUN_FILE_FIX = "free disk space (or choose another run.output_dir) and resume with --resume RUN_DIR"
 
 
-def write_atomic(path: Path, write: Callable[[IO[bytes]], None], what: str, fix: str = RUN_FILE_FIX) -> None:
+def write_atomic(path: Path, write: Callable[[IO[bytes]], object], what: str, fix: str = RUN_FILE_FIX) -> None:
     """`fix` is the advice on failure; the default suits files of a run directory."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:

@@ -48,7 +48,7 @@ class MaskedAdam:
         self.step_count.add_(ok.to(torch.float32))
         torch._fused_adam_(
             self.params,
-            [p.grad for p in self.params],  # type: ignore[misc]
+            [p.grad for p in self.params],
             self.exp_avg,
             self.exp_avg_sq,
             [],

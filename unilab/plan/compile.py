@@ -159,7 +159,7 @@ def _learner(ctx: Context, threads_reason: str) -> LearnerPlan:
     return LearnerPlan(
         precision=PrecisionPlan(
             requested=ctx.spec.algo.precision, effective=precision.effective, reason=precision.reason
-        ),  # type: ignore[arg-type]
+        ),
         threads_requested=ctx.spec.training.torch_threads,
         threads_reason=threads_reason,
     )

@@ -78,7 +78,7 @@ class TaskPlan(TaskSpec):
     action_scale: Annotated[float, Field(gt=0, le=10)] | None = Field(  # type: ignore[assignment]
         None, description="Joint action scale factor (G1 tasks; absent for cartpole)."
     )
-    reward_weights: dict[str, Annotated[float, Field(ge=-1e6, le=1e6)]] | None = Field(  # type: ignore[assignment]
+    reward_weights: dict[str, Annotated[float, Field(ge=-1e6, le=1e6)]] | None = Field(
         None,
         description="Every reward term's weight per second, in the task's order: the task's defaults with the "
         "spec's `task.reward_weights` applied (absent from plans made before the key: the defaults).",

@@ -203,7 +203,7 @@ class RunRecorder:
             algo=p.algo.name,
             status=status,
             started_at=self.started_at,
-            updated_at=utc_now(),  # type: ignore[arg-type]
+            updated_at=utc_now(),
             finished_at=utc_now() if status != "running" else None,
             resumed_from=self.resumed_from,
             provenance=self.prov,

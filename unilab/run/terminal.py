@@ -56,7 +56,7 @@ class LenientStream:
 def terminal_may_go() -> Iterator[None]:
     """Within the block, sys.stdout and sys.stderr survive the loss of the terminal or pipe."""
     out, err = sys.stdout, sys.stderr
-    sys.stdout, sys.stderr = LenientStream(out), LenientStream(err)  # type: ignore[assignment]
+    sys.stdout, sys.stderr = LenientStream(out), LenientStream(err)
     try:
         yield
     finally:

@@ -14,6 +14,7 @@ FINISH_TIMEOUT_S for W&B's uploads: the run's own record is complete by then.
 from __future__ import annotations
 
 import hashlib
+import netrc
 import os
 import socket
 import threading
@@ -53,8 +54,6 @@ def _has_api_key() -> bool:
     if os.environ.get("WANDB_API_KEY"):
         return True
     try:  # ~/.netrc, as `wandb login` writes it
-        import netrc
-
         host = urlparse(os.environ.get("WANDB_BASE_URL", DEFAULT_BASE_URL)).hostname
         return netrc.netrc().authenticators(host or "") is not None
     except (OSError, netrc.NetrcParseError):
