@@ -170,7 +170,7 @@ def test_apply_leaves_a_complete_run_directory_and_resumes(tmp_path: Path) -> No
     assert v.returncode == 0 and "plan and checkpoints not checked" in v.stdout and "match" not in v.stdout, v.stdout
     # The same manifest, tampered with, is refused: the schema pins what the runtime writes.
     from unilab.errors import UnilabError
-    from unilab.run.manifest_io import validate_manifest_file
+    from unilab.records.manifest_io import validate_manifest_file
 
     tampered = tmp_path / "tampered.json"
     for path, value, says in [
@@ -222,7 +222,7 @@ def test_apply_leaves_a_complete_run_directory_and_resumes(tmp_path: Path) -> No
     import numpy as np
     import onnxruntime as ort
 
-    from unilab.run.export import load_policy
+    from unilab.records.policy import load_policy
 
     e = subprocess.run(
         [sys.executable, "-m", "unilab", "export", str(run_dir), "--format", "onnx"], capture_output=True, text=True
@@ -327,7 +327,7 @@ def test_resume_continues_counters(tmp_path: Path, sig: signal.Signals) -> None:
     # The record keeps the checkpoints still on disk from before the resume, digests included.
     on_disk = sorted(p.name for p in (run_dir / "checkpoints").glob("ckpt-*.pt"))
     assert sorted(Path(c["path"]).name for c in m2["checkpoints"]) == on_disk
-    from unilab.run.manifest_io import validate_manifest_file
+    from unilab.records.manifest_io import validate_manifest_file
 
     validate_manifest_file(run_dir / "manifest.json")
 
@@ -651,7 +651,7 @@ def test_a_run_directory_in_use_is_not_resumed_twice(tmp_path: Path) -> None:
     # lists has the bytes the running apply saved (its own pruning may have removed `before`'s).
     kinds = [json.loads(line)["event"] for line in (run_dir / "events.jsonl").read_text().splitlines()]
     assert kinds.count("run_started") == 1, kinds
-    from unilab.run.manifest_io import validate_manifest_file
+    from unilab.records.manifest_io import validate_manifest_file
 
     _m, report = validate_manifest_file(run_dir)
     assert report.checkpoints_verified >= 1 and before
@@ -664,8 +664,8 @@ def test_a_stop_before_the_first_observation_leaves_the_resumed_checkpoint_alone
     """A stop that lands while a resumed run's collector is still starting used to write an empty
     checkpoint under the name of the one it resumed from; the next resume then failed."""
     from unilab.cli.main import main
-    from unilab.run.checkpoint import load_checkpoint
-    from unilab.run.collector_client import CollectorClient
+    from unilab.collect.collector_client import CollectorClient
+    from unilab.records.checkpoint import load_checkpoint
 
     spec = spec_copy(tmp_path)
     mark = uuid.uuid4().hex

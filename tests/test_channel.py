@@ -7,7 +7,7 @@ import time
 
 import torch
 
-from unilab.run import channel as ch
+from unilab.collect import channel as ch
 
 
 def _writer(bufs: ch.SharedBuffers, syncs: int, started: mp.Event) -> None:
@@ -62,7 +62,7 @@ def test_a_collector_that_fails_right_after_its_hello_is_reported_with_its_own_e
     (it failed just after sending it), its own error report, next in the pipe, is what is shown."""
     import pytest
 
-    from unilab.run.collector_client import CollectorClient, RunFailed
+    from unilab.collect.collector_client import CollectorClient, RunFailed
 
     ctx = mp.get_context("spawn")
     read, write = ctx.Pipe(duplex=False)

@@ -12,7 +12,7 @@ import torch
 
 from unilab import atomic
 from unilab.errors import UnilabError
-from unilab.run.checkpoint import (
+from unilab.records.checkpoint import (
     check_recorded_digest,
     digest_path,
     list_checkpoints,

@@ -140,8 +140,8 @@ def test_plan_preflight_and_run_time_preflight_agree(task: dict[str, object]) ->
 
 def test_evidence_crosses_the_channel_and_fits_the_manifest() -> None:
     """What the collector process publishes is what the manifest's `backend.collector_graph` holds."""
+    from unilab.collect.channel import GRAPH_EVIDENCE_BYTES, read_evidence, write_evidence
     from unilab.manifest.models import GraphEvidence
-    from unilab.run.channel import GRAPH_EVIDENCE_BYTES, read_evidence, write_evidence
 
     with _collector("eager_twin") as c:
         c.reset_all()

@@ -16,7 +16,7 @@ from tests.conftest import SPECS
 def test_flashsac_policy_exports_and_matches_torch(tmp_path: Path) -> None:
     import onnxruntime as ort
 
-    from unilab.run.export import load_policy
+    from unilab.records.policy import load_policy
 
     algo = '{name="flashsac", batch_size=32, hidden_dims=[16], expansion=2, warmup_env_steps=64}'
     sets = ["run.total_env_steps=320", f"algo={algo}", f'run.output_dir="{tmp_path / "runs"}"']
@@ -45,7 +45,7 @@ def test_a_gpu_runs_checkpoint_exports_on_a_cpu(tmp_path: Path) -> None:
     from tests.conftest import host
     from unilab.algos.common import make_learner
     from unilab.plan.compile import compile_plan
-    from unilab.run.export import policy_from_state
+    from unilab.records.policy import policy_from_state
     from unilab.spec.load import load_spec
 
     loaded = load_spec(SPECS / "cartpole.toml", ['algo={name="sac", hidden_dims=[16, 16]}'])

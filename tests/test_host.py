@@ -221,7 +221,7 @@ def test_a_registry_pid_that_no_process_can_have_is_refused(tmp_path: Path, pid:
 def test_host_facts_that_no_host_can_have_are_refused(tmp_path: Path, change, says: str) -> None:
     """A hand-made or corrupted --host-facts file: planning against it would pin CPUs or GPUs that
     do not exist, or blame the spec for the file's duplicates."""
-    from unilab.cli.common import read_host_facts
+    from unilab.host.record import read_host_facts
 
     facts = json.loads((Path(__file__).parent / "fixtures" / "hosts" / "one_h200.json").read_text())
     change(facts)
@@ -361,7 +361,7 @@ def test_cpu_helpers_tell_absent_from_not_recorded() -> None:
 
 
 def test_facts_recorded_before_features_and_cores_still_load(tmp_path: Path) -> None:
-    from unilab.cli.common import read_host_facts
+    from unilab.host.record import read_host_facts
 
     facts = json.loads((Path(__file__).parent / "fixtures" / "hosts" / "one_h200.json").read_text())
     del facts["cpu"]["features"], facts["cpu"]["cores"]

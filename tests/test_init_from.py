@@ -156,7 +156,7 @@ def test_a_checkpoint_for_another_observation_layout_is_refused_before_the_run_i
     from tests.conftest import host
     from unilab.errors import UnilabError
     from unilab.plan.compile import compile_plan
-    from unilab.run.checkpoint import check_resume_fits
+    from unilab.records.checkpoint import check_resume_fits
     from unilab.run.init_state import check_init_fits, loading_init
     from unilab.spec.load import load_spec
 

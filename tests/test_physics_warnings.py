@@ -29,8 +29,8 @@ def test_mjwarp_overflow_is_named_per_kind() -> None:
 
 
 def test_warnings_cross_from_the_collector_to_the_learner() -> None:
-    from unilab.run import channel as ch
-    from unilab.run.collector_client import CollectorStats
+    from unilab.collect import channel as ch
+    from unilab.collect.collector_client import CollectorStats
     from unilab.run.rank_loop import Progress
 
     bufs = ch.SharedBuffers.allocate(2, 3, 1, 0)

@@ -117,7 +117,7 @@ def test_ppo_single_rank_completes_with_a_valid_manifest(tmp_path: Path) -> None
     import numpy as np
     import onnxruntime as ort
 
-    from unilab.run.export import load_policy
+    from unilab.records.policy import load_policy
 
     e = subprocess.run(
         [sys.executable, "-m", "unilab", "export", str(run_dir), "--format", "onnx"], capture_output=True, text=True
@@ -226,8 +226,8 @@ def test_ppo_two_cpu_ranks_finish_with_identical_parameters(tmp_path: Path) -> N
 @pytest.mark.slow
 def test_vecenv_steps_the_real_collector_with_clipped_actions_and_time_outs() -> None:
     from tests.conftest import host, spec_data
+    from unilab.collect.collector_client import CollectorClient
     from unilab.plan.compile import compile_plan
-    from unilab.run.collector_client import CollectorClient
     from unilab.run.vecenv import CollectorVecEnv
     from unilab.spec.load import validate_spec_data
 

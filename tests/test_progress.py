@@ -6,7 +6,7 @@ import io
 
 import pytest
 
-from unilab.run.progress import ProgressLine, cpu_ranges
+from unilab.records.progress import ProgressLine, cpu_ranges
 
 
 @pytest.mark.parametrize(
@@ -46,8 +46,8 @@ def test_an_interval_without_finished_episodes_repeats_no_episode_figures(tmp_pa
 
     from tests.conftest import ROOT, host
     from unilab.plan.compile import compile_plan
-    from unilab.run.events import EventLog
-    from unilab.run.recorder import RunRecorder
+    from unilab.records.events import EventLog
+    from unilab.records.recorder import RunRecorder
     from unilab.spec.load import load_spec
 
     loaded = load_spec(ROOT / "specs" / "cartpole.toml")

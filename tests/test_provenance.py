@@ -6,7 +6,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from unilab.run.manifest_io import checkout_state
+from unilab.records.manifest_io import checkout_state
 
 
 def _git(cwd: Path, *args: str) -> str:

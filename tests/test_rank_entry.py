@@ -122,7 +122,7 @@ def test_rank0_refuses_a_run_dir_another_process_is_running(
 def test_a_gpu_rank_whose_gpu_is_not_on_this_node_is_refused() -> None:
     """A plan pins GPUs by UUID of the host it was compiled for; another node lacks them."""
     from tests.conftest import FIXTURES
-    from unilab.cli.common import read_host_facts
+    from unilab.host.record import read_host_facts
 
     loaded = load_spec(SPECS / "g1.toml", ["training.devices=[0]", 'sim.backend="mjwarp"'])
     plan = compile_plan(loaded.spec, read_host_facts(FIXTURES / "hosts" / "one_h200.json"), loaded.spec_dir)

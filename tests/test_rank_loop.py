@@ -50,7 +50,8 @@ def test_a_resumed_rank_without_the_run_directory_finds_it_above_the_checkpoint(
 ) -> None:
     """Ranks other than 0 are not handed the run directory; resuming, each checks the checkpoint
     against the run's plan ids, read from the directory the checkpoint lies in."""
-    from unilab.run import checkpoint, rank_run
+    from unilab.records import checkpoint
+    from unilab.run import rank_run
 
     seen: list[Path] = []
     monkeypatch.setattr(checkpoint, "run_plan_ids", lambda run_dir, plan_id: seen.append(run_dir) or {plan_id})

@@ -15,8 +15,8 @@ from unilab.host.probe import probe_host
 from unilab.plan.compile import compile_plan
 from unilab.plan.render import render
 from unilab.run.rank_run import RankJob, run_rank
-from unilab.run.stop import StopFlag
 from unilab.spec.load import load_spec
+from unilab.stop import StopFlag
 
 
 @pytest.mark.slow

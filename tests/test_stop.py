@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from unilab.run.stop import signals_ignored
+from unilab.stop import signals_ignored
 
 
 def _report_sigint(q: mp.Queue) -> None:
@@ -49,7 +49,7 @@ def test_signals_ignored_drops_a_sigint_inside_the_block_only() -> None:
 
 
 def test_a_closing_session_stops_once_and_nohup_is_respected() -> None:
-    from unilab.run.stop import StopFlag
+    from unilab.stop import StopFlag
 
     old = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     try:
@@ -82,7 +82,7 @@ def _report_blocked(q: mp.Queue) -> None:
 def test_a_stop_signal_during_a_spawn_is_delivered_after_it_and_the_child_is_born_blocking_it() -> None:
     """The collector is started this way: the learner keeps a SIGTERM that arrives mid-spawn (it was
     ignored, so the run went on), and the child cannot be killed by one before it ignores them."""
-    from unilab.run.stop import signals_blocked
+    from unilab.stop import signals_blocked
 
     got: list[int] = []
     old = signal.signal(signal.SIGTERM, lambda s, f: got.append(s))

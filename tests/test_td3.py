@@ -37,7 +37,7 @@ def test_td3_plans_with_its_own_keys_and_refuses_a_temperature(tmp_path: Path) -
 def test_a_td3_run_exports_to_onnx_and_evaluates(tmp_path: Path) -> None:
     import onnxruntime as ort
 
-    from unilab.run.export import load_policy
+    from unilab.records.policy import load_policy
 
     out = tmp_path / "runs"
     sets = ["run.total_env_steps=1024", f"algo={SMALL}", f'run.output_dir="{out}"']

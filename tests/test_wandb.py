@@ -109,7 +109,7 @@ def test_online_without_an_api_key_is_refused_before_the_run(tmp_path: Path) -> 
 
 
 def test_auto_goes_offline_and_says_why(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from unilab.run.wandb_mirror import choose_mode
+    from unilab.records.wandb_mirror import choose_mode
 
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.netrc

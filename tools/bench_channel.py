@@ -4,7 +4,7 @@ multiprocessing semaphores it used before, measured side by side in one run.
     python tools/bench_channel.py [--round-trips 20000]
 
 Each round trip is what one sync costs in handshaking (the learner posts "step", the collector
-answers "observation ready"), with the learner waiting the way unilab.run.collector_client waits.
+answers "observation ready"), with the learner waiting the way unilab.collect.collector_client waits.
 Pipes leave nothing in /dev/shm however the processes end; this prints what that costs per sync.
 """
 
@@ -52,7 +52,7 @@ def _semaphores(n: int) -> float:
 
 
 def _pipes(n: int) -> float:
-    from unilab.run.channel import TokenWait
+    from unilab.collect.channel import TokenWait
 
     ctx = mp.get_context("spawn")
     go_r, go_w = ctx.Pipe(duplex=False)

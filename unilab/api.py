@@ -17,14 +17,11 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from unilab.errors import UnilabError
-from unilab.host.facts import HostFacts
 from unilab.manifest.models import Manifest
+from unilab.plan.from_spec import SpecSource, plan
 from unilab.plan.models import Plan
-
-SpecSource = str | os.PathLike[str] | Mapping[str, Any]
 
 
 @dataclass(frozen=True)
@@ -36,33 +33,6 @@ class Run:
     run_dir: Path
     manifest: Manifest
     stopped: bool
-
-
-def plan(
-    spec: SpecSource, overrides: Sequence[str] = (), host_facts: HostFacts | str | os.PathLike[str] | None = None
-) -> Plan:
-    """Compile a run spec into a plan: ``spec`` is a spec file's path or the spec as a mapping
-    (the TOML's tables as dicts; relative input paths resolve against the working directory);
-    ``overrides`` are `--set` strings (``"task.num_envs=128"``); ``host_facts`` is this host
-    (None), recorded facts (a `unilab host --json` file) or a HostFacts. Raises PlanRefused with
-    every violated rule."""
-    from unilab.cli.common import read_host_facts
-    from unilab.inputfile import reading
-    from unilab.plan.compile import compile_plan
-    from unilab.spec.load import load_spec, spec_from_data
-
-    if isinstance(spec, Mapping):
-        loaded_spec, spec_dir = spec_from_data(_plain(spec), list(overrides), "<spec mapping>"), Path.cwd()
-    else:
-        path = Path(spec)
-        with reading(path, "spec"):
-            loaded = load_spec(path, list(overrides))
-        loaded_spec, spec_dir = loaded.spec, loaded.spec_dir
-    if isinstance(host_facts, HostFacts):
-        facts = host_facts
-    else:
-        facts = read_host_facts(None if host_facts is None else Path(host_facts))
-    return compile_plan(loaded_spec, facts, spec_dir)
 
 
 def apply(
@@ -105,7 +75,7 @@ def apply(
     else:
         target = None if spec is None else Path(spec)
         the_plan, resumes_plan = resolve_apply(target, list(overrides), resume_dir, replan)
-    from unilab.run.stop import stop_signals_interrupt
+    from unilab.stop import stop_signals_interrupt
 
     with stop_signals_interrupt():
         outcome = run_apply(
@@ -125,13 +95,6 @@ def apply(
 def load_manifest(path: str | os.PathLike[str]) -> Manifest:
     """A run's manifest (``path``: the run directory or its manifest.json), checked as `unilab
     manifest validate` checks it: schema, consistency, and a run directory's plan and checkpoints."""
-    from unilab.run.manifest_io import validate_manifest_file
+    from unilab.records.manifest_io import validate_manifest_file
 
     return validate_manifest_file(Path(path))[0]
-
-
-def _plain(spec: Mapping[str, Any]) -> dict[str, Any]:
-    """A deep copy of the mapping as dicts and lists (tuples become TOML arrays)."""
-    return {
-        str(k): _plain(v) if isinstance(v, Mapping) else list(v) if isinstance(v, tuple) else v for k, v in spec.items()
-    }

@@ -53,7 +53,7 @@ class UnilabError(Exception):
 # Exit codes of a run (unilab apply, each rank).
 EXIT_OK, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 130
 
-# The fix of a run's failure once it has a run directory (unilab.run.collector_client.RunFailed);
+# The fix of a run's failure once it has a run directory (unilab.collect.collector_client.RunFailed);
 # here, in a module without torch, so that handling a failure never imports anything.
 RUN_FAILED_FIX = "read events.jsonl and the manifest in the run directory; resume with --resume RUN_DIR"
 

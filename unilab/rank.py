@@ -87,7 +87,7 @@ def check_node(plan: Plan, rank: int) -> None:
     from unilab.host.probe import probe_host
     from unilab.plan.fingerprint import compare_fingerprint
     from unilab.plan.inputs import check_planned_inputs
-    from unilab.run.progress import cpu_ranges
+    from unilab.records.progress import cpu_ranges
 
     facts = probe_host()
     rp = plan.ranks[rank]

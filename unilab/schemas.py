@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-DRAFT = "https://json-schema.org/draft/2020-12/schema"
+from unilab.schema_document import schema_document
 
 
 def _documents() -> dict[str, tuple[type[BaseModel], int]]:
@@ -33,8 +33,7 @@ def _documents() -> dict[str, tuple[type[BaseModel], int]]:
 
 def schema_for(name: str) -> dict[str, Any]:
     model, version = _documents()[name]
-    body = model.model_json_schema(mode="validation")
-    return {"$schema": DRAFT, "$id": f"urn:unilab:schema:{name}:v{version}", "version": version, **body}
+    return schema_document(model, name, version)
 
 
 def file_name(name: str) -> str:

@@ -71,7 +71,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
         command=_command(args),
         default_arms=not args.arm,
     )
-    from unilab.run.stop import stop_signals_interrupt
+    from unilab.stop import stop_signals_interrupt
 
     with stop_signals_interrupt():  # a SIGTERM or SIGHUP stops a profile as Ctrl-C does
         result = run_profile(req)

@@ -33,8 +33,8 @@ def cmd_apply(args: argparse.Namespace) -> int:
             fix="use it with --resume RUN_DIR; to start a new run from a checkpoint's policy, set run.init_from",
         )
     plan, resumes_plan = resolve_apply(args.target, args.set, args.resume, args.replan)
-    from unilab.run.stop import stop_signals_interrupt
     from unilab.run.terminal import terminal_may_go
+    from unilab.stop import stop_signals_interrupt
 
     # A closed pipe or hung-up terminal must not end the training run; a SIGTERM before the run's
     # own stop handling is in place ends it as cleanly as a Ctrl-C.
@@ -51,7 +51,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
 
 
 def cmd_manifest_validate(args: argparse.Namespace) -> int:
-    from unilab.run.manifest_io import validate_manifest_file
+    from unilab.records.manifest_io import validate_manifest_file
     from unilab.run.run_lock import RESUME_KILLED_FIX, describe_killed, killed_session
 
     m, report = validate_manifest_file(args.file)

@@ -254,8 +254,8 @@ def evaluate(req: EvalRequest) -> EvalReport:
         load_mujoco_for_rendering()  # before the imports below bring MuJoCo in with no platform chosen
     from unilab.collect.build import build_collector
     from unilab.plan.inputs import planned_task
-    from unilab.run.checkpoint import check_policy_fits, env_steps_of
-    from unilab.run.export import policy_from_state, read_run_plan, run_checkpoint, verified_checkpoint
+    from unilab.records.checkpoint import check_policy_fits, env_steps_of
+    from unilab.records.policy import policy_from_state, read_run_plan, run_checkpoint, verified_checkpoint
     from unilab.sim.mujoco_cpu import MujocoCpuBackend
 
     run_dir = req.run_dir

@@ -1,6 +1,6 @@
 """The planner: spec + host facts -> an immutable, canonically rendered execution plan.
 
-``unilab.plan`` is this package and also the Python API's function (unilab.api.plan): calling the
+``unilab.plan`` is this package and also the Python API's function (unilab.plan.from_spec): calling the
 package compiles a spec, so ``unilab.plan("specs/g1.toml")`` works whether or not a submodule
 such as unilab.plan.models has been imported (which makes the attribute the package).
 """
@@ -12,7 +12,7 @@ from typing import Any
 
 class _CallablePackage(types.ModuleType):
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        from unilab.api import plan
+        from unilab.plan.from_spec import plan
 
         return plan(*args, **kwargs)
 

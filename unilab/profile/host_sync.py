@@ -420,7 +420,7 @@ def inventory(
         for _ in range(steps):
             one_step()
             rec.flush_outside()
-            collector.episode_stats()  # what unilab/run/collector_proc.py reads after every step
+            collector.episode_stats()  # what unilab/collect/collector_proc.py reads after every step
             _ = collector.nonfinite_worlds_total
             rec.flush_outside()
     events = rec.events()

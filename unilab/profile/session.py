@@ -242,7 +242,7 @@ def _provenance(
     runs: dict[str, list[ArmRun]],
 ) -> ProfileProvenance:
     """What the profile measured and how: the host, the spec and its overrides, the windows and the schedule."""
-    from unilab.run.manifest_io import provenance
+    from unilab.records.manifest_io import provenance
 
     return ProfileProvenance(
         host=provenance(facts),

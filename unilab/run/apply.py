@@ -28,7 +28,7 @@ from unilab.run.run_dir import (
     supersede_newer,
 )
 from unilab.run.run_lock import killed_before_resume, lock_run_dir
-from unilab.run.stop import STOP_SIGNALS, ignore_stop_signals, signals_blocked, stop_signals_restored
+from unilab.stop import STOP_SIGNALS, ignore_stop_signals, signals_blocked, stop_signals_restored
 
 
 @dataclass(frozen=True)
@@ -89,7 +89,7 @@ def _run_apply(req: ApplyRequest) -> ApplyOutcome:
         try:
             if plan.topology.world_size == 1:
                 from unilab.run.rank_env import prepare_rank_env
-                from unilab.run.stop import StopFlag
+                from unilab.stop import StopFlag
 
                 mps = prepare_rank_env(plan, 0)  # the planned GPU, before anything initialises CUDA
                 stop = StopFlag()

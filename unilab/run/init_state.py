@@ -18,7 +18,7 @@ def read_init_state(plan: Plan) -> dict[str, Any]:
     """The learner state of the plan's run.init_from checkpoint, checked again against its sha256
     just before it is read."""
     from unilab.plan.inputs import check_init_from, resolve_input_path
-    from unilab.run.checkpoint import check_finite_weights, load_checkpoint
+    from unilab.records.checkpoint import check_finite_weights, load_checkpoint
 
     init = plan.run.init_from
     if init is None:
@@ -35,7 +35,7 @@ def read_init_state(plan: Plan) -> dict[str, Any]:
 def check_init_fits(init_state: dict[str, Any] | None, hello: Any) -> None:
     """Before the run is recorded: the checkpoint's policy takes this collector's observations
     (sizes and layout) and gives its actions."""
-    from unilab.run.checkpoint import check_policy_fits
+    from unilab.records.checkpoint import check_policy_fits
 
     if init_state is not None:
         check_policy_fits(init_state, hello.obs_dim, hello.act_dim, hello.obs_terms, what="run.init_from", fix=_FIX)

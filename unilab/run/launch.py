@@ -19,7 +19,7 @@ from torch.distributed.elastic.multiprocessing.errors import record
 from unilab.errors import EXIT_INTERRUPTED, UnilabError
 from unilab.plan.models import Plan
 from unilab.run.run_dir import resume_command
-from unilab.run.stop import STOP_SIGNALS, signals_via_helper_thread
+from unilab.stop import STOP_SIGNALS, signals_via_helper_thread
 
 COLLECTIVE_TIMEOUT = timedelta(minutes=10)  # a rank's first collective waits for every collector to build
 
@@ -47,7 +47,7 @@ def rank_entry(
         os.setpgid(0, 0)
     except OSError:
         pass
-    from unilab.run.stop import StopFlag
+    from unilab.stop import StopFlag
 
     # `launch_ranks` starts the ranks with the stop signals blocked, so that a Ctrl-C while they
     # import torch is not a traceback per rank; from here on a stop signal sets the flag.
@@ -135,7 +135,7 @@ def launch_ranks(plan: Plan, run_dir: Path, resume_checkpoint: Path | None, prog
     _quiet_launcher_logs()
     try:
         # The ranks inherit the blocked stop signals and unblock them in rank_entry; this process
-        # still gets them, through a helper thread (unilab.run.stop.signals_via_helper_thread).
+        # still gets them, through a helper thread (unilab.stop.signals_via_helper_thread).
         # multiprocessing's resource tracker unblocks SIGINT and SIGTERM after starting itself:
         # started first, it leaves the block alone.
         resource_tracker.ensure_running()
@@ -192,7 +192,7 @@ def _record_failure(run_dir: Path, where: str, message: str) -> None:
     """The launcher knows which rank failed first; put that in the manifest (rank 0 may have
     recorded only the secondary error it saw when its peer vanished)."""
     from unilab.manifest.models import FirstError, Manifest
-    from unilab.run.manifest_io import utc_now, write_manifest
+    from unilab.records.manifest_io import utc_now, write_manifest
 
     path = run_dir / "manifest.json"
     if not path.exists():

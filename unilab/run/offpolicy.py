@@ -1,6 +1,6 @@
 """One rank of an off-policy run (SAC, FlashSAC, TD3): the driver of `unilab.run.rank_loop` whose
 unit is one sync. The learner runs in this process, the collector in a child process
-(`unilab.run.collector_client`), exchanging data through `unilab.run.channel`.
+(`unilab.collect.collector_client`), exchanging data through `unilab.collect.channel`.
 
 Per sync (K = 1): read obs[t], act, post the action, run this sync's gradient updates while the
 collector steps the physics, then wait for the transition and store it. The learner owns the
@@ -22,12 +22,12 @@ from typing import Any
 import torch
 
 from unilab.algos.common import make_learner, planned_precision, replay_n_step
+from unilab.collect import channel as ch
 from unilab.dist import param_digest
 from unilab.errors import UnilabError
 from unilab.learn.normalizer import ObsNormalizer
 from unilab.learn.replay import ReplayBuffer
 from unilab.plan.models import Plan
-from unilab.run import channel as ch
 from unilab.run.cpu_tuning import keep_freed_memory
 from unilab.run.init_state import loading_init
 from unilab.run.rank_loop import Progress, RankLoop

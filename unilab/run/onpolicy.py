@@ -25,10 +25,10 @@ from typing import Any
 import torch
 
 from unilab.algos.ppo.runner import RankSyncedMLPModel, UnilabOnPolicyRunner, train_cfg
+from unilab.collect import channel as ch
 from unilab.dist import param_digest
 from unilab.errors import RunDiverged, UnilabError
 from unilab.plan.models import Plan
-from unilab.run import channel as ch
 from unilab.run.init_state import loading_init
 from unilab.run.rank_loop import RankLoop
 from unilab.run.vecenv import CollectorVecEnv, RolloutStopped

@@ -18,10 +18,10 @@ from typing import Any
 
 import torch
 
+from unilab.collect import channel as ch
+from unilab.collect.collector_client import CollectorStats, collector_for
 from unilab.plan.models import Plan
-from unilab.run import channel as ch
-from unilab.run.checkpoint import check_resume_fits
-from unilab.run.collector_client import CollectorStats, collector_for
+from unilab.records.checkpoint import check_resume_fits
 from unilab.run.init_state import check_init_fits
 
 

@@ -15,18 +15,18 @@ import torch
 
 from unilab.algos.common import planned_precision
 from unilab.algos.registry import algo_def
+from unilab.collect.collector_client import RunFailed
 from unilab.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, UnilabError
 from unilab.extras import install_command
 from unilab.manifest.models import FirstError, RankEvidence
 from unilab.plan.models import Plan
-from unilab.run.collector_client import RunFailed
-from unilab.run.events import EventLog
+from unilab.records.events import EventLog
+from unilab.records.progress import ProgressLine
+from unilab.records.recorder import RunRecorder
 from unilab.run.offpolicy import OffPolicyRank
-from unilab.run.progress import ProgressLine
 from unilab.run.rank_loop import RankHooks, RankLoop
-from unilab.run.recorder import RunRecorder
-from unilab.run.stop import STOP_SIGNALS, StopFlag, signals_ignored
 from unilab.sim.contract import physics_warning_fix
+from unilab.stop import STOP_SIGNALS, StopFlag, signals_ignored
 
 if TYPE_CHECKING:
     from unilab.run.mps_attach import MpsAttachment
@@ -58,7 +58,7 @@ def _gather(obj: Any, world: int) -> list[Any]:
 
 def _starting_states(job: RankJob) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
     """The checkpoint state a resume continues from, or run.init_from's to start from (not both)."""
-    from unilab.run.checkpoint import load_checkpoint, run_plan_ids
+    from unilab.records.checkpoint import load_checkpoint, run_plan_ids
 
     plan = job.plan
     if job.resume_checkpoint is not None:

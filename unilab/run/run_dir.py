@@ -11,7 +11,7 @@ from pathlib import Path
 from unilab.atomic import write_text_atomic
 from unilab.errors import UnilabError
 from unilab.plan.models import Plan
-from unilab.run.run_lock import read_run_manifest
+from unilab.records.manifest_io import read_run_manifest
 
 
 def new_run_dir(plan: Plan) -> Path:
@@ -29,7 +29,7 @@ def resolve_resume(plan: Plan, run_dir: Path, run_plan_id: str | None = None, ch
     checkpoints/ or a path to one), which must belong to the same plan (the run's plan
     `run_plan_id` when `plan` re-plans it for this host) and still have env steps to go."""
     from unilab.plan.render import load_plan
-    from unilab.run.checkpoint import (
+    from unilab.records.checkpoint import (
         check_recorded_digest,
         checkpoint_name,
         env_steps_of,
@@ -55,7 +55,7 @@ def resolve_resume(plan: Plan, run_dir: Path, run_plan_id: str | None = None, ch
     if not ckpts:
         raise UnilabError(f"{run_dir}/checkpoints holds no checkpoint to resume from", fix="start a new run")
     if checkpoint is not None:
-        from unilab.run.export import run_checkpoint
+        from unilab.records.policy import run_checkpoint
 
         path = run_checkpoint(run_dir, checkpoint, "unilab apply --resume")
     else:
@@ -84,9 +84,8 @@ def supersede_newer(run_dir: Path, resumed: Path) -> Path | None:
     """A resume from an older checkpoint continues the run from there: the checkpoints after it
     belong to a history the run no longer has. They are moved, with their digest files, into
     checkpoints/superseded-<utc time>/ (nothing is deleted); returns that directory, or None."""
-    from unilab.run.checkpoint import digest_path, env_steps_of, list_checkpoints
-    from unilab.run.manifest_io import write_manifest
-    from unilab.run.run_lock import read_run_manifest
+    from unilab.records.checkpoint import digest_path, env_steps_of, list_checkpoints
+    from unilab.records.manifest_io import read_run_manifest, write_manifest
 
     steps = env_steps_of(resumed) or 0
     newer = [c for c in list_checkpoints(run_dir / "checkpoints") if (env_steps_of(c) or 0) > steps]

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from unilab.errors import UnilabError
 from unilab.manifest.models import ApplySession, Manifest
+from unilab.records.manifest_io import read_run_manifest
 
 
 def lock_run_dir(run_dir: Path) -> int | None:
@@ -54,17 +55,6 @@ def held_by_an_apply(run_dir: Path) -> bool | None:
     finally:
         os.close(fd)  # releases the shared lock taken to look
     return False
-
-
-def read_run_manifest(run_dir: Path) -> Manifest | None:
-    """The run directory's manifest, or None when it is missing or does not validate (the commands
-    that need one say so themselves; these helpers only read what it records)."""
-    import json
-
-    try:
-        return Manifest.model_validate(json.loads((run_dir / "manifest.json").read_text(encoding="utf-8")))
-    except (OSError, ValueError):
-        return None
 
 
 def killed_session(run_dir: Path, manifest: Manifest) -> ApplySession | None:

@@ -26,8 +26,8 @@ import torch
 from rsl_rl.env import VecEnv
 from tensordict import TensorDict
 
-from unilab.run import channel as ch
-from unilab.run.collector_client import CollectorClient
+from unilab.collect import channel as ch
+from unilab.collect.collector_client import CollectorClient
 
 
 class RolloutStopped(Exception):

@@ -21,7 +21,7 @@ from unilab.host.facts import HostFacts
 from unilab.inputfile import read_input
 from unilab.manifest.consistency import ConsistencyReport, check_manifest
 from unilab.manifest.models import Manifest, Provenance
-from unilab.run.events import EventLog
+from unilab.records.events import EventLog
 
 
 def utc_now() -> str:
@@ -73,9 +73,10 @@ def provenance(facts: HostFacts) -> Provenance:
 
 @lru_cache(maxsize=1)
 def _validator() -> jsonschema.protocols.Validator:
-    from unilab.schemas import schema_for
+    from unilab.manifest.models import MANIFEST_SCHEMA_VERSION
+    from unilab.schema_document import schema_document
 
-    schema = schema_for("manifest")
+    schema = schema_document(Manifest, "manifest", MANIFEST_SCHEMA_VERSION)
     cls = jsonschema.validators.validator_for(schema)
     return cls(schema)
 
@@ -148,3 +149,14 @@ def validate_manifest_file(path: Path) -> tuple[Manifest, ConsistencyReport]:
             "(every manifest a run wrote is also in its events.jsonl, as a `manifest` event)",
         )
     return m, report
+
+
+def read_run_manifest(run_dir: Path) -> Manifest | None:
+    """The run directory's manifest, or None when it is missing or does not validate (the commands
+    that need one say so themselves; these helpers only read what it records)."""
+    import json
+
+    try:
+        return Manifest.model_validate(json.loads((run_dir / "manifest.json").read_text(encoding="utf-8")))
+    except (OSError, ValueError):
+        return None

@@ -28,10 +28,10 @@ from unilab.manifest.models import (
     Topology,
 )
 from unilab.plan.models import Plan
-from unilab.run.events import EventLog
-from unilab.run.manifest_io import provenance, utc_now, write_manifest
-from unilab.run.progress import ProgressLine, cpu_ranges, plural
-from unilab.run.wandb_mirror import FINISH_TIMEOUT_S, WandbMirror
+from unilab.records.events import EventLog
+from unilab.records.manifest_io import provenance, utc_now, write_manifest
+from unilab.records.progress import ProgressLine, cpu_ranges, plural
+from unilab.records.wandb_mirror import FINISH_TIMEOUT_S, WandbMirror
 from unilab.sim.contract import physics_warning_fix
 
 
@@ -39,7 +39,7 @@ def existing_checkpoints(run_dir: Path) -> list[CheckpointRecord]:
     """Records of the checkpoints already in a run directory (a resume continues its record), with
     the digests the run recorded for them, never ones taken from the files now: a checkpoint whose
     digest was not recorded is left out rather than vouched for."""
-    from unilab.run.checkpoint import env_steps_of, list_checkpoints, recorded_digests
+    from unilab.records.checkpoint import env_steps_of, list_checkpoints, recorded_digests
 
     recorded = recorded_digests(run_dir)
     out = []
@@ -54,7 +54,7 @@ def previous_sessions(run_dir: Path) -> list[ApplySession]:
     """The applies recorded in the manifest a resume finds (one synthesized from its fields when it
     predates session records). Its last apply, if the manifest still says `running`, was killed:
     this resume holds the run directory's lock, so no apply runs it."""
-    from unilab.run.run_lock import read_run_manifest
+    from unilab.records.manifest_io import read_run_manifest
 
     old = read_run_manifest(run_dir)
     if old is None:
@@ -333,7 +333,7 @@ class RunRecorder:
         self.line.update(prog.env_steps * self.world, sps, ups, prog.last_return if fresh else None, run_s)
 
     def on_checkpoint(self, prog: Any, state: dict[str, Any]) -> Path:
-        from unilab.run.checkpoint import save_checkpoint
+        from unilab.records.checkpoint import save_checkpoint
 
         self.prog = prog
         steps = prog.env_steps * self.world

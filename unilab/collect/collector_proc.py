@@ -1,5 +1,5 @@
 """The collector process of one rank: builds the physics backend and the task, then serves the
-channel protocol (see `unilab.run.channel`) until told to stop. It ignores the stop signals
+channel protocol (see `unilab.collect.channel`) until told to stop. It ignores the stop signals
 (SIGINT, SIGTERM, SIGHUP): the learner decides how a run ends, so Ctrl-C or a signal to the whole
 process group gives a final checkpoint rather than a torn collector."""
 
@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from unilab.errors import UnilabError
-from unilab.run.stop import STOP_SIGNALS
+from unilab.stop import STOP_SIGNALS
 
 if TYPE_CHECKING:
+    from unilab.collect.channel import Hello, SharedBuffers
     from unilab.collect.collector import Collector
-    from unilab.run.channel import Hello, SharedBuffers
 
 WAIT_SLICE_S = 0.5
 
@@ -42,10 +42,10 @@ class CollectorConfig:
 
 def collector_main(cfg: CollectorConfig, messages: Any, obs_conn: Any, act_conn: Any) -> None:
     """``messages``: this process's reports to the learner (its Hello, or its first error);
-    ``obs_conn`` / ``act_conn``: the token pipes of the channel protocol (unilab.run.channel)."""
+    ``obs_conn`` / ``act_conn``: the token pipes of the channel protocol (unilab.collect.channel)."""
     for sig in STOP_SIGNALS:  # the learner's to act on
         signal.signal(sig, signal.SIG_IGN)
-    # Born with them blocked (unilab.run.collector_client): ignored now, any that came meanwhile is dropped.
+    # Born with them blocked (unilab.collect.collector_client): ignored now, any that came meanwhile is dropped.
     signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
     where = f"rank{cfg.rank}.collector"
     collector = None
@@ -56,7 +56,7 @@ def collector_main(cfg: CollectorConfig, messages: Any, obs_conn: Any, act_conn:
         import torch
 
         from unilab.collect.build import build_collector
-        from unilab.run.channel import SharedBuffers
+        from unilab.collect.channel import SharedBuffers
 
         torch.set_num_threads(1)
         if cfg.cpu_ids and hasattr(os, "sched_setaffinity"):
@@ -94,7 +94,7 @@ def collector_main(cfg: CollectorConfig, messages: Any, obs_conn: Any, act_conn:
 
 def _hello(cfg: CollectorConfig, collector: Collector, bufs: SharedBuffers, reward_names: list[str]) -> Hello:
     """The Hello the learner waits for: what this process applied, built and shares (its buffers)."""
-    from unilab.run.channel import Hello
+    from unilab.collect.channel import Hello
 
     diag = getattr(collector.backend, "diagnostics", dict)()
     return Hello(
@@ -115,7 +115,7 @@ def _hello(cfg: CollectorConfig, collector: Collector, bufs: SharedBuffers, rewa
 def _serve(cfg: CollectorConfig, collector: Collector, bufs: SharedBuffers, obs_conn: Any, act_conn: Any) -> None:
     """Reset every world, then step once per step token until told to quit, the learner's end of the
     pipe is gone, or the learner's process is (this process's parent changed)."""
-    from unilab.run.channel import STAT_WAIT_S, TOKEN_OBS, TOKEN_STEP, TokenWait, publish_sync
+    from unilab.collect.channel import STAT_WAIT_S, TOKEN_OBS, TOKEN_STEP, TokenWait, publish_sync
 
     obs_fd, act_fd = obs_conn.fileno(), act_conn.fileno()
     act_wait = TokenWait(act_fd)
@@ -159,7 +159,7 @@ def _serve(cfg: CollectorConfig, collector: Collector, bufs: SharedBuffers, obs_
 def _publish_physics_evidence(collector: Collector, bufs: SharedBuffers, warned: dict[str, int]) -> None:
     """Graph replays, physics warnings (their peaks in ``warned``, kept across calls) and the collector
     graph's evidence, from the backend's diagnostics into the shared buffers."""
-    from unilab.run.channel import write_evidence
+    from unilab.collect.channel import write_evidence
     from unilab.sim.contract import physics_warnings
 
     diag = getattr(collector.backend, "diagnostics", dict)()

@@ -13,13 +13,13 @@ from typing import Any, NoReturn
 
 import torch.multiprocessing as tmp
 
+from unilab.collect import channel as ch
+from unilab.collect.collector_proc import CollectorConfig, collector_main
 from unilab.collect.timing import PHASES
 from unilab.errors import RUN_FAILED_FIX, UnilabError
 from unilab.plan.inputs import planned_task
 from unilab.plan.models import Plan
-from unilab.run import channel as ch
-from unilab.run.collector_proc import CollectorConfig, collector_main
-from unilab.run.stop import STOP_SIGNALS, signals_blocked
+from unilab.stop import STOP_SIGNALS, signals_blocked
 
 HELLO_TIMEOUT_S = 600.0  # building a MuJoCo Warp collector compiles kernels on first use
 WAIT_SLICE_S = 0.2
@@ -74,7 +74,7 @@ class CollectorClient:
         self.proc: Any = None
         self.hello: ch.Hello | None = None
         self._messages_closed = False
-        # This side's ends of the message pipe and the two token pipes (unilab.run.channel).
+        # This side's ends of the message pipe and the two token pipes (unilab.collect.channel).
         self._messages: Any = None
         self._obs: Any = None
         self._act: Any = None

@@ -103,7 +103,7 @@ def run_plan_ids(run_dir: Path, plan_id: str) -> set[str]:
     """The plan ids whose checkpoints `run_dir` may hold: `plan_id` (the run's plan now) and those
     of the run's earlier sessions, which differ only where a resume re-planned the run for another
     host (`--replan`), as the manifest records."""
-    from unilab.run.run_lock import read_run_manifest
+    from unilab.records.manifest_io import read_run_manifest
 
     manifest = read_run_manifest(run_dir)
     if manifest is None:
