@@ -17,13 +17,14 @@ from __future__ import annotations
 import itertools
 import math
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import torch
 
 from unilab.errors import UnilabError
 from unilab.robot import g1
-from unilab.tasks.declarations import TermDecl, reward_weights
+from unilab.tasks.declarations import TermDecl, TermKind, declared_terms, reward_weights
 from unilab.tasks.terms import (
     CommandTerm,
     CurriculumTerm,
@@ -35,6 +36,15 @@ from unilab.tasks.terms import (
     TerminationTerm,
 )
 from unilab.tasks.timing import max_episode_steps
+
+
+class _Named(Protocol):
+    name: str
+
+
+_T = TypeVar("_T", bound=_Named)
+# Declared terms the task builds apart from their kind's list (unilab.tasks.base.Task.bind).
+BUILT_APART = frozenset({"observation_noise"})
 
 if TYPE_CHECKING:
     from unilab.robot.model import RobotLayout
@@ -438,13 +448,27 @@ class Task(ABC):
     def term_time_out(self) -> torch.Tensor:
         return self.episode_step >= self._max_steps
 
+    def bind(self, kind: TermKind, terms: Sequence[_T]) -> list[_T]:
+        """This spec's `kind` terms, by name and in order, from the declarations the planner reads
+        (``unilab.tasks.declarations``, the one inventory): a term the task implements but the spec
+        does not ask for (the gait clock's without `task.gait_period_s`) is left out. Observation
+        noise is declared as an observation term and built apart (`ObservationNoiseTerm`)."""
+        have = {t.name: t for t in terms}
+        names = [d.name for d in declared_terms(self.spec) if d.kind == kind and d.name not in BUILT_APART]
+        missing = [n for n in names if n not in have]
+        if missing:
+            raise UnilabError(f"internal: task {self.spec.name} declares {kind} terms it does not build: {missing}")
+        return [have[n] for n in names]
+
     def weighted_rewards(self, fns: dict[str, TensorFn]) -> list[RewardTerm]:
-        """The reward terms, in the task's declared order, with their weights: the task's defaults
-        with ``task.reward_weights`` applied (``unilab.tasks.declarations``, which the plan lists)."""
+        """The reward terms by name, in the task's declared order, with their weights: the task's
+        defaults with ``task.reward_weights`` applied (``unilab.tasks.declarations``, which the plan
+        lists); a term the spec does not ask for is left out, as `bind` does."""
         weights = reward_weights(self.spec)
-        if list(fns) != list(weights):
-            raise ValueError(f"reward terms {list(fns)} are not the declared {list(weights)}")
-        return [RewardTerm(name, weights[name], fn) for name, fn in fns.items()]
+        missing = [n for n in weights if n not in fns]
+        if missing:
+            raise UnilabError(f"internal: task {self.spec.name} declares reward terms it does not build: {missing}")
+        return [RewardTerm(name, w, fns[name]) for name, w in weights.items()]
 
     def shared_observations(self, joint_vel_noise: float) -> list[ObservationTerm]:
         """Joint state and last action, the tail of both G1 observations (the joint velocity noise

@@ -59,17 +59,19 @@ class G1MotionTrackingTask(Task):
         self._put_clip()
         self._build_reference_buffers()
 
-        self.commands = [
-            CommandTerm("motion_phase", G1MotionTrackingTask.resample_phase, G1MotionTrackingTask.advance_phase)
-        ]
-        self.observations = [
-            ObservationTerm("motion_command", 2 * self.num_actions, G1MotionTrackingTask.obs_motion_command),
-            ObservationTerm("motion_anchor_pos_b", 3, G1MotionTrackingTask.obs_anchor_pos_b, noise=0.25),
-            ObservationTerm("motion_anchor_ori_b", 6, G1MotionTrackingTask.obs_anchor_ori_b, noise=0.05),
-            ObservationTerm("base_lin_vel", 3, Task.obs_base_lin_vel, noise=0.5),
-            ObservationTerm("base_ang_vel", 3, Task.obs_base_ang_vel, noise=0.2),
-            *self.shared_observations(joint_vel_noise=0.5),
-        ]
+        track = G1MotionTrackingTask
+        self.commands = self.bind("command", [CommandTerm("motion_phase", track.resample_phase, track.advance_phase)])
+        self.observations = self.bind(
+            "observation",
+            [
+                ObservationTerm("motion_command", 2 * self.num_actions, track.obs_motion_command),
+                ObservationTerm("motion_anchor_pos_b", 3, track.obs_anchor_pos_b, noise=0.25),
+                ObservationTerm("motion_anchor_ori_b", 6, track.obs_anchor_ori_b, noise=0.05),
+                ObservationTerm("base_lin_vel", 3, Task.obs_base_lin_vel, noise=0.5),
+                ObservationTerm("base_ang_vel", 3, Task.obs_base_ang_vel, noise=0.2),
+                *self.shared_observations(joint_vel_noise=0.5),
+            ],
+        )
         self.rewards = self.weighted_rewards(
             {
                 "motion_joint_pos": G1MotionTrackingTask.rew_joint_pos,
@@ -81,13 +83,16 @@ class G1MotionTrackingTask(Task):
                 "joint_torques_l2": Task.rew_joint_torques_l2,
             }
         )
-        self.terminations = [
-            TerminationTerm("anchor_height_deviation", G1MotionTrackingTask.term_anchor_height),
-            TerminationTerm("anchor_orientation_deviation", G1MotionTrackingTask.term_anchor_orientation),
-            TerminationTerm("key_body_height_deviation", G1MotionTrackingTask.term_end_effector_height),
-            TerminationTerm("motion_end", G1MotionTrackingTask.term_motion_end, time_out=True),
-            TerminationTerm("time_out", Task.term_time_out, time_out=True),
-        ]
+        self.terminations = self.bind(
+            "termination",
+            [
+                TerminationTerm("anchor_height_deviation", track.term_anchor_height),
+                TerminationTerm("anchor_orientation_deviation", track.term_anchor_orientation),
+                TerminationTerm("key_body_height_deviation", track.term_end_effector_height),
+                TerminationTerm("motion_end", track.term_motion_end, time_out=True),
+                TerminationTerm("time_out", Task.term_time_out, time_out=True),
+            ],
+        )
         self.events = [EventTerm("reset_to_reference", "reset", G1MotionTrackingTask.reset_to_reference)]
         self.events += shared_events(self)
         self._gather_reference()

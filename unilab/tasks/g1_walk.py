@@ -62,7 +62,7 @@ class G1WalkTask(Task):
         if gait is not None:
             self._build_gait_clock(gait)
         self._build_command_draws()
-        self._declare_terms(gait_clock=gait is not None)
+        self._declare_terms()
 
     def _build_feet_buffers(self) -> None:
         """Per-episode feet state (air times, contacts, touchdowns) and the foot body ids it reads."""
@@ -136,19 +136,28 @@ class G1WalkTask(Task):
             device=dev,
         )
 
-    def _declare_terms(self, gait_clock: bool) -> None:
-        """The task's command, observation, reward, termination and event terms (the gait clock's with it)."""
-        self.commands = [CommandTerm("velocity_command", G1WalkTask.resample_command, G1WalkTask.resample_due_commands)]
-        if gait_clock:
-            self.commands.append(CommandTerm("gait_clock", G1WalkTask.reset_gait_clock, G1WalkTask.advance_gait_clock))
-        self.observations = [
-            ObservationTerm("base_lin_vel", 3, Task.obs_base_lin_vel, noise=0.5),
-            ObservationTerm("base_ang_vel", 3, Task.obs_base_ang_vel, noise=0.2),
-            ObservationTerm("projected_gravity", 3, Task.obs_projected_gravity, noise=0.05),
-            ObservationTerm("velocity_command", 3, G1WalkTask.obs_velocity_command),
-            *([ObservationTerm("gait_phase", 2, G1WalkTask.obs_gait_phase)] if gait_clock else []),
-            *self.shared_observations(joint_vel_noise=1.5),
-        ]
+    def _declare_terms(self) -> None:
+        """The task's command, observation, reward, termination and event terms, bound by name to
+        the spec's declared inventory (the gait clock's only with `task.gait_period_s`)."""
+        walk = G1WalkTask
+        self.commands = self.bind(
+            "command",
+            [
+                CommandTerm("velocity_command", walk.resample_command, walk.resample_due_commands),
+                CommandTerm("gait_clock", walk.reset_gait_clock, walk.advance_gait_clock),
+            ],
+        )
+        self.observations = self.bind(
+            "observation",
+            [
+                ObservationTerm("base_lin_vel", 3, Task.obs_base_lin_vel, noise=0.5),
+                ObservationTerm("base_ang_vel", 3, Task.obs_base_ang_vel, noise=0.2),
+                ObservationTerm("projected_gravity", 3, Task.obs_projected_gravity, noise=0.05),
+                ObservationTerm("velocity_command", 3, walk.obs_velocity_command),
+                ObservationTerm("gait_phase", 2, walk.obs_gait_phase),
+                *self.shared_observations(joint_vel_noise=1.5),
+            ],
+        )
         self.rewards = self.weighted_rewards(
             {
                 "track_lin_vel_xy_exp": G1WalkTask.rew_track_lin_vel_xy,
@@ -158,15 +167,18 @@ class G1WalkTask(Task):
                 "joint_torques_l2": Task.rew_joint_torques_l2,
                 "action_rate_l2": Task.rew_action_rate_l2,
                 "feet_air_time": G1WalkTask.rew_feet_air_time,
-                **({"feet_phase": G1WalkTask.rew_feet_phase} if gait_clock else {}),
+                "feet_phase": G1WalkTask.rew_feet_phase,
                 "alive": G1WalkTask.rew_alive,
             }
         )
-        self.terminations = [
-            TerminationTerm("fall_base_height", G1WalkTask.term_base_height),
-            TerminationTerm("fall_orientation", G1WalkTask.term_orientation),
-            TerminationTerm("time_out", Task.term_time_out, time_out=True),
-        ]
+        self.terminations = self.bind(
+            "termination",
+            [
+                TerminationTerm("fall_base_height", walk.term_base_height),
+                TerminationTerm("fall_orientation", walk.term_orientation),
+                TerminationTerm("time_out", Task.term_time_out, time_out=True),
+            ],
+        )
         self.events = [EventTerm("reset_joints_around_default", "reset", G1WalkTask.reset_around_default)]
         self.events += shared_events(self)
 

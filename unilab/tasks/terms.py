@@ -11,18 +11,20 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 
 from unilab.tasks.declarations import TermDecl
 
 if TYPE_CHECKING:
-    from unilab.tasks.base import Task
+    pass
 
-TensorFn = Callable[["Task"], torch.Tensor]
-MaskFn = Callable[["Task", torch.Tensor], None]
-StepFn = Callable[["Task"], None]
+# A term's function takes the task it belongs to: usually a method of a Task subclass, which a
+# Callable[[Task], ...] would refuse (parameters are contravariant), hence Any.
+TensorFn = Callable[[Any], torch.Tensor]
+MaskFn = Callable[[Any, torch.Tensor], None]
+StepFn = Callable[[Any], None]
 
 
 @dataclass(eq=False)
