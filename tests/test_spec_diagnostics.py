@@ -142,7 +142,7 @@ def test_wrong_algo_name_via_set_names_the_key_and_the_working_set() -> None:
 
 
 def test_algo_name_without_a_near_match_lists_the_names() -> None:
-    d = diags(G1, "algo.name=td3")["algo.name"]
+    d = diags(G1, "algo.name=ddpg")["algo.name"]
     assert d.rule_id == "spec.value" and "Input tag" not in d.condition + d.fix
     assert d.fix == 'pass --set algo.name=<one of "sac", "flashsac", "td3", "ppo">, or drop that --set'
 
