@@ -1,5 +1,5 @@
-"""Shared CLI plumbing: reading specs or saved plans, host facts, atomic writes, and the
-one-paragraph errors for files that cannot be read or written."""
+"""Shared CLI plumbing: reading specs or saved plans against host facts, and atomic writes
+(the one-paragraph errors for files that cannot be read are unilab.inputfile's)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 from unilab.errors import PlanRefused, UnilabError
 from unilab.host.record import read_host_facts
-from unilab.inputfile import file_error, reading  # noqa: F401  (file_error: for cli.main)
+from unilab.inputfile import reading
 from unilab.plan.models import Plan
 
 

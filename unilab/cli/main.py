@@ -165,7 +165,7 @@ def _cmd_schema(args: argparse.Namespace) -> int:
                 fix="pass the directory of the committed schemas with --out (unilab schema --check --out "
                 f"CHECKOUT/schemas), or create it with `unilab schema --out {args.out}`",
             )
-        from unilab.cli.common import reading
+        from unilab.inputfile import reading
 
         with reading(args.out, "schema file"):
             stale = schemas.drift(args.out)
@@ -400,7 +400,7 @@ def main(argv: list[str] | None = None) -> int:
         print("interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
     except (OSError, UnicodeDecodeError, RecursionError) as exc:  # a file the user named cannot be used
-        from unilab.cli.common import file_error
+        from unilab.inputfile import file_error
 
         if os.environ.get("UNILAB_DEBUG"):
             raise

@@ -11,6 +11,7 @@ losses, names what it saves in `networks()` and `optimizers()`, and adds what is
 from __future__ import annotations
 
 import copy
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Any, ClassVar
 
@@ -29,7 +30,7 @@ def seeded(seed: int, *build: Callable[[], nn.Module]) -> list[nn.Module]:
         return [b() for b in build]
 
 
-class ReplayLearner:
+class ReplayLearner(ABC):
     algo: ClassVar[str]  # the checkpoint's "algo": the spec's algo.name
     title: ClassVar[str]  # how messages name it
 
@@ -91,12 +92,13 @@ class ReplayLearner:
             self._critic_loss = torch.compile(self._critic_loss_eager, mode=compile_mode, dynamic=False)
             self._actor_loss = torch.compile(self._actor_loss_eager, mode=compile_mode, dynamic=False)
 
+    @abstractmethod
     def _build(self, seed: int) -> None:
         """`actor`, `critic` (from `seed`: `seeded`) and what else the learner learns."""
-        raise NotImplementedError
 
     def _more_copies(self) -> list[WorkingCopy]:
-        """Working copies beyond the actor's, the critic's and its target's (TD3's target actor)."""
+        """Working copies `_build` made beyond the actor's, the critic's and its target's (TD3's
+        target actor), refreshed with them."""
         return []
 
     def _in(self, x: torch.Tensor) -> torch.Tensor:
@@ -125,10 +127,10 @@ class ReplayLearner:
         self.num_actor_updates += 1
         return {"actor_grad_norm": norm, "actor_finite": ok}
 
-    def _constrain(self, net: nn.Module, ok: torch.Tensor) -> None:
+    def _constrain(self, net: nn.Module, ok: torch.Tensor) -> None:  # noqa: B027  (an optional hook)
         """After a network's optimizer step (FlashSAC projects its weights back onto their sphere)."""
 
-    def _actor_stepped(self, ok: torch.Tensor) -> None:
+    def _actor_stepped(self, ok: torch.Tensor) -> None:  # noqa: B027  (an optional hook)
         """After the actor's step, before its working copy is refreshed (TD3's target actor)."""
 
     def _masked_step(
@@ -180,10 +182,10 @@ class ReplayLearner:
     def _extra_state(self) -> dict[str, object]:
         return {}
 
-    def _load_extra_weights(self, state: dict[str, Any]) -> None:
+    def _load_extra_weights(self, state: dict[str, Any]) -> None:  # noqa: B027  (an optional hook)
         """What else a run started from a checkpoint takes besides the networks."""
 
-    def _load_extra_state(self, state: dict[str, Any]) -> None:
+    def _load_extra_state(self, state: dict[str, Any]) -> None:  # noqa: B027  (an optional hook)
         """What else a resumed run restores, after the weights."""
 
     def state_dict(self) -> dict[str, object]:

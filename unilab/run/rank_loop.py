@@ -12,6 +12,7 @@ left on its own stop flag would miss the others' next collective.
 from __future__ import annotations
 
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -107,18 +108,21 @@ class Cadence:
     one step passed (a unit larger than the interval checkpoints once, not once per multiple)."""
 
     def __init__(self, every: int | None, done: int) -> None:
-        self.every = every
-        self.next = (done // every + 1) * every if every else None
+        self.every = every or None
+        self.next = self._after(done)
+
+    def _after(self, done: int) -> int | None:
+        """The first multiple of `every` past `done`."""
+        return (done // self.every + 1) * self.every if self.every else None
 
     def due(self, done: int) -> bool:
-        if self.next is None or self.every is None or done < self.next:
+        if self.next is None or done < self.next:
             return False
-        while self.next <= done:
-            self.next += self.every
+        self.next = self._after(done)
         return True
 
 
-class RankLoop:
+class RankLoop(ABC):
     """One rank's loop; a driver subclass fills in `_setup`, `_step`, `_metrics` and `_state`."""
 
     def __init__(
@@ -146,32 +150,32 @@ class RankLoop:
         self.collector.close()
 
     # ------------------------------------------------------------------------- what a driver gives
+    @abstractmethod
     def _total(self) -> int:
         """This rank's env steps to run."""
-        raise NotImplementedError
 
-    def _on_hello(self, hello: ch.Hello) -> None:
+    def _on_hello(self, hello: ch.Hello) -> None:  # noqa: B027  (an optional hook)
         """After the collector started and the run recorded it, before its first observation."""
 
-    def _setup(self, hello: ch.Hello) -> None:
+    def _setup(self, hello: ch.Hello) -> None:  # noqa: B027  (an optional hook)
         """After the first observation: what the units need."""
 
+    @abstractmethod
     def _step(self) -> bool:
         """One unit; False when a stop request interrupted it (its counters say how far it got)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def _metrics(self) -> dict[str, float]:
         """The driver's scalars at a log point (the loop adds the timing and run counters)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def _state(self) -> dict[str, Any]:
         """The checkpoint state."""
-        raise NotImplementedError
 
-    def _started(self) -> None:
+    def _started(self) -> None:  # noqa: B027  (an optional hook)
         """Before the collector starts: threads and allocator of this process."""
 
-    def _collector_started(self) -> None:
+    def _collector_started(self) -> None:  # noqa: B027  (an optional hook)
         """Right after the collector process started (it must not inherit what this sets)."""
 
     # ------------------------------------------------------------------------------------ the loop

@@ -86,12 +86,12 @@ class Td3Learner(TwinCriticFit, ReplayLearner):
         self.critic = critic.to(self.device)
         self.actor_target = copy.deepcopy(self.actor).requires_grad_(False)
         self._actor_target_params = list(self.actor_target.parameters())
+        self._actor_target_w = WorkingCopy(self.actor_target, self.compute_dtype)
         self.atoms = categorical.support(cfg.v_min, cfg.v_max, cfg.num_atoms, self.device)
         # Per-env exploration noise std [N, 1], drawn when `act` first sees N rows.
         self.exploration_std: torch.Tensor | None = None
 
     def _more_copies(self) -> list[WorkingCopy]:
-        self._actor_target_w = WorkingCopy(self.actor_target, self.compute_dtype)
         return [self._actor_target_w]
 
     # ------------------------------------------------------------------ inference
