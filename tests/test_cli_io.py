@@ -282,7 +282,7 @@ def test_errors_name_what_is_wrong_where(tmp_path: Path) -> None:
     (tmp_path / "spec.json").write_text('{"schema_version": 1, "run": {"name": "x"}}')
     r = unilab("plan", str(tmp_path / "spec.json"))
     assert_io_error(r, "looks like a spec written as JSON")
-    r = unilab("diff", str(SPECS / "g1.toml"), CARTPOLE, "--host-facts", HOST, "--set", "task.observation_noise=true")
+    r = unilab("diff", str(SPECS / "g1.toml"), CARTPOLE, "--host-facts", HOST, "--set", "task.reward_weights.alive=1.0")
     assert_io_error(r, f"B ({CARTPOLE}): the plan is refused")
 
 

@@ -10,14 +10,14 @@ import torch
 from unilab.collect.build import build_collector
 from unilab.collect.collector import Collector
 from unilab.collect.timing import PHASES
-from unilab.spec.models import SimSpec, TaskSpec
+from unilab.spec.models import SimSpec, TaskSpec, task_spec
 
 N = 4
 
 
 def _walk(**fields: object) -> Collector:
     fields.setdefault("num_envs", N)
-    return build_collector(TaskSpec(name="g1_walk", **fields), SimSpec(workers=1), finite_check_interval=4, seed=3)  # type: ignore[arg-type]
+    return build_collector(task_spec(name="g1_walk", **fields), SimSpec(workers=1), finite_check_interval=4, seed=3)
 
 
 @pytest.fixture
@@ -113,7 +113,7 @@ def test_timings_cover_every_phase(walk: Collector) -> None:
 
 
 def test_worker_processes_and_motion_tracking() -> None:
-    task = TaskSpec(name="g1_motion_tracking", num_envs=6, motion="builtin:g1_squat", observation_noise=True)
+    task = task_spec(name="g1_motion_tracking", num_envs=6, motion="builtin:g1_squat", observation_noise=True)
     with build_collector(task, SimSpec(workers=2), finite_check_interval=10) as c:
         assert len(c.backend.worker_pids()) == 2
         c.reset_all()
@@ -127,8 +127,8 @@ def test_worker_processes_and_motion_tracking() -> None:
 @pytest.mark.parametrize(
     "task",
     [
-        TaskSpec(name="g1_walk", num_envs=N, domain_randomization=True, observation_noise=True),
-        TaskSpec(name="g1_motion_tracking", num_envs=N, motion="builtin:g1_squat"),
+        task_spec(name="g1_walk", num_envs=N, domain_randomization=True, observation_noise=True),
+        task_spec(name="g1_motion_tracking", num_envs=N, motion="builtin:g1_squat"),
     ],
     ids=["g1_walk", "g1_motion_tracking"],
 )

@@ -13,7 +13,7 @@ import torch
 from unilab.collect.build import build_collector
 from unilab.collect.collector import Collector
 from unilab.errors import UnilabError
-from unilab.spec.models import SimSpec, TaskSpec
+from unilab.spec.models import SimSpec, task_spec
 
 N = 8
 
@@ -22,7 +22,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _collector(update_graph: str | None, **task: object) -> Collector:
-    spec = TaskSpec(name="g1_walk", num_envs=N, episode_length_s=0.6, **task)  # type: ignore[arg-type]
+    spec = task_spec(name="g1_walk", num_envs=N, episode_length_s=0.6, **task)
     c = build_collector(spec, SimSpec(workers=1), finite_check_interval=5, seed=3, update_graph=update_graph)
     # On CUDA the collector never reads the done mask on the host; the graph forces that here too,
     # so the reference runs the same (masked, possibly empty) reset path every step.
@@ -99,7 +99,12 @@ def test_a_cuda_graph_of_a_cpu_collector_is_refused() -> None:
 
 @pytest.mark.parametrize(
     "task",
-    [{}, {"observation_noise": True}, {"push_interval_s": 0.5}, {"name": "g1_motion_tracking"}],
+    [
+        {},
+        {"observation_noise": True},
+        {"push_interval_s": 0.5},
+        {"name": "g1_motion_tracking", "motion": "builtin:g1_squat"},
+    ],
     ids=["walk", "walk_noise", "walk_pushes", "tracking"],
 )
 def test_plan_preflight_and_run_time_preflight_agree(task: dict[str, object]) -> None:
@@ -108,8 +113,8 @@ def test_plan_preflight_and_run_time_preflight_agree(task: dict[str, object]) ->
     from unilab.collect.update_graph import graph_blockers
     from unilab.tasks.declarations import declared_terms
 
-    fields = {"name": "g1_walk", "num_envs": 2, "motion": "builtin:g1_squat", **task}
-    spec = TaskSpec(**fields)  # type: ignore[arg-type]
+    fields = {"name": "g1_walk", "num_envs": 2, **task}
+    spec = task_spec(**fields)
     terms = declared_terms(spec)
     planned: set[str] = set()  # the plan names a term per blocker; the run time names the kind once
     for t in terms:

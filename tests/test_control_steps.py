@@ -74,11 +74,11 @@ def test_push_period_is_the_exact_number_of_steps() -> None:
 
 def test_task_refuses_a_push_interval_that_is_not_whole_steps() -> None:
     from unilab.collect.build import build_collector
-    from unilab.spec.models import SimSpec, TaskSpec
+    from unilab.spec.models import SimSpec, task_spec
 
     # Built without a plan (the plan refuses it first, rule task.push-interval): 0.03 s is 1.5 steps
     # of 0.02 s; it used to run silently as 0.04 s.
     with pytest.raises(UnilabError) as e:
-        build_collector(TaskSpec(name="g1_walk", num_envs=1, push_interval_s=0.03), SimSpec(), workers=1)
+        build_collector(task_spec(name="g1_walk", num_envs=1, push_interval_s=0.03), SimSpec(), workers=1)
     assert "not a whole number of 0.02 s control steps" in e.value.summary
     assert e.value.fix == "set task.push_interval_s = 0.02 or 0.04"

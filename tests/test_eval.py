@@ -173,9 +173,9 @@ def test_mujoco_warnings_are_counted_in_the_episode_they_happen_in() -> None:
 
     from unilab.collect.build import build_collector
     from unilab.evaluate.rollout import _play
-    from unilab.spec.models import SimSpec, TaskSpec
+    from unilab.spec.models import SimSpec, task_spec
 
-    task = TaskSpec(name="cartpole", num_envs=4, episode_length_s=0.2)
+    task = task_spec(name="cartpole", num_envs=4, episode_length_s=0.2)
     sim = SimSpec(timestep=0.01, decimation=2, workers=1)
     with build_collector(task, sim, num_envs=4, workers=1) as c:
         real_step, calls = c.backend.step, []
@@ -242,9 +242,9 @@ def test_the_filmed_frames_are_each_episodes_own_from_its_reset_to_its_end() -> 
     from unilab.collect.build import build_collector
     from unilab.evaluate.rollout import _play
     from unilab.evaluate.video import ClipRecorder
-    from unilab.spec.models import SimSpec, TaskSpec
+    from unilab.spec.models import SimSpec, task_spec
 
-    task = TaskSpec(name="cartpole", num_envs=4, episode_length_s=0.6)
+    task = task_spec(name="cartpole", num_envs=4, episode_length_s=0.6)
     sim = SimSpec(timestep=0.01, decimation=2, workers=1)
     with build_collector(task, sim, num_envs=4, workers=1, seed=5) as c:
         resets: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []  # (mask, state before, after)
@@ -285,10 +285,10 @@ def test_command_tracking_compares_the_base_with_its_command_and_with_standing_s
 
     from unilab.collect.build import build_collector
     from unilab.evaluate.rollout import _play
-    from unilab.spec.models import CommandRanges, SimSpec, TaskSpec
+    from unilab.spec.models import CommandRanges, SimSpec, task_spec
 
     commands = CommandRanges(lin_vel_x=(0.6, 0.6), lin_vel_y=(-0.8, -0.8), ang_vel_z=(0.3, 0.3))
-    task = TaskSpec(name="g1_walk", num_envs=3, episode_length_s=0.3, commands=commands)
+    task = task_spec(name="g1_walk", num_envs=3, episode_length_s=0.3, commands=commands)
     errors: list[torch.Tensor] = []
     with build_collector(task, SimSpec(workers=1), num_envs=3, workers=1) as c:
 
@@ -318,9 +318,9 @@ def test_a_walking_robots_frames_carry_its_command_and_velocity() -> None:
     from unilab.collect.build import build_collector
     from unilab.evaluate.rollout import _play
     from unilab.evaluate.video import ClipRecorder
-    from unilab.spec.models import SimSpec, TaskSpec
+    from unilab.spec.models import SimSpec, task_spec
 
-    task = TaskSpec(name="g1_walk", num_envs=2, episode_length_s=0.1)
+    task = task_spec(name="g1_walk", num_envs=2, episode_length_s=0.1)
     with build_collector(task, SimSpec(workers=1), num_envs=2, workers=1) as c:
         recorder = ClipRecorder(worlds=2, stride=1)
         seen: list[torch.Tensor] = []  # what the policy was told: the command is an observation term

@@ -420,8 +420,6 @@ CASES = [
         "exceeds K = 2",
     ),
     Case("sync.slot-capacity", "cpu_laptop", {}, False),
-    Case("task.motion", "cpu_laptop", {"task__name": "g1_motion_tracking"}, True, "needs a reference motion"),
-    Case("task.motion", "cpu_laptop", {"task__motion": "builtin:g1_squat"}, True, "does not use a reference motion"),
     Case(
         "task.motion",
         "cpu_laptop",
@@ -435,32 +433,6 @@ CASES = [
     # A real checkpoint, fitting or not: tests/test_init_from.py (it needs a run directory).
     Case("run.init-from", "cpu_laptop", {"run__init_from": "no/such/run"}, True, "no/such/run does not exist"),
     Case("run.init-from", "cpu_laptop", {}, False),
-    Case(
-        "task.options",
-        "cpu_laptop",
-        {
-            "task__name": "g1_motion_tracking",
-            "task__motion": "builtin:g1_squat",
-            "task__commands": {"lin_vel_x": [0.0, 0.5]},
-        },
-        True,
-        "has no effect on",
-    ),
-    Case(
-        "task.options",
-        "cpu_laptop",
-        {"task__name": "cartpole", "task__observation_noise": True},
-        True,
-        "has no effect on cartpole",
-    ),
-    Case(
-        "task.options",
-        "cpu_laptop",
-        {"task__name": "cartpole", "task__action_scale": 0.5},
-        True,
-        "task.action_scale has no effect on cartpole",
-    ),
-    Case("task.options", "cpu_laptop", {"task__action_scale": 0.5}, False),
     Case(
         "task.reward-weights",
         "cpu_laptop",
@@ -478,13 +450,10 @@ CASES = [
     ),
     Case("task.reward-weights", "cpu_laptop", {"task__reward_weights": {"alive": 1.0, "base_height": 0.0}}, False),
     Case(
-        "task.options",
+        "task.push-interval",
         "cpu_laptop",
         {"task__name": "g1_motion_tracking", "task__motion": "builtin:g1_squat", "task__push_interval_s": 3.0},
         False,
-    ),
-    Case(
-        "task.robot", "cpu_laptop", {"task__name": "cartpole", "task__robot_mjcf": "g1.xml"}, True, "has its own model"
     ),
     Case(
         "task.push-interval",

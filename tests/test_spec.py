@@ -97,6 +97,61 @@ def test_ppo_without_offpolicy_keys_passes() -> None:
     assert spec.algo.name == "ppo"
 
 
+@pytest.mark.parametrize(
+    ("task", "key", "owners"),
+    [
+        ({"name": "cartpole", "commands": {"lin_vel_x": [0.0, 0.5]}}, "commands", '"g1_walk"'),
+        ({"name": "cartpole", "observation_noise": True}, "observation_noise", '"g1_walk" or "g1_motion_tracking"'),
+        ({"name": "cartpole", "action_scale": 0.5}, "action_scale", '"g1_walk" or "g1_motion_tracking"'),
+        ({"name": "cartpole", "robot_mjcf": "g1.xml"}, "robot_mjcf", '"g1_walk" or "g1_motion_tracking"'),
+        ({"name": "g1_walk", "motion": "builtin:g1_squat"}, "motion", '"g1_motion_tracking"'),
+        (
+            {"name": "g1_motion_tracking", "motion": "builtin:g1_squat", "gait_period_s": 0.8},
+            "gait_period_s",
+            '"g1_walk"',
+        ),
+    ],
+)
+def test_another_tasks_key_is_refused_by_rule(task: dict[str, object], key: str, owners: str) -> None:
+    """A key of another task is not a typo: the rule names the tasks that take it."""
+    with pytest.raises(SpecError) as e:
+        validate_spec_data(spec_data(task={"num_envs": 4, **task}), "s.toml")
+    (d,) = e.value.diagnostics
+    assert (d.rule_id, d.key_path) == ("task.options", f"task.{key}")
+    assert d.condition.endswith(f"{task['name']} does not take it")
+    assert d.fix == f"remove task.{key}, or set task.name = {owners}"
+
+
+def test_a_misspelt_task_key_is_an_unknown_key_of_that_task() -> None:
+    with pytest.raises(SpecError) as e:
+        validate_spec_data(spec_data(task={"name": "cartpole", "num_envs": 4, "episode_lenght_s": 5.0}), "s.toml")
+    (d,) = e.value.diagnostics
+    assert (d.rule_id, d.key_path) == ("spec.unknown-key", "task.episode_lenght_s")
+    assert "did you mean `task.episode_length_s`?" in d.fix
+
+
+def test_motion_tracking_needs_its_motion() -> None:
+    with pytest.raises(SpecError) as e:
+        validate_spec_data(spec_data(task={"name": "g1_motion_tracking", "num_envs": 4}), "s.toml")
+    (d,) = e.value.diagnostics
+    assert (d.rule_id, d.key_path) == ("spec.missing-key", "task.motion")
+    assert "`builtin:NAME` (e.g. `builtin:g1_squat`)" in d.fix
+
+
+def test_switching_the_shipped_spec_to_another_task_from_the_command_line() -> None:
+    """`--set task.name=cartpole` keeps the motion-tracking spec's `motion`; the fix is a table --set
+    with the keys the task requires, which works once they are filled in."""
+    with pytest.raises(SpecError) as e:
+        load_spec(SPECS / "g1_motion_tracking.toml", ["task.name=cartpole"])
+    fixes = {d.fix for d in e.value.diagnostics}
+    assert fixes == {
+        """pass --set 'task={name="cartpole", num_envs=...}' instead of --set task.name=...: a table replaces """
+        "the whole [task] section (cartpole's defaults; add its keys inside the braces)"
+    }, fixes
+    loaded = load_spec(SPECS / "g1_motion_tracking.toml", ["task={name='cartpole', num_envs=16}"])
+    assert loaded.spec.task.name == "cartpole" and loaded.spec.task.num_envs == 16
+
+
 def test_command_range_must_be_ordered() -> None:
     with pytest.raises(SpecError) as e:
         validate_spec_data(spec_data(task__commands={"lin_vel_x": [1.0, -1.0]}), "s.toml")

@@ -15,6 +15,7 @@ from unilab.spec.load import load_spec, validate_spec_data
 
 ROOT = Path(__file__).resolve().parent.parent
 G1 = ROOT / "specs" / "g1.toml"
+MOTION = ROOT / "specs" / "g1_motion_tracking.toml"
 
 
 def diags(path: Path, *sets: str) -> dict[str, Diagnostic]:
@@ -103,7 +104,7 @@ def test_another_algo_by_name_keeps_the_files_keys_so_the_fix_replaces_the_table
 
 
 def test_a_set_run_or_task_name_leaves_the_file_keys_fixes_alone(tmp_path: Path) -> None:
-    """run.name and task.name name a run and a task, not a section's model."""
+    """run.name names a run, not a section's model; a task.name that names the file's own task changes none."""
     bad = tmp_path / "bad.toml"
     bad.write_text(G1.read_text().replace("num_envs = 64", "num_envs = 0").replace("seed = 0", "sede = 0"))
     d = diags(bad, "run.name=mine", "task.name=g1_walk")
@@ -247,16 +248,17 @@ def test_a_home_directory_of_no_user_is_a_spec_error(key: str) -> None:
     """`~NAME/...` for a user this host does not have: refused with the key, not a crash later when
     the run directory is made or the file digested."""
     user = "no-such-user-unilab"
-    d = diags(G1, f'{key}="~{user}/x"')
+    spec = MOTION if key == "task.motion" else G1
+    d = diags(spec, f'{key}="~{user}/x"')
     assert d[key].rule_id == "spec.value" and f"`~{user}` names no user here" in d[key].condition
-    load_spec(G1, [f'{key}="~/x"'])  # the user's own home directory is fine
+    load_spec(spec, [f'{key}="~/x"'])  # the user's own home directory is fine
 
 
 @pytest.mark.parametrize("key", ["run.output_dir", "run.init_from", "task.robot_mjcf", "task.motion"])
 def test_a_nul_byte_in_a_path_is_a_spec_error(key: str) -> None:
     """A NUL byte (TOML's \\u0000) in a path is refused with the key at plan time, not an internal
     error when apply first opens the path."""
-    d = diags(G1, f'{key}="runs\\u0000x"')
+    d = diags(MOTION if key == "task.motion" else G1, f'{key}="runs\\u0000x"')
     assert d[key].rule_id == "spec.value" and "NUL byte" in d[key].condition
 
 

@@ -47,7 +47,10 @@ SPEC_ERRORS = [
     # a. an empty device list used to divide by zero while splitting CPU blocks
     (["training.devices=[]"], "training.devices: List should have at least 1 item, not 0 (got [])"),
     # d. non-finite floats
-    (["task.commands.lin_vel_x=[nan,1.0]"], "task.commands.lin_vel_x[0]: must be a finite number (got nan)"),
+    (
+        ["task.name=g1_walk", "task.commands.lin_vel_x=[nan,1.0]"],
+        "task.commands.lin_vel_x[0]: must be a finite number (got nan)",
+    ),
     (["run.log_every_seconds=inf"], "run.log_every_seconds: must be a finite number (got inf)"),
     (["algo.v_max=-inf"], "algo.v_max: must be a finite number (got -inf)"),
     # e. no coercion between bools, numbers and strings

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from unilab.collect.build import build_collector
-from unilab.spec.models import SimSpec, TaskSpec
+from unilab.spec.models import SimSpec, task_spec
 
 pytestmark = [
     pytest.mark.cuda,
@@ -15,14 +15,18 @@ pytestmark = [
 N = 256
 
 
+def _motion(task: str) -> dict[str, str]:
+    return {"motion": "builtin:g1_squat"} if task == "g1_motion_tracking" else {}
+
+
 @pytest.mark.parametrize("name", ["g1_walk", "g1_motion_tracking"])
 @pytest.mark.parametrize("physics_graph", [False, True])
 def test_collector_step_never_syncs_the_host(name: str, physics_graph: bool) -> None:
     # Pushes and domain randomization too: their device-side writes must not sync either.
-    task = TaskSpec(
+    task = task_spec(
         name=name,
         num_envs=N,
-        motion="builtin:g1_squat",
+        **_motion(name),
         episode_length_s=0.5,
         push_interval_s=0.1,
         domain_randomization=True,
@@ -50,7 +54,7 @@ def test_collector_step_never_syncs_the_host(name: str, physics_graph: bool) -> 
 @pytest.mark.parametrize("name", ["g1_walk", "g1_motion_tracking"])
 def test_update_state_graph_matches_the_eager_collector(name: str) -> None:
     """The experimental update-state graph against the eager collector, same seed and actions."""
-    task = TaskSpec(name=name, num_envs=N, motion="builtin:g1_squat", episode_length_s=0.5)
+    task = task_spec(name=name, num_envs=N, **_motion(name), episode_length_s=0.5)
     kw = {"device": "cuda:0", "physics_graph": True, "finite_check_interval": 16, "seed": 5}
     with (
         build_collector(task, SimSpec(backend="mjwarp"), **kw) as eager,  # type: ignore[arg-type]

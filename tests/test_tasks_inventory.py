@@ -10,7 +10,7 @@ import torch
 from unilab.errors import UnilabError
 from unilab.robot.model import RobotLayout, build_model_xml, model_from_xml
 from unilab.sim.mujoco_cpu import MujocoCpuBackend
-from unilab.spec.models import TaskSpec
+from unilab.spec.models import task_spec
 from unilab.tasks.declarations import declared_terms
 from unilab.tasks.events import BASE_MASS_RANGE, FRICTION_RANGE
 from unilab.tasks.registry import build_task
@@ -49,7 +49,7 @@ SPECS = [
 @pytest.mark.parametrize("fields", SPECS, ids=lambda f: "-".join(f"{k}" for k in f if k not in ("motion",)))
 def test_runtime_inventory_equals_declared(robot: tuple[str, RobotLayout], fields: dict[str, Any]) -> None:
     xml, layout = robot
-    spec = TaskSpec(num_envs=N, **fields)
+    spec = task_spec(num_envs=N, **fields)
     with ParamsBackend(xml, N, 4) as backend:
         task = build_task(spec, backend, layout, step_dt=0.02)
         runtime = task.term_decls()
@@ -60,15 +60,17 @@ def test_runtime_inventory_equals_declared(robot: tuple[str, RobotLayout], field
 
 
 def test_flags_follow_the_spec() -> None:
-    plain = declared_terms(TaskSpec(name="g1_walk", num_envs=1))
+    plain = declared_terms(task_spec(name="g1_walk", num_envs=1))
     assert all(d.graph_safe for d in plain)
-    noisy = declared_terms(TaskSpec(name="g1_walk", num_envs=1, observation_noise=True, push_interval_s=5.0))
+    noisy = declared_terms(task_spec(name="g1_walk", num_envs=1, observation_noise=True, push_interval_s=5.0))
     blockers = {d.name: d.graph_blockers() for d in noisy if not d.graph_safe}
     assert blockers == {
         "observation_noise": ["adds observation noise or corruption"],
         "push_robot": ["is an interval event"],
     }
-    dr = declared_terms(TaskSpec(name="g1_motion_tracking", num_envs=1, domain_randomization=True))
+    dr = declared_terms(
+        task_spec(name="g1_motion_tracking", num_envs=1, motion="builtin:g1_squat", domain_randomization=True)
+    )
     names = [d.name for d in dr]
     assert "randomize_friction" in names and "randomize_base_mass" in names
     assert all(d.graph_safe for d in dr)  # reset-owned: drawn inside the reset path
@@ -76,7 +78,7 @@ def test_flags_follow_the_spec() -> None:
 
 def test_domain_randomization_refused_without_backend_hook(robot: tuple[str, RobotLayout]) -> None:
     xml, layout = robot
-    spec = TaskSpec(name="g1_walk", num_envs=N, domain_randomization=True)
+    spec = task_spec(name="g1_walk", num_envs=N, domain_randomization=True)
     with MujocoCpuBackend(xml, N, 4) as backend, pytest.raises(UnilabError, match="domain_randomization") as exc:
         build_task(spec, backend, layout, step_dt=0.02)
     assert "without per-world model parameters" in exc.value.summary and "world_params=True" in exc.value.fix
@@ -84,7 +86,7 @@ def test_domain_randomization_refused_without_backend_hook(robot: tuple[str, Rob
 
 def test_domain_randomization_draws_for_reset_worlds(robot: tuple[str, RobotLayout]) -> None:
     xml, layout = robot
-    spec = TaskSpec(name="g1_walk", num_envs=N, domain_randomization=True)
+    spec = task_spec(name="g1_walk", num_envs=N, domain_randomization=True)
     with ParamsBackend(xml, N, 4) as backend:
         task = build_task(spec, backend, layout, step_dt=0.02)
         mask = torch.tensor([True, False, True, False])

@@ -13,7 +13,7 @@ from unilab.collect.build import build_collector
 from unilab.errors import UnilabError
 from unilab.sim.factory import make_backend
 from unilab.sim.world_params import WorldParamTargets
-from unilab.spec.models import SimSpec, TaskSpec
+from unilab.spec.models import SimSpec, task_spec
 
 FRICTION = torch.tensor([0.3, 1.2, 1.0, 0.9])  # world 2: the nominal model again
 MASS = torch.tensor([3.0, -1.0, 0.0, 2.0])
@@ -88,7 +88,7 @@ def test_both_backends_agree_on_randomised_worlds_and_randomisation_matters() ->
 
 @pytest.mark.parametrize("backend", ["mujoco", "mjwarp"])
 def test_g1_walk_randomises_at_reset_within_the_documented_ranges(backend: str) -> None:
-    spec = TaskSpec(name="g1_walk", num_envs=N, domain_randomization=True)
+    spec = task_spec(name="g1_walk", num_envs=N, domain_randomization=True)
     with build_collector(spec, SimSpec(backend=backend, workers=1), seed=2) as c:  # type: ignore[arg-type]
         c.reset_all()
         for _ in range(3):

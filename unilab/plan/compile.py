@@ -4,6 +4,9 @@ plan is refused with all of them, otherwise each decision is resolved and record
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
+
+from pydantic import TypeAdapter
 
 from unilab import __version__
 from unilab.algos.registry import algo_def
@@ -40,7 +43,7 @@ from unilab.plan.rules.execution import GraphBlocker, learner_graph_blocker, phy
 from unilab.plan.rules.learner import resolve_precision, resolve_threads
 from unilab.plan.rules.sharing import service_for
 from unilab.spec.load import spec_digest
-from unilab.spec.models import Spec
+from unilab.spec.models import G1MotionTrackingSpec, G1TaskSpec, Spec
 from unilab.tasks.declarations import reward_weights
 from unilab.tasks.timing import control_dt, max_episode_steps
 
@@ -92,19 +95,19 @@ def _nccl_env(ctx: Context, graphs: GraphsPlan) -> list[EnvVarPlan]:
 
 
 def _robot(ctx: Context) -> RobotPlan:
-    info = ctx.robot
-    if info is None:
+    task, info = ctx.spec.task, ctx.robot
+    if not isinstance(task, G1TaskSpec) or info is None:
         return RobotPlan(source="builtin:cartpole", actuators="file")
-    if ctx.spec.task.robot_mjcf is None:
+    if task.robot_mjcf is None:
         return RobotPlan(source="builtin", actuators=info.actuators)
-    path = resolve_input_path(ctx.spec.task.robot_mjcf, ctx.spec_dir)
+    path = resolve_input_path(task.robot_mjcf, ctx.spec_dir)
     return RobotPlan(source=display_path(path), sha256=info.sha256, actuators=info.actuators)
 
 
-def _motion(ctx: Context) -> MotionPlan | None:
-    info, ref = ctx.motion, ctx.spec.task.motion
-    if info is None or ref is None:
-        return None
+def _motion(ctx: Context, task: G1MotionTrackingSpec) -> MotionPlan:
+    info, ref = ctx.motion, task.motion
+    if info is None or isinstance(info, UnilabError):
+        raise UnilabError("internal: rules passed but the reference motion did not resolve")
     source = ref if ref.startswith("builtin:") else display_path(resolve_input_path(ref, ctx.spec_dir))
     return MotionPlan(source=source, sha256=info.sha256, num_frames=info.num_frames, fps=info.fps)
 
@@ -178,10 +181,23 @@ def effective_env_steps(spec: Spec, world_size: int) -> int:
     return world_size * -(-share // unit) * unit
 
 
-def _unused_task_keys(task: str) -> set[str]:
-    """Task keys a plan leaves out (null) rather than show a default that does nothing."""
-    unused = set() if task == "g1_walk" else {"commands"}
-    return unused | ({"action_scale"} if task == "cartpole" else set())
+_TASK_PLAN: TypeAdapter[TaskPlan] = TypeAdapter(TaskPlan)
+
+
+def _task(ctx: Context, dt: float) -> TaskPlan:
+    """The spec's `[task]` with every reward weight, the robot and motion pinned by digest, and the
+    episode in control steps."""
+    task = ctx.spec.task
+    resolved: dict[str, Any] = {
+        "reward_weights": reward_weights(task),
+        "robot": _robot(ctx),
+        "control_dt": round(dt, 9),
+        # The task computes its time limit with the same function from the same control step.
+        "max_episode_steps": max_episode_steps(task.episode_length_s, dt),
+    }
+    if isinstance(task, G1MotionTrackingSpec):
+        resolved["reference_motion"] = _motion(ctx, task)
+    return _TASK_PLAN.validate_python({**task.model_dump(exclude={"reward_weights"}), **resolved})
 
 
 def compile_plan(spec: Spec, facts: HostFacts, spec_dir: Path) -> Plan:
@@ -206,15 +222,7 @@ def compile_plan(spec: Spec, facts: HostFacts, spec_dir: Path) -> Plan:
             init_from=_init_from(ctx),
             effective_env_steps=effective_env_steps(spec, world),
         ),
-        task=TaskPlan(
-            **spec.task.model_dump(exclude=_unused_task_keys(spec.task.name) | {"reward_weights"}),
-            reward_weights=reward_weights(spec.task),
-            robot=_robot(ctx),
-            reference_motion=_motion(ctx),
-            control_dt=round(dt, 9),
-            # The task computes its time limit with the same function from the same control step.
-            max_episode_steps=max_episode_steps(spec.task.episode_length_s, dt),
-        ),
+        task=_task(ctx, dt),
         sim=SimPlan(**spec.sim.model_dump(), workers_per_rank=workers),
         algo=spec.algo,
         learner=_learner(ctx, threads_reason),

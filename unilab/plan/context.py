@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from unilab.host.facts import GpuFacts, HostFacts
-from unilab.spec.models import Spec
+from unilab.spec.models import G1MotionTrackingSpec, G1TaskSpec, Spec
 
 
 @dataclass(frozen=True)
@@ -36,16 +36,20 @@ class Context:
         Cached: rules and the plan builder read it without inspecting the file twice."""
         from unilab.plan.inputs import inspect_robot
 
-        if self.spec.task.name == "cartpole":
+        task = self.spec.task
+        if not isinstance(task, G1TaskSpec):
             return None  # the check task brings its own model
-        return inspect_robot(self.spec.task.robot_mjcf, self.spec_dir)
+        return inspect_robot(task.robot_mjcf, self.spec_dir)
 
     @cached_property
     def motion(self) -> Any:
-        """MotionInfo of task.motion (None when unset), or the UnilabError explaining why not."""
+        """MotionInfo of task.motion (None for a task without one), or the UnilabError explaining why not."""
         from unilab.plan.inputs import inspect_task_motion
 
-        return inspect_task_motion(self.spec.task.motion, self.spec_dir, self.robot)
+        task = self.spec.task
+        if not isinstance(task, G1MotionTrackingSpec):
+            return None
+        return inspect_task_motion(task.motion, self.spec_dir, self.robot)
 
     @cached_property
     def init_from(self) -> Any:

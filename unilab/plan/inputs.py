@@ -8,6 +8,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from unilab.errors import UnilabError
+from unilab.plan.models import G1MotionTrackingPlan
+from unilab.spec.models import G1TaskSpec
 
 if TYPE_CHECKING:
     from unilab.plan.models import RunPlan, TaskPlan
@@ -38,9 +40,7 @@ def inspect_robot(robot_mjcf: str | None, spec_dir: Path) -> Any:
         return exc
 
 
-def inspect_task_motion(motion: str | None, spec_dir: Path, robot: Any) -> Any:
-    if motion is None:
-        return None
+def inspect_task_motion(motion: str, spec_dir: Path, robot: Any) -> Any:
     from unilab.tasks.motion_file import inspect_motion, resolve_motion
 
     try:
@@ -54,11 +54,10 @@ def inspect_task_motion(motion: str | None, spec_dir: Path, robot: Any) -> Any:
 def _user_files(task: TaskPlan) -> list[tuple[str, str, str]]:
     """(spec key, path as the plan recorded it, sha256) of each user file the task reads."""
     files: list[tuple[str, str, str]] = []
-    if task.robot_mjcf is not None and task.robot.sha256 is not None:
+    if isinstance(task, G1TaskSpec) and task.robot_mjcf is not None and task.robot.sha256 is not None:
         files.append(("robot_mjcf", task.robot.source, task.robot.sha256))
-    m = task.reference_motion
-    if task.motion is not None and m is not None and not m.source.startswith("builtin:"):
-        files.append(("motion", m.source, m.sha256))
+    if isinstance(task, G1MotionTrackingPlan) and not task.reference_motion.source.startswith("builtin:"):
+        files.append(("motion", task.reference_motion.source, task.reference_motion.sha256))
     return files
 
 

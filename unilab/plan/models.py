@@ -6,11 +6,19 @@ Frozen and free of timestamps: the same spec and facts give byte-identical rende
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from unilab.spec.models import AlgoSpec, CommandRanges, RunSpec, SimSpec, TaskSpec
+from unilab.spec.models import (
+    AlgoSpec,
+    CartpoleSpec,
+    G1MotionTrackingSpec,
+    G1WalkSpec,
+    RunSpec,
+    SimSpec,
+    TaskSpec,
+)
 
 PLAN_SCHEMA_VERSION = 1
 BF16_MIN_GROUP_ELEMENTS = 1024
@@ -67,45 +75,52 @@ class RunPlan(RunSpec):
     )
 
 
-class TaskPlan(TaskSpec):
-    """The spec's `[task]` plus what the plan resolved from it."""
+class _TaskResolved(_P):
+    """What the plan adds to the spec's `[task]`. Each task's plan model lists it first among its
+    bases, so that its fields follow the spec's keys (and `reward_weights` keeps the spec's place)."""
 
-    # Only g1_walk draws velocity commands; other tasks' plans leave the ranges out rather than
-    # show defaults that do nothing.
-    commands: CommandRanges | None = Field(  # type: ignore[assignment]
-        None, description="Velocity command ranges (g1_walk; absent for the other tasks)."
-    )
-    action_scale: Annotated[float, Field(gt=0, le=10)] | None = Field(  # type: ignore[assignment]
-        None, description="Joint action scale factor (G1 tasks; absent for cartpole)."
-    )
     reward_weights: dict[str, Annotated[float, Field(ge=-1e6, le=1e6)]] | None = Field(
         None,
         description="Every reward term's weight per second, in the task's order: the task's defaults with the "
         "spec's `task.reward_weights` applied (absent from plans made before the key: the defaults).",
     )
-
-    @model_validator(mode="after")
-    def _every_reward_term(self) -> TaskPlan:
-        """What compile writes, checked again on every plan read: a weight for each of the task's
-        reward terms and no other (a plan edited by hand, its plan_id recomputed, must not run
-        weights it does not show)."""
-        from unilab.tasks.declarations import default_reward_weights, has_gait_clock
-
-        if self.reward_weights is not None:
-            terms = list(default_reward_weights(self.name, has_gait_clock(self)))
-            if sorted(self.reward_weights) != sorted(terms):
-                raise ValueError(f"reward_weights must name each of {self.name}'s reward terms once: {terms}")
-        return self
-
     robot: RobotPlan = Field(description="The robot model the task simulates.")
-    reference_motion: MotionPlan | None = Field(
-        None, description="The clip a motion-tracking task follows (null for other tasks)."
-    )
     control_dt: float = Field(description="sim.timestep * sim.decimation, seconds.")
     max_episode_steps: int = Field(
         description="ceil(episode_length_s / control_dt), a ratio within 1e-9 (relative) of a whole number "
         "taken as that number; at least 1 (unilab.tasks.timing, which the task uses too)."
     )
+
+    @model_validator(mode="after")
+    def _every_reward_term(self) -> _TaskResolved:
+        """What compile writes, checked again on every plan read: a weight for each of the task's
+        reward terms and no other (a plan edited by hand, its plan_id recomputed, must not run
+        weights it does not show)."""
+        from unilab.tasks.declarations import default_reward_weights, has_gait_clock
+
+        task = cast("TaskSpec", self)  # every task plan model is one of the spec's task models too
+        if self.reward_weights is not None:
+            terms = list(default_reward_weights(task.name, has_gait_clock(task)))
+            if sorted(self.reward_weights) != sorted(terms):
+                raise ValueError(f"reward_weights must name each of {task.name}'s reward terms once: {terms}")
+        return self
+
+
+class G1WalkPlan(_TaskResolved, G1WalkSpec):
+    """The spec's g1_walk `[task]` plus what the plan resolved from it."""
+
+
+class G1MotionTrackingPlan(_TaskResolved, G1MotionTrackingSpec):
+    """The spec's g1_motion_tracking `[task]` plus what the plan resolved from it."""
+
+    reference_motion: MotionPlan = Field(description="The clip the task follows, pinned by digest.")
+
+
+class CartpolePlan(_TaskResolved, CartpoleSpec):
+    """The spec's cartpole `[task]` plus what the plan resolved from it."""
+
+
+TaskPlan = Annotated[G1WalkPlan | G1MotionTrackingPlan | CartpolePlan, Field(discriminator="name")]
 
 
 class SimPlan(SimSpec):

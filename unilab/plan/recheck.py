@@ -17,7 +17,7 @@ from typing import Any
 from unilab.errors import Diagnostic, PlanRefused, UnilabError, first_validation_error
 from unilab.host.facts import HostFacts
 from unilab.plan.diff import Change, diff_plans, first_of
-from unilab.plan.models import Plan
+from unilab.plan.models import G1MotionTrackingPlan, Plan
 from unilab.spec.models import Spec, TrainingSpec
 
 # Keys a recompile writes differently without a different run: the spec's own path strings (the
@@ -45,7 +45,7 @@ def spec_of_plan(plan: Plan, explicit_cpu_blocks: bool = False) -> Spec:
     task = {k: v for k, v in task.items() if v is not None}
     if not plan.task.robot.source.startswith("builtin"):
         task["robot_mjcf"] = plan.task.robot.source
-    if plan.task.reference_motion is not None:
+    if isinstance(plan.task, G1MotionTrackingPlan):
         task["motion"] = plan.task.reference_motion.source
     on_cuda = any(r.device == "cuda" for r in plan.ranks)
     devices: Any = [r.gpu_uuid for r in plan.ranks] if on_cuda else ["cpu"] * len(plan.ranks)

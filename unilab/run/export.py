@@ -15,7 +15,7 @@ import torch
 
 from unilab.atomic import check_out_path, write_atomic
 from unilab.errors import UnilabError
-from unilab.plan.models import Plan
+from unilab.plan.models import G1MotionTrackingPlan, Plan
 from unilab.records.policy import policy_from_state, read_run_plan, run_checkpoint, verified_checkpoint
 
 
@@ -61,7 +61,7 @@ def deployment_metadata(plan: Plan, applied_from: Path | None = None) -> dict[st
     meta = {"unilab.plan_id": plan.plan_id, "unilab.task": task.name, "unilab.control_dt": repr(task.control_dt)}
     if task.name == "cartpole":
         return meta
-    if task.reference_motion is not None:  # the policy tracks this clip: a deployment must play the same one
+    if isinstance(task, G1MotionTrackingPlan):  # the policy tracks this clip: a deployment must play the same one
         ref = task.reference_motion
         meta["unilab.reference_motion"] = json.dumps(
             {"source": ref.source, "sha256": ref.sha256, "num_frames": ref.num_frames, "fps": ref.fps}

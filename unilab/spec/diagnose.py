@@ -3,7 +3,7 @@
 Pydantic reports every broken key; this module turns each into one `Diagnostic` that names the key
 as the user wrote it (no union-member tags), says what the value must be, and gives the edit or
 `--set` that fixes it: the key's default when it has one, the nearest valid key for a misspelt one
-(the nearest name for a misspelt `algo.name`). Pydantic's own type names (tuple, dict, model) are
+(the nearest name for a misspelt `algo.name` or `task.name`). Pydantic's own type names (tuple, dict, model) are
 never shown: a TOML spec has lists and tables.
 """
 
@@ -20,7 +20,7 @@ from pydantic import BaseModel, ValidationError
 from pydantic_core import PydanticUndefined
 
 from unilab.errors import Diagnostic, SpecError
-from unilab.spec.models import ALGO_MODELS, Spec
+from unilab.spec.models import ALGO_MODELS, TASK_MODELS, Spec
 
 
 @dataclass(frozen=True)
@@ -36,13 +36,19 @@ SPEC_RULES: tuple[SpecRule, ...] = (
     SpecRule(
         "spec.missing-key",
         "Required keys are present: the `[run]`, `[task]` and `[algo]` tables, `run.name`, `run.total_env_steps`, "
-        "`task.name`, `task.num_envs`, `algo.name`.",
+        "`task.name`, `task.num_envs`, `task.motion` (g1_motion_tracking), `algo.name`.",
     ),
     SpecRule(
         "spec.type", 'A value has the key\'s type, taken as written (`16`, not `"16"` or `16.0`; `true`, not `1`).'
     ),
     SpecRule("spec.value", "A value is within the key's range, choices or format (e.g. `task.num_envs >= 1`)."),
     SpecRule("algo.ppo-offpolicy-keys", "A PPO `[algo]` section sets no off-policy key (e.g. `batch_size`)."),
+    SpecRule(
+        "task.options",
+        "A `[task]` section sets no key of another task: velocity commands and the gait clock are g1_walk's, "
+        "the reference motion g1_motion_tracking's; the cartpole check task takes no robot, noise, "
+        "randomization, pushes or joint action scale.",
+    ),
 )
 
 _KEY = re.compile(r"^[a-z_][a-z0-9_]*$")
@@ -52,7 +58,8 @@ _KEY = re.compile(r"^[a-z_][a-z0-9_]*$")
 _BRANCH_TAGS = frozenset({"int", "float", "str", "bool", "list", "tuple", "dict", "none"})
 # Tables whose keys the user names (`[task.reward_weights]`): a key there is never a branch tag.
 _USER_KEY_TABLES = frozenset({"reward_weights"})
-_ALGO_MODELS: dict[str, type[BaseModel]] = dict(ALGO_MODELS)
+# The sections whose model is chosen by their `name` key, and their models by name.
+CHOSEN_BY_NAME: dict[str, dict[str, type[BaseModel]]] = {"algo": dict(ALGO_MODELS), "task": dict(TASK_MODELS)}
 _TABLE_ERRORS = ("model_type", "model_attributes_type", "dict_type")
 # Pydantic's sequence types; a TOML spec only has lists (arrays), whatever the model holds.
 _LIST_ERRORS = ("list_type", "tuple_type", "set_type", "frozen_set_type")
@@ -82,7 +89,7 @@ def _loc(loc: tuple[Any, ...], unknown_key: bool = False) -> str:
             out += f".{p}"  # a key of the user's own table (a reward term's name), whatever it spells
         elif unknown_key and i == len(loc) - 1:
             out += f".{p}" if out else str(p)  # the user's own (unknown) key, spelled as written
-        elif (i == 1 and loc[0] == "algo" and p in _ALGO_MODELS) or not _KEY.match(p) or p in _BRANCH_TAGS:
+        elif (i == 1 and p in CHOSEN_BY_NAME.get(loc[0], {})) or not _KEY.match(p) or p in _BRANCH_TAGS:
             continue
         else:
             out += f".{p}" if out else p
@@ -273,9 +280,9 @@ def _section(keys: list[str], data: dict[str, Any]) -> type[BaseModel] | None:
     """The model of the table that holds the key `keys[-1]` (None: not a spec table)."""
     model: type[BaseModel] = Spec
     for key in keys[:-1]:
-        if model is Spec and key == "algo":
-            name = data.get("algo", {}).get("name") if isinstance(data.get("algo"), dict) else None
-            nxt = _ALGO_MODELS.get(name) if isinstance(name, str) else None
+        if model is Spec and key in CHOSEN_BY_NAME:
+            name = data[key].get("name") if isinstance(data.get(key), dict) else None
+            nxt = CHOSEN_BY_NAME[key].get(name) if isinstance(name, str) else None
         else:
             field = model.model_fields.get(key)
             ann = field.annotation if field is not None else None
@@ -342,13 +349,26 @@ def _meant_choice(where: str, data: dict[str, Any]) -> str | None:
     return _near(node, choices) if isinstance(node, str) and node not in choices else None
 
 
-def _set_algo_name(keys: list[str], data: dict[str, Any], overridden: set[str]) -> str | None:
-    """The algorithm `--set algo.name=...` chose, for an [algo] key from the file: `name` picks the
-    section's model only there (run.name and task.name do not)."""
-    if len(keys) < 2 or keys[0] != "algo" or keys[1] == "name" or "algo.name" not in overridden:
+def _set_member_name(keys: list[str], data: dict[str, Any], overridden: set[str]) -> str | None:
+    """The member `--set algo.name=...` (or `task.name`) chose, for a key of that section from the
+    file: `name` picks the section's model only in those sections (run.name does not)."""
+    section = keys[0] if keys else ""
+    if len(keys) < 2 or section not in CHOSEN_BY_NAME or keys[1] == "name" or f"{section}.name" not in overridden:
         return None
-    name = data.get("algo", {}).get("name") if isinstance(data.get("algo"), dict) else None
+    name = data[section].get("name") if isinstance(data.get(section), dict) else None
     return name if isinstance(name, str) else None
+
+
+def member_table_fix(section: str, name: str) -> str:
+    """The fix for keys `--set algo.name=...` (`task.name`) left behind: the file's keys are another
+    member's, so the whole table goes in the --set, with the member's required keys."""
+    model = CHOSEN_BY_NAME[section][name]
+    required = [k for k, f in model.model_fields.items() if f.is_required() and k != "name"]
+    braces = ", ".join([f"name={_toml(name)}", *(f"{k}=..." for k in required)])
+    return (
+        f"pass --set '{section}={{{braces}}}' instead of --set {section}.name=...: a table replaces the whole "
+        f"[{section}] section ({name}'s defaults; add its keys inside the braces)"
+    )
 
 
 def _fix(rule: str, where: str, msg: str, data: dict[str, Any], source: str, overridden: set[str]) -> str:
@@ -360,13 +380,10 @@ def _fix(rule: str, where: str, msg: str, data: dict[str, Any], source: str, ove
         (".".join(keys[:i]) for i in range(len(keys) - 1, 0, -1) if ".".join(keys[:i]) in overridden), None
     )
     in_table = f"in your --set '{table_set}={{...}}'" if table_set else ""
-    algo = _set_algo_name(keys, data, overridden)
-    if algo and not via_set and not table_set:
+    member = _set_member_name(keys, data, overridden)
+    if member and not via_set and not table_set:
         # `--set algo.name=flashsac` on a SAC spec keeps the file's SAC keys: replace the table instead.
-        return (
-            f"pass --set 'algo={{name={_toml(algo)}}}' instead of --set algo.name=...: a table replaces the "
-            f"whole [algo] section ({algo}'s defaults; add its keys inside the braces)"
-        )
+        return member_table_fix(keys[0], member)
     if rule == "spec.unknown-key":
         # `--set zz.yy=1` makes an unknown table `zz`: the key came from that --set.
         given = next((o for o in sorted(overridden) if o == where or o.startswith(where + ".")), None)
@@ -390,7 +407,7 @@ def _fix(rule: str, where: str, msg: str, data: dict[str, Any], source: str, ove
     if rule == "spec.missing-key":
         field = model.model_fields.get(keys[-1]) if model is not None else None
         ann = field.annotation if field is not None else None
-        if (isinstance(ann, type) and issubclass(ann, BaseModel)) or (model is Spec and keys[-1] == "algo"):
+        if (isinstance(ann, type) and issubclass(ann, BaseModel)) or (model is Spec and keys[-1] in CHOSEN_BY_NAME):
             return f"add the [{'.'.join(keys)}] table to {source} (docs/spec.md lists its keys)"
         what = (field.description or "") if field is not None else ""
         if table_set:  # the --set table replaced the file's, keys and all

@@ -12,10 +12,10 @@ from pydantic_core import PydanticUndefined
 
 from unilab.spec.models import (
     ALGO_MODELS,
+    TASK_MODELS,
     CommandRanges,
     RunSpec,
     SimSpec,
-    TaskSpec,
     TrainingSpec,
     WandbSpec,
 )
@@ -28,6 +28,9 @@ the command line with `--set key.path=VALUE` (TOML value syntax), e.g.
 `unilab plan specs/g1.toml --set task.num_envs=128 --set 'training.devices=["cpu","cpu"]'`.
 A table value replaces the whole section: `--set 'algo={name="ppo"}'` runs the shipped SAC spec
 with PPO and PPO's defaults (`--set algo.name=ppo` would keep the file's SAC keys, which PPO refuses).
+`[task]` and `[algo]` take the keys of the task or algorithm their `name` chooses (one table below
+for each); a key of another task is refused by rule `task.options`, an off-policy key in a PPO
+section by rule `algo.ppo-offpolicy-keys`.
 
 Values are not coerced: an `int` key takes a TOML integer (not `true`, `16.0` or `"16"`), a `bool`
 key takes `true`/`false` (not `1`), a `float` key takes a float or an integer, and `inf`/`nan` are
@@ -92,7 +95,7 @@ ALGO_NOTES = {
 
 
 def _docstring_note(model: type[BaseModel]) -> str:
-    """A model's docstring after its `[algo] with name = ...:` lead, as one line."""
+    """A model's docstring after its `[algo] with name = ...:` lead (`[task]`'s too), as one line."""
     text = " ".join((model.__doc__ or "").split())
     return text.split(": ", 1)[1] if ": " in text else text
 
@@ -117,8 +120,10 @@ def render_markdown() -> str:
         "Only when the table is given (`[run.wandb]`, or `--set 'run.wandb={mode=\"offline\"}'`); needs the "
         "`wandb` extra (rule `run.wandb`).",
     )
-    lines += _table("[task]", TaskSpec)
-    lines += _table("[task.commands]", CommandRanges)
+    for name, model in TASK_MODELS.items():
+        lines += _table(f'[task] name = "{name}"', model, _docstring_note(model))
+        if "commands" in model.model_fields:
+            lines += _table("[task.commands]", CommandRanges)
     lines += _table("[sim]", SimSpec)
     for name, model in ALGO_MODELS.items():
         lines += _table(f'[algo] name = "{name}"', model, ALGO_NOTES.get(name, _docstring_note(model)))

@@ -15,20 +15,9 @@ from pydantic import ValidationError
 
 from unilab.errors import Diagnostic, SpecError
 from unilab.inputfile import read_input
-from unilab.spec.diagnose import format_validation_error, spec_error
-from unilab.spec.models import ALGO_MODELS, SPEC_CONTEXT, PpoSpec, Spec
+from unilab.spec.diagnose import CHOSEN_BY_NAME, format_validation_error, member_table_fix, spec_error
+from unilab.spec.models import SPEC_CONTEXT, Spec
 
-# Keys that only mean something to off-policy learners; a PPO spec that sets them is refused
-# by name (rule algo.ppo-offpolicy-keys) instead of a generic "extra field" error.
-OFF_POLICY_KEYS = tuple(
-    dict.fromkeys(
-        k
-        for m in ALGO_MODELS.values()
-        if m is not PpoSpec
-        for k in m.model_fields
-        if k not in PpoSpec.model_fields and k != "name"
-    )
-)
 # `algo.hidden_dims` is the shorthand for both networks' widths (unilab.spec.models): given by --set,
 # it replaces the file's per-network widths, as any later --set wins over the file.
 WIDTHS_SHORTHAND, WIDTHS_KEYS = "hidden_dims", ("actor_hidden_dims", "critic_hidden_dims")
@@ -113,36 +102,59 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
     return out
 
 
-def check_ppo_offpolicy_keys(data: dict[str, Any], overridden: set[str] | None = None) -> list[Diagnostic]:
-    algo = data.get("algo")
-    if not isinstance(algo, dict) or algo.get("name") != "ppo":
+def _or_names(names: list[str]) -> str:
+    quoted = [f'"{n}"' for n in names]
+    return ", ".join(quoted[:-1]) + f" or {quoted[-1]}" if len(quoted) > 1 else quoted[0]
+
+
+def _other_members_keys(data: dict[str, Any], section: str, overridden: set[str]) -> list[tuple[str, list[str], str]]:
+    """The keys of a `name`-chosen section (`[algo]`, `[task]`) that its member does not take but
+    others do: (key, the members that take it, the fix)."""
+    models = CHOSEN_BY_NAME[section]
+    table = data.get(section)
+    name = table.get("name") if isinstance(table, dict) else None
+    if not isinstance(table, dict) or not isinstance(name, str) or name not in models:
         return []
-    # `--set algo.name=ppo` on a SAC spec keeps the file's SAC keys; a table value replaces them all.
-    overridden = overridden or set()
-    table_fix = (
-        """pass --set 'algo={name="ppo"}' instead: a table replaces the whole [algo] section (PPO's """
-        "defaults; add PPO keys inside the braces)"
-    )
+    out = []
+    for key in table:
+        owners = [n for n, m in models.items() if key in m.model_fields]
+        if not owners or key in models[name].model_fields:
+            continue  # the member's own key, or no member's (spec.unknown-key names the nearest)
+        if f"{section}.{key}" in overridden:
+            fix = f"drop `--set {section}.{key}=...`"
+        elif section in overridden:
+            fix = f"drop {key} from your --set '{section}={{...}}'"
+        elif f"{section}.name" in overridden:
+            # `--set algo.name=ppo` on a SAC spec keeps the file's SAC keys; a table value replaces them all.
+            fix = member_table_fix(section, name)
+        else:
+            fix = f"remove {section}.{key}, or set {section}.name = {_or_names(owners)}"
+        out.append((key, owners, fix))
+    return out
 
-    off = [n for n, m in ALGO_MODELS.items() if m is not PpoSpec]
-    others = ", ".join(f'"{n}"' for n in off[:-1]) + f' or "{off[-1]}"'
 
-    def fix(k: str) -> str:
-        if f"algo.{k}" in overridden:
-            return f"drop `--set algo.{k}=...`"
-        if "algo.name" in overridden:
-            return table_fix
-        return f"remove algo.{k}, or set algo.name = {others}"
-
+def check_ppo_offpolicy_keys(data: dict[str, Any], overridden: set[str] | None = None) -> list[Diagnostic]:
+    if not isinstance(data.get("algo"), dict) or data["algo"].get("name") != "ppo":
+        return []
     return [
         Diagnostic(
             "algo.ppo-offpolicy-keys",
             f"algo.{k}",
-            f"`{k}` is an off-policy ({', '.join(off)}) setting; PPO does not use it",
-            fix(k),
+            f"`{k}` is an off-policy ({', '.join(owners)}) setting; PPO does not use it",
+            fix,
         )
-        for k in OFF_POLICY_KEYS
-        if k in algo
+        for k, owners, fix in _other_members_keys(data, "algo", overridden or set())
+    ]
+
+
+def check_task_keys(data: dict[str, Any], overridden: set[str] | None = None) -> list[Diagnostic]:
+    """Another task's keys in `[task]` (`commands` on cartpole), named by the tasks that take them."""
+    name = data["task"].get("name") if isinstance(data.get("task"), dict) else None
+    return [
+        Diagnostic(
+            "task.options", f"task.{k}", f"`{k}` is a setting of {', '.join(owners)}; {name} does not take it", fix
+        )
+        for k, owners, fix in _other_members_keys(data, "task", overridden or set())
     ]
 
 
@@ -163,12 +175,14 @@ def validate_spec_data(data: dict[str, Any], source: str, overridden: set[str] |
                 )
             ],
         )
-    # Off-policy keys in a PPO section are named by their rule, and reported with every other
-    # invalid key (pydantic sees the section without them, so it does not call them unknown).
-    diags = check_ppo_offpolicy_keys(data, overridden)
+    # Another member's keys in a `name`-chosen section (an off-policy key in a PPO section,
+    # `commands` on cartpole) are named by their rule, and reported with every other invalid key
+    # (pydantic sees the section without them, so it does not call them unknown).
+    diags = check_ppo_offpolicy_keys(data, overridden) + check_task_keys(data, overridden)
     checked = data
-    if diags:
-        checked = {**data, "algo": {k: v for k, v in data["algo"].items() if k not in OFF_POLICY_KEYS}}
+    for d in diags:
+        section, key = d.key_path.split(".", 1)
+        checked = {**checked, section: {k: v for k, v in checked[section].items() if k != key}}
     try:
         spec = Spec.model_validate(checked, context=SPEC_CONTEXT)
     except ValidationError as exc:
@@ -202,7 +216,16 @@ def read_toml(path: Path) -> dict[str, Any]:
 def spec_from_data(data: dict[str, Any], overrides: list[str], source: str) -> Spec:
     """A spec's tables (as TOML reads them) with `--set` overrides applied, validated."""
     overridden = {".".join(parse_override(o)[0]) for o in overrides}
-    return validate_spec_data(apply_overrides(data, overrides), source, overridden)
+    merged = apply_overrides(data, overrides)
+    # `--set task.name=g1_walk` on a g1_walk spec leaves the section's model as it was: the fixes of
+    # its keys are the file's, not "replace the whole table".
+    overridden -= {f"{s}.name" for s in CHOSEN_BY_NAME if _member(data, s) == _member(merged, s)}
+    return validate_spec_data(merged, source, overridden)
+
+
+def _member(data: dict[str, Any], section: str) -> object:
+    table = data.get(section)
+    return table.get("name") if isinstance(table, dict) else None
 
 
 def load_spec(path: Path, overrides: list[str] | None = None) -> LoadedSpec:

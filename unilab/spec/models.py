@@ -8,7 +8,7 @@ host can honour a request is decided later, by the plan's rules, against recorde
 from __future__ import annotations
 
 import os
-from typing import Annotated, Literal, get_args
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import (
     BaseModel,
@@ -168,40 +168,35 @@ class CommandRanges(_Section):
         return v
 
 
-class TaskSpec(_Section):
-    """`[task]`: which task, how many environments, episode shape and inputs."""
+class TaskSpecBase(_Section):
+    """The keys every task takes."""
 
-    name: Literal["g1_walk", "g1_motion_tracking", "cartpole"] = Field(
-        description="Task to train. `cartpole` is a small check task (not a G1): it learns in about a minute."
-    )
+    name: str = Field(description="The task.")
     num_envs: Annotated[int, Field(ge=1, le=1_048_576)] = Field(description="Parallel environments per rank.")
     episode_length_s: Annotated[float, Field(gt=0, le=3600)] = Field(
         20.0,
         description="Episode time limit, seconds; rounded up to whole control steps (the plan's "
         "`task.max_episode_steps`).",
     )
-    motion: str | None = Field(
+    reward_weights: dict[str, Annotated[float, Field(ge=-1e6, le=1e6)]] | None = Field(
         None,
-        description="Reference motion for g1_motion_tracking: `builtin:NAME` or a .npz path "
-        "(relative paths resolve against the spec file's directory).",
+        description="Reward term weights by name, per second (the task multiplies by the env step's duration), "
+        "e.g. `{ alive = 1.0, base_height = -20.0 }`; terms not named keep the task's defaults (docs/tasks.md), "
+        "and 0 takes a term out of the reward. The plan lists every term's weight.",
     )
+
+
+class G1TaskSpec(TaskSpecBase):
+    """The keys both G1 tasks take: the robot, observation noise, randomization, pushes, action scale."""
+
+    name: Literal["g1_walk", "g1_motion_tracking"]
     robot_mjcf: str | None = Field(
         None,
         description="A user's G1 MJCF instead of the built-in model (29 joint names must match); "
         "relative paths resolve against the spec file's directory.",
     )
-
-    @field_validator("motion", "robot_mjcf")
-    @classmethod
-    def _input_home(cls, v: str | None, info: ValidationInfo) -> str | None:
-        return v if v is None else _home_resolves(v, info)
-
-    observation_noise: bool = Field(
-        False, description="Add uniform noise to observations (G1 tasks; cartpole refuses it)."
-    )
-    domain_randomization: bool = Field(
-        False, description="Randomize floor friction and added base mass at reset (G1 tasks; cartpole refuses it)."
-    )
+    observation_noise: bool = Field(False, description="Add uniform noise to observations.")
+    domain_randomization: bool = Field(False, description="Randomize floor friction and added base mass at reset.")
     push_interval_s: Annotated[float, Field(gt=0)] | None = Field(
         None, description="Push the robot base every this many seconds (an interval event); unset: no pushes."
     )
@@ -210,22 +205,61 @@ class TaskSpec(_Section):
         description="Joint targets are `default pose + action_scale * effort_limit / kp * action`, per joint "
         "(mjlab's G1 rule at 0.25). The learners' actions lie in [-1, 1] (SAC and FlashSAC squash them, PPO's are "
         "clipped), so this bounds how far a target moves from the standing pose; the joint range clamps it "
-        "further. G1 tasks; cartpole refuses it.",
+        "further.",
     )
-    commands: CommandRanges = Field(default_factory=CommandRanges, description="Velocity command ranges (g1_walk).")
+
+    @field_validator("robot_mjcf")
+    @classmethod
+    def _robot_home(cls, v: str | None, info: ValidationInfo) -> str | None:
+        return v if v is None else _home_resolves(v, info)
+
+
+class G1WalkSpec(G1TaskSpec):
+    """`[task]` with `name = "g1_walk"`: The G1 follows a commanded base velocity (docs/tasks.md)."""
+
+    name: Literal["g1_walk"] = Field(description="The task.")
+    commands: CommandRanges = Field(default_factory=CommandRanges, description="Velocity command ranges.")
     gait_period_s: Annotated[float, Field(gt=0, le=10)] | None = Field(
         None,
-        description="g1_walk: a gait clock of this stride period, seconds (MuJoCo Playground's G1 uses about "
+        description="A gait clock of this stride period, seconds (MuJoCo Playground's G1 uses about "
         "0.7-0.8): the observation gains its phase (sine and cosine) and the reward the `feet_phase` term, "
         "which pays feet that swing and stand in its rhythm while a walk is commanded (docs/tasks.md). "
         "Unset: no clock.",
     )
-    reward_weights: dict[str, Annotated[float, Field(ge=-1e6, le=1e6)]] | None = Field(
-        None,
-        description="Reward term weights by name, per second (the task multiplies by the env step's duration), "
-        "e.g. `{ alive = 1.0, base_height = -20.0 }`; terms not named keep the task's defaults (docs/tasks.md), "
-        "and 0 takes a term out of the reward. The plan lists every term's weight.",
+
+
+class G1MotionTrackingSpec(G1TaskSpec):
+    """`[task]` with `name = "g1_motion_tracking"`: The G1 follows a reference motion clip (docs/tasks.md)."""
+
+    name: Literal["g1_motion_tracking"] = Field(description="The task.")
+    motion: str = Field(
+        description="The reference motion: `builtin:NAME` (e.g. `builtin:g1_squat`) or a .npz path (relative "
+        "paths resolve against the spec file's directory; format: docs/tasks.md)."
     )
+
+    @field_validator("motion")
+    @classmethod
+    def _motion_home(cls, v: str, info: ValidationInfo) -> str:
+        return _home_resolves(v, info)
+
+
+class CartpoleSpec(TaskSpecBase):
+    """`[task]` with `name = "cartpole"`: A small check task (not a G1) that learns in about a minute."""
+
+    name: Literal["cartpole"] = Field(description="The task.")
+
+
+TaskSpec = Annotated[G1WalkSpec | G1MotionTrackingSpec | CartpoleSpec, Field(discriminator="name")]
+# Each `[task]` model by its `name`.
+TASK_MODELS: dict[str, type[TaskSpecBase]] = {
+    m.model_fields["name"].annotation.__args__[0]: m for m in get_args(get_args(TaskSpec)[0])
+}
+_TASK: TypeAdapter[TaskSpec] = TypeAdapter(TaskSpec)
+
+
+def task_spec(**keys: Any) -> TaskSpec:
+    """The `[task]` model its `name` chooses, validated: `task_spec(name="cartpole", num_envs=16)`."""
+    return _TASK.validate_python(keys)
 
 
 class SimSpec(_Section):
@@ -506,7 +540,10 @@ class Spec(_Section):
 
     schema_version: Literal[1] = Field(description="Spec format version; this unilab reads 1.")
     run: RunSpec = Field(description="The run: name, seed, budget, output, checkpoints, logging.")
-    task: TaskSpec = Field(description="What to learn: task, robot, number of envs, episode settings.")
+    task: TaskSpec = Field(
+        description=f"What to learn: {', '.join(f'`{n}`' for n in TASK_MODELS)}, chosen by `name`, and its "
+        "settings (robot, number of envs, episode, rewards)."
+    )
     sim: SimSpec = Field(default_factory=SimSpec, description="Physics: backend, timestep, decimation, workers.")
     algo: AlgoSpec = Field(
         description=f"The learner: {', '.join(f'`{n}`' for n in ALGO_MODELS)}, chosen by `name`, and its settings."

@@ -18,12 +18,13 @@ import itertools
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 import torch
 
 from unilab.errors import UnilabError
 from unilab.robot import g1
+from unilab.spec.models import G1TaskSpec
 from unilab.tasks.declarations import TermDecl, TermKind, declared_terms, reward_weights
 from unilab.tasks.terms import (
     CommandTerm,
@@ -49,7 +50,6 @@ BUILT_APART = frozenset({"observation_noise"})
 if TYPE_CHECKING:
     from unilab.robot.model import RobotLayout
     from unilab.sim.contract import ModelDims, PhysicsBackend, PhysicsState
-    from unilab.spec.models import TaskSpec
 
 
 def _contiguous(adr: tuple[int, ...]) -> slice | None:
@@ -66,8 +66,7 @@ ACTION_SCALE_FACTOR = 0.25
 def joint_action_scale(layout: RobotLayout, factor: float | None = None) -> torch.Tensor:
     """[29] float32 on the CPU, in the layout's joint order: an action of 1 asks for `factor` of the
     joint's effort limit (the G1's published limit where the model leaves it unlimited) from the PD
-    loop at the standing pose. `factor` None: mjlab's 0.25 (a plan leaves task.action_scale unset
-    only for cartpole)."""
+    loop at the standing pose. `factor` None: mjlab's 0.25."""
     factor = ACTION_SCALE_FACTOR if factor is None else factor
     effort = [
         e if math.isfinite(e) else g1.EFFORT_LIMIT[j]
@@ -77,14 +76,18 @@ def joint_action_scale(layout: RobotLayout, factor: float | None = None) -> torc
     return factor * torch.tensor(effort, dtype=torch.float32) / kp
 
 
-class Task(ABC):
+# The task's own spec model (G1WalkSpec, G1MotionTrackingSpec): each task reads its own keys.
+SpecT = TypeVar("SpecT", bound=G1TaskSpec)
+
+
+class Task(ABC, Generic[SpecT]):
     """Common machinery of the G1 tasks; subclasses build the terms."""
 
     name: str = "task"
 
     def __init__(
         self,
-        spec: TaskSpec,
+        spec: SpecT,
         backend: PhysicsBackend,
         layout: RobotLayout,
         *,
@@ -329,7 +332,7 @@ class Task(ABC):
         torch.add(self._world_vecs, b, alpha=2.0, out=self._base_frame)
         self.read_task_state()
 
-    def read_task_state(self) -> None:  # noqa: B027  (an optional hook: most tasks derive nothing more)
+    def read_task_state(self) -> None:
         """Task-specific derived quantities (pure)."""
 
     def advance(self) -> None:
@@ -399,7 +402,7 @@ class Task(ABC):
         self.reset_task_buffers(mask)
         return self.reset_qpos, self.reset_qvel
 
-    def reset_task_buffers(self, mask: torch.Tensor) -> None:  # noqa: B027  (an optional hook)
+    def reset_task_buffers(self, mask: torch.Tensor) -> None:
         """Task-specific per-episode buffers of the masked worlds."""
 
     def reference_qpos(self, worlds: int) -> torch.Tensor | None:

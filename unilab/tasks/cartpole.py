@@ -29,7 +29,7 @@ from unilab.tasks.timing import max_episode_steps
 
 if TYPE_CHECKING:
     from unilab.sim.contract import PhysicsBackend, PhysicsState
-    from unilab.spec.models import TaskSpec
+    from unilab.spec.models import CartpoleSpec
 
 FALL_ANGLE = 0.8  # rad
 RAIL_LIMIT = 1.8  # m
@@ -67,7 +67,7 @@ class CartpoleTask:
 
     name = "cartpole"
 
-    def __init__(self, spec: TaskSpec, backend: PhysicsBackend, *, step_dt: float, seed: int = 0) -> None:
+    def __init__(self, spec: CartpoleSpec, backend: PhysicsBackend, *, step_dt: float, seed: int = 0) -> None:
         self.spec, self.backend = spec, backend
         self.device = dev = backend.device
         self.num_envs = n = backend.num_envs

@@ -8,7 +8,9 @@ its terms from the same names; a test checks the two agree.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
+
+from unilab.spec.models import CartpoleSpec, G1MotionTrackingSpec, G1TaskSpec, G1WalkSpec, TaskSpecBase
 
 TermKind = Literal["observation", "reward", "termination", "command", "event", "curriculum", "recorder"]
 
@@ -57,10 +59,7 @@ class TermDecl:
 
 # --- Inventories ------------------------------------------------------------------------------
 # The runtime tasks (unilab.tasks.g1_walk, unilab.tasks.g1_motion_tracking) build exactly these
-# terms, in this order, for a given TaskSpec; tests/test_tasks_inventory.py checks it.
-
-if TYPE_CHECKING:
-    from unilab.spec.models import TaskSpec
+# terms, in this order, for a given task spec; tests/test_tasks_inventory.py checks it.
 
 _WALK_OBSERVATIONS = (
     "base_lin_vel",
@@ -85,7 +84,7 @@ _WALK_REWARD_WEIGHTS = {
 }
 
 
-def _walk_observations(task: TaskSpec) -> tuple[str, ...]:
+def _walk_observations(task: G1WalkSpec) -> tuple[str, ...]:
     if not has_gait_clock(task):
         return _WALK_OBSERVATIONS
     i = _WALK_OBSERVATIONS.index("velocity_command") + 1
@@ -140,7 +139,7 @@ def default_reward_weights(task_name: str, gait_clock: bool = False) -> dict[str
     """Every reward term of the task and its default weight (per second), in the task's order
     (``gait_clock``: g1_walk with `task.gait_period_s` set)."""
     if task_name not in _DEFAULT_REWARD_WEIGHTS:
-        raise ValueError(f"unknown task {task_name!r}")  # unreachable: TaskSpec.name is a Literal
+        raise ValueError(f"unknown task {task_name!r}")  # unreachable: each task model's name is a Literal
     weights = dict(_DEFAULT_REWARD_WEIGHTS[task_name])
     if gait_clock and task_name == "g1_walk":
         alive = weights.pop("alive")
@@ -149,11 +148,11 @@ def default_reward_weights(task_name: str, gait_clock: bool = False) -> dict[str
     return weights
 
 
-def has_gait_clock(task: TaskSpec) -> bool:
-    return task.name == "g1_walk" and task.gait_period_s is not None
+def has_gait_clock(task: TaskSpecBase) -> bool:
+    return isinstance(task, G1WalkSpec) and task.gait_period_s is not None
 
 
-def reward_weights(task: TaskSpec) -> dict[str, float]:
+def reward_weights(task: TaskSpecBase) -> dict[str, float]:
     """The weight of every reward term: the task's defaults with ``task.reward_weights`` applied.
     The plan rule `task.reward-weights` refuses a name the task does not have before this runs."""
     weights = default_reward_weights(task.name, has_gait_clock(task))
@@ -167,8 +166,8 @@ def reward_weights(task: TaskSpec) -> dict[str, float]:
 CARTPOLE_TERMINATIONS = ("pole_fell", "off_rail", "time_out")
 
 
-def _shared_tail(task: TaskSpec) -> tuple[list[TermDecl], list[TermDecl]]:
-    """Observation noise and events that both tasks honour the same way."""
+def _shared_tail(task: G1TaskSpec) -> tuple[list[TermDecl], list[TermDecl]]:
+    """Observation noise and events that both G1 tasks honour the same way."""
     obs: list[TermDecl] = []
     if task.observation_noise:
         obs.append(TermDecl("observation_noise", "observation", noise=True))
@@ -182,29 +181,31 @@ def _shared_tail(task: TaskSpec) -> tuple[list[TermDecl], list[TermDecl]]:
     return obs, events
 
 
-def reads_acceleration_sensors(task: TaskSpec) -> bool:
+def reads_acceleration_sensors(task: TaskSpecBase) -> bool:
     """Whether some term reads an acceleration-stage sensor (accelerometer, touch, force, ...) of
     the state a step returns. Only then does the physics backend run the extra constraint solve
     that makes those readings current (``unilab.sim.mjmodel``; about 10% of a G1 env step). No
     built-in term reads ``sensordata``: base velocities come from ``qvel``/``cvel``. A term that
     reads the accelerometer must be declared here; tests/test_collector.py checks that every task's
     outputs are the same with and without the solve."""
-    if task.name not in ("cartpole", "g1_walk", "g1_motion_tracking"):
-        raise ValueError(f"unknown task {task.name!r}")  # unreachable: TaskSpec.name is a Literal
+    if not isinstance(task, CartpoleSpec | G1TaskSpec):
+        raise ValueError(f"unknown task {task.name!r}")
     return False
 
 
-def declared_terms(task: TaskSpec) -> list[TermDecl]:
+def declared_terms(task: TaskSpecBase) -> list[TermDecl]:
     """The exact term inventory (names, kinds, graph-safety flags, order) the runtime task builds."""
-    if task.name == "cartpole":
+    if isinstance(task, CartpoleSpec):
         return [
             *(TermDecl(n, "observation") for n in CARTPOLE_OBSERVATIONS),
             *(TermDecl(n, "reward") for n in CARTPOLE_REWARDS),
             *(TermDecl(n, "termination") for n in CARTPOLE_TERMINATIONS),
             TermDecl("reset_near_upright", "event"),
         ]
+    if not isinstance(task, G1TaskSpec):
+        raise ValueError(f"unknown task {task.name!r}")
     noise, events = _shared_tail(task)
-    if task.name == "g1_walk":
+    if isinstance(task, G1WalkSpec):
         return [
             TermDecl("velocity_command", "command"),
             *([TermDecl("gait_clock", "command")] if has_gait_clock(task) else []),
@@ -215,7 +216,7 @@ def declared_terms(task: TaskSpec) -> list[TermDecl]:
             TermDecl("reset_joints_around_default", "event"),
             *events,
         ]
-    if task.name == "g1_motion_tracking":
+    if isinstance(task, G1MotionTrackingSpec):
         return [
             TermDecl("motion_phase", "command"),
             *(TermDecl(n, "observation") for n in _TRACK_OBSERVATIONS),
@@ -225,4 +226,4 @@ def declared_terms(task: TaskSpec) -> list[TermDecl]:
             TermDecl("reset_to_reference", "event"),
             *events,
         ]
-    raise ValueError(f"unknown task {task.name!r}")  # unreachable: TaskSpec.name is a Literal
+    raise ValueError(f"unknown task {task.name!r}")

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from unilab.errors import MotionFileError
+from unilab.spec.models import G1MotionTrackingSpec
 from unilab.tasks import quat as Q
 from unilab.tasks.base import Task
 from unilab.tasks.events import shared_events
@@ -21,7 +22,6 @@ from unilab.tasks.terms import CommandTerm, EventTerm, ObservationTerm, Terminat
 if TYPE_CHECKING:
     from unilab.robot.model import RobotLayout
     from unilab.sim.contract import PhysicsBackend
-    from unilab.spec.models import TaskSpec
     from unilab.tasks.motion_file import Motion
 
 JOINT_STD = 0.5  # rad, on the mean squared joint error
@@ -34,12 +34,12 @@ END_EFFECTORS = ("left_ankle_roll_link", "right_ankle_roll_link", "left_wrist_ya
 RESET_JOINT_NOISE = 0.05  # rad around the reference pose
 
 
-class G1MotionTrackingTask(Task):
+class G1MotionTrackingTask(Task[G1MotionTrackingSpec]):
     name = "g1_motion_tracking"
 
     def __init__(
         self,
-        spec: TaskSpec,
+        spec: G1MotionTrackingSpec,
         backend: PhysicsBackend,
         layout: RobotLayout,
         *,

@@ -20,6 +20,7 @@ import math
 import torch
 
 from unilab.robot import g1
+from unilab.spec.models import G1WalkSpec
 from unilab.tasks.base import Task
 from unilab.tasks.events import shared_events
 from unilab.tasks.terms import CommandTerm, EventTerm, ObservationTerm, TerminationTerm
@@ -39,7 +40,7 @@ FEET_PHASE_VAR = 0.0015  # m^2: exp(-sum of squared height errors / this); stand
 MOVING_COMMAND_NORM = 0.1  # |(vx, vy, yaw rate)| above which the feet are asked to step
 
 
-class G1WalkTask(Task):
+class G1WalkTask(Task[G1WalkSpec]):
     name = "g1_walk"
 
     def build_terms(self) -> None:

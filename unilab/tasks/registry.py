@@ -5,8 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from unilab.errors import MotionFileError
-from unilab.tasks.motion_file import builtin_motions, load_motion, resolve_motion
+from unilab.tasks.motion_file import load_motion, resolve_motion
 
 if TYPE_CHECKING:
     from unilab.robot.model import RobotLayout
@@ -40,14 +39,7 @@ def build_task(
     if spec.name == "g1_motion_tracking":
         from unilab.tasks.g1_motion_tracking import G1MotionTrackingTask
 
-        if spec.motion is None:
-            names = ", ".join(f'"builtin:{n}"' for n in builtin_motions()) or "none shipped"
-            raise MotionFileError(
-                "task g1_motion_tracking needs a reference motion; task.motion is not set",
-                detail=f"built-in motions: {names}",
-                fix='set task.motion = "builtin:g1_squat" or to a .npz path (format: docs/tasks.md)',
-            )
         path = resolve_motion(spec.motion, spec_dir)
         motion = load_motion(path, num_joints=len(layout.qpos_adr), num_bodies=backend.dims.nbody - 1)
         return G1MotionTrackingTask(spec, backend, layout, step_dt=step_dt, motion=motion, seed=seed)
-    raise ValueError(f"unknown task {spec.name!r}")  # unreachable: TaskSpec.name is a Literal
+    raise ValueError(f"unknown task {spec.name!r}")  # unreachable: each task model's name is a Literal

@@ -9,7 +9,7 @@ from unilab.algos.registry import algo_def
 from unilab.errors import Diagnostic, UnilabError
 from unilab.plan.context import Context
 from unilab.plan.rules.registry import Rule, rule
-from unilab.spec.models import FlashSacSpec, PpoSpec, ReplayAlgoSpec
+from unilab.spec.models import FlashSacSpec, G1TaskSpec, PpoSpec, ReplayAlgoSpec
 from unilab.tasks.declarations import default_reward_weights, has_gait_clock
 from unilab.tasks.timing import control_dt, nearest_whole_step_seconds, seconds_text, whole_steps
 
@@ -22,26 +22,11 @@ def _from_error(r: Rule, exc: UnilabError, key: str) -> Diagnostic:
 @rule(
     "task.motion",
     "task.motion",
-    "g1_motion_tracking has a valid motion file (keys, 29 joints, the robot's bodies, finite, non-zero "
-    "quaternions, fps > 0, joint angles in radians, the root above the floor) that lasts at least two control "
-    "steps; g1_walk has none.",
+    "g1_motion_tracking's motion file is valid (keys, 29 joints, the robot's bodies, finite, non-zero "
+    "quaternions, fps > 0, joint angles in radians, the root above the floor) and lasts at least two control "
+    "steps.",
 )
 def task_motion(r: Rule, ctx: Context) -> list[Diagnostic]:
-    t = ctx.spec.task
-    if t.name == "g1_motion_tracking" and t.motion is None:
-        return [
-            r.diag(
-                "g1_motion_tracking needs a reference motion",
-                'set task.motion = "builtin:g1_squat" or the path of a .npz clip (see docs/tasks.md)',
-            )
-        ]
-    if t.name != "g1_motion_tracking" and t.motion is not None:
-        return [
-            r.diag(
-                f"{t.name} does not use a reference motion",
-                'remove task.motion, or set task.name = "g1_motion_tracking"',
-            )
-        ]
     if isinstance(ctx.motion, UnilabError):
         return [_from_error(r, ctx.motion, "task.motion")]
     dt = control_dt(ctx.spec.sim.timestep, ctx.spec.sim.decimation)
@@ -65,43 +50,9 @@ def task_motion(r: Rule, ctx: Context) -> list[Diagnostic]:
     "and its actuators are all or none (MuJoCo itself compiles it when the run starts).",
 )
 def task_robot(r: Rule, ctx: Context) -> list[Diagnostic]:
-    if ctx.spec.task.name == "cartpole" and ctx.spec.task.robot_mjcf is not None:
-        return [
-            r.diag(
-                "the cartpole check task has its own model; task.robot_mjcf is for the G1 tasks",
-                "remove task.robot_mjcf",
-            )
-        ]
     if isinstance(ctx.robot, UnilabError):
         return [_from_error(r, ctx.robot, "task.robot_mjcf")]
     return []
-
-
-@rule(
-    "task.options",
-    "task",
-    "Options a task does not use are not set: velocity commands and the gait clock are g1_walk's; the "
-    "cartpole check task takes no noise, randomization, pushes or joint action scale.",
-)
-def task_options(r: Rule, ctx: Context) -> list[Diagnostic]:
-    t = ctx.spec.task
-    unused: list[str] = []
-    if t.name != "g1_walk" and "commands" in t.model_fields_set:
-        unused.append("commands")
-    if t.name != "g1_walk" and t.gait_period_s is not None:
-        unused.append("gait_period_s")
-    if t.name == "cartpole":
-        unused += [
-            k
-            for k, on in (
-                ("observation_noise", t.observation_noise),
-                ("domain_randomization", t.domain_randomization),
-                ("push_interval_s", t.push_interval_s is not None),
-                ("action_scale", "action_scale" in t.model_fields_set),
-            )
-            if on
-        ]
-    return [r.diag(f"task.{k} has no effect on {t.name}", f"remove task.{k}", f"task.{k}") for k in unused]
 
 
 @rule(
@@ -135,8 +86,8 @@ def task_reward_weights(r: Rule, ctx: Context) -> list[Diagnostic]:
 )
 def task_push_interval(r: Rule, ctx: Context) -> list[Diagnostic]:
     t, sim = ctx.spec.task, ctx.spec.sim
-    if t.push_interval_s is None or t.name == "cartpole":
-        return []  # cartpole takes no pushes: task.options reports the key
+    if not isinstance(t, G1TaskSpec) or t.push_interval_s is None:
+        return []
     dt = control_dt(sim.timestep, sim.decimation)
     if whole_steps(t.push_interval_s, dt) is not None:
         return []
