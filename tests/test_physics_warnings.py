@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.sim_models import small_humanoid_xml
 from unilab.sim.contract import physics_warnings
 from unilab.sim.mujoco_cpu import MujocoCpuBackend
-from unilab.sim.testmodels import small_humanoid_xml
 
 
 def test_mujoco_warnings_are_counted_by_kind(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

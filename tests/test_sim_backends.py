@@ -15,12 +15,12 @@ import numpy as np
 import pytest
 import torch
 
+from tests.sim_models import pose_state
 from unilab.errors import UnilabError
 from unilab.robot import g1
 from unilab.robot.model import build_model_xml
 from unilab.sim.contract import PhysicsState
 from unilab.sim.factory import make_backend
-from unilab.sim.testmodels import pose_state
 
 N = 4
 DECIMATION = 4

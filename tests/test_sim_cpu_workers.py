@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.sim_models import small_humanoid_xml
 from unilab.errors import UnilabError
 from unilab.sim.mujoco_cpu import MujocoCpuBackend
-from unilab.sim.testmodels import small_humanoid_xml
 
 DECIMATION = 4
 
@@ -175,14 +175,16 @@ def test_an_interrupted_step_closes_the_backend_instead_of_desynchronising_it():
 def test_workers_die_with_their_parent(tmp_path):
     """SIGKILL the parent (no cleanup runs at all): its workers must not outlive it."""
     script = tmp_path / "parent.py"
+    (tmp_path / "humanoid.xml").write_text(small_humanoid_xml())
     script.write_text(
         textwrap.dedent(
             """
             import os, sys, time
             def main():
+                from pathlib import Path
                 from unilab.sim.mujoco_cpu import MujocoCpuBackend
-                from unilab.sim.testmodels import small_humanoid_xml
-                b = MujocoCpuBackend(small_humanoid_xml(), 4, 4, None, workers=2)
+                xml = (Path(__file__).parent / "humanoid.xml").read_text()
+                b = MujocoCpuBackend(xml, 4, 4, None, workers=2)
                 print(" ".join(map(str, b.worker_pids())), flush=True)
                 time.sleep(120)
             if __name__ == "__main__":

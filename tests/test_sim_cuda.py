@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
+from tests.sim_models import pose_state
 from unilab.robot import g1
 from unilab.robot.model import build_model_xml
 from unilab.sim.factory import make_backend
-from unilab.sim.testmodels import pose_state
 
 pytestmark = [
     pytest.mark.cuda,

@@ -8,10 +8,10 @@ import os
 import pytest
 import torch
 
+from tests.sim_models import small_humanoid_xml
 from unilab.errors import UnilabError
 from unilab.sim.cpu_worker import MAX_ERROR_BYTES, MAX_MESSAGE_BYTES, REPLY_ERROR, error_line, send_error
 from unilab.sim.mujoco_cpu import MujocoCpuBackend
-from unilab.sim.testmodels import small_humanoid_xml
 
 
 def _failed_step() -> UnilabError:

@@ -17,7 +17,11 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.sim_models: the pose helper
 
 
 def _cpu_seconds(worker_pids: list[int]) -> float:
@@ -375,10 +379,10 @@ def main() -> None:
 
     import torch
 
+    from tests.sim_models import pose_state
     from unilab.robot import g1
     from unilab.robot.model import build_model_xml
     from unilab.sim.factory import make_backend
-    from unilab.sim.testmodels import pose_state
 
     torch.set_num_threads(1)
     xml = build_model_xml()

@@ -1,4 +1,5 @@
-"""A small position-controlled humanoid MJCF for backend tests and benchmarks.
+"""A small position-controlled humanoid MJCF for backend tests and benchmarks (test code: it
+lives beside the tests, and the benchmarks import it from here).
 
 Robot-agnostic backends are tested against it where the G1 model is not needed (or not yet
 available): a free-floating torso, two 6-DoF legs, two 3-DoF arms and a 2-DoF waist (20
