@@ -1,10 +1,12 @@
 """Learning curves through real `unilab apply` runs, per algorithm and seed.
 
 Trains a spec (default `specs/g1.toml`) for the same env-step budget per run; prints the mean
-training episode return at fixed env-step marks and a deterministic `unilab eval` of each final
-policy, and saves the curves as a PNG.
+training episode return at fixed env-step marks (sampled by log events on the wall clock, so it
+varies between runs of the same weights), a deterministic `unilab eval` of the checkpoints saved at
+every eighth of the budget (the figures to compare two builds by: they depend only on the weights)
+and of each final policy, and saves the curves as a PNG.
 
-For `g1_walk` it also evaluates the checkpoints saved at every eighth of the budget, and plots how
+For `g1_walk` it also plots how
 closely each followed its velocity commands: the mean |v_xy - cmd| and |w_z - cmd| over a robot
 standing still under the same commands (1: no better than standing; the walking target is 0.5
 and 0.6). Its last lines, one per run:
@@ -38,7 +40,7 @@ def algo_table(algo: str) -> str:
     return algo if algo.startswith("{") else f'{{name="{algo}"}}'
 
 
-CHECKPOINTS = 8  # evaluated per run (g1_walk), evenly over the budget
+CHECKPOINTS = 8  # evaluated per run, evenly over the budget
 FINAL_EPISODES = 64  # the walking target's `unilab eval --episodes 64`
 CHECKPOINT_EPISODES = 32
 
@@ -93,15 +95,20 @@ def tracking_ratios(report: dict) -> tuple[float, float] | None:
     )
 
 
-def checkpoint_tracking(run_dir: Path) -> list[tuple[int, float, float]]:
-    """(env steps, lin ratio, yaw ratio) of every checkpoint the run kept but its last."""
-    points = []
-    for ckpt in sorted((run_dir / "checkpoints").glob("ckpt-*.pt"))[:-1]:
-        ratios = tracking_ratios(evaluate(run_dir, CHECKPOINT_EPISODES, ckpt))
-        if ratios is None:
-            return []
-        points.append((int(ckpt.stem.split("-")[1]), *ratios))
-    return points
+def checkpoint_evals(run_dir: Path) -> list[tuple[int, dict]]:
+    """(env steps, `unilab eval` report) of every checkpoint the run kept but its last. Unlike the
+    training returns, which log events placed by the wall clock sample, these depend only on the
+    weights: two runs that learned the same weights print the same figures."""
+    return [
+        (int(ckpt.stem.split("-")[1]), evaluate(run_dir, CHECKPOINT_EPISODES, ckpt))
+        for ckpt in sorted((run_dir / "checkpoints").glob("ckpt-*.pt"))[:-1]
+    ]
+
+
+def checkpoint_tracking(reports: list[tuple[int, dict]]) -> list[tuple[int, float, float]]:
+    """(env steps, lin ratio, yaw ratio) of each report; empty off g1_walk."""
+    points = [(s, *ratios) for s, rep in reports if (ratios := tracking_ratios(rep)) is not None]
+    return points if len(points) == len(reports) else []
 
 
 def elapsed_at(curve: list[tuple[int, float, float]], step: int) -> float | None:
@@ -155,22 +162,34 @@ def main() -> int:
     curves: dict[str, list[tuple[int, float, float]]] = {}
     evals: dict[str, dict] = {}
     tracking: dict[str, list[tuple[int, float, float]]] = {}
+    checkpoints: dict[str, list[tuple[int, dict]]] = {}
     for algo in algos:
         for seed in seeds:
             shown = f"{spec['algo']['name']} (the spec's)" if algo == "spec" else algo.replace("name=", "")
             label = f"{shown} seed {seed}"
             curves[label], run_dir = run(args.spec, algo, seed, env_steps, args.set)
             evals[label] = evaluate(run_dir)
-            tracking[label] = checkpoint_tracking(run_dir)
+            checkpoints[label] = checkpoint_evals(run_dir)
+            tracking[label] = checkpoint_tracking(checkpoints[label])
             if (final := tracking_ratios(evals[label])) is not None:
                 tracking[label].append((env_steps, *final))
             wall = curves[label][-1][1] if curves[label] else 0.0
             print(f"{label}: trained in {wall / 60:.1f} min ({run_dir})", flush=True)
     marks = [env_steps * k // 4 for k in range(1, 5)]
+    # Sampled by log events every 5 s of wall clock: two runs of the same weights print different figures.
     print("mean training episode return at env steps: " + "  ".join(f"{m:>9,}" for m in marks))
     for label, curve in curves.items():
         vals = ["       --" if at(curve, m) is None else f"{at(curve, m):9.2f}" for m in marks]
         print(f"{label:<42}" + "  ".join(vals))
+    steps = sorted({s for reports in checkpoints.values() for s, _ in reports})
+    if steps:
+        print(
+            f"eval return of the checkpoints (unilab eval --episodes {CHECKPOINT_EPISODES}, deterministic) at env "
+            "steps: " + "  ".join(f"{s:>9,}" for s in steps)
+        )
+        for label, reports in checkpoints.items():
+            by_step = {s: rep["episode_return"]["mean"] for s, rep in reports}
+            print(f"{label:<42}" + "  ".join("       --" if s not in by_step else f"{by_step[s]:9.4f}" for s in steps))
     print(f"eval of the final policy (unilab eval --episodes {FINAL_EPISODES}, deterministic):")
     for label, rep in evals.items():
         r, n = rep["episode_return"], rep["episode_length"]
