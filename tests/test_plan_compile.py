@@ -279,3 +279,17 @@ def test_a_hand_edited_plan_must_weigh_every_reward_term(tmp_path: Path) -> None
     path.write_text(render(_plan()).replace("alive = 0.5\n", ""))
     with pytest.raises(UnilabError, match="reward_weights must name each"):
         load_plan(path)
+
+
+def test_a_cartpole_plan_from_before_the_per_task_models_still_loads() -> None:
+    """Cartpole plans written while one `[task]` model served every task hold two G1 keys (false):
+    their runs still evaluate, export and resume. A new plan leaves the keys out, and the spec
+    rebuilt from the old plan has none of them."""
+    from unilab.plan.recheck import spec_of_plan
+
+    old = load_plan(ROOT / "tests" / "fixtures" / "plans" / "cartpole_one_task_model.toml")
+    assert compute_plan_id(old) == old.plan_id
+    assert old.task.name == "cartpole" and old.task.model_dump()["observation_noise"] is False
+    assert set(spec_of_plan(old).task.model_fields_set) <= {"name", "num_envs", "episode_length_s", "reward_weights"}
+    new = compile_plan(spec_of_plan(old), host("cpu_laptop"), ROOT / "specs")
+    assert "observation_noise" not in render(new) and "domain_randomization" not in render(new)

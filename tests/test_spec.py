@@ -202,3 +202,23 @@ def test_invalid_toml(tmp_path: Path) -> None:
     p.write_text("schema_version = \n")
     with pytest.raises(SpecError, match="not valid TOML"):
         load_spec(p)
+
+
+def test_switching_to_motion_tracking_from_the_command_line_asks_for_the_motion_alone() -> None:
+    """g1.toml's keys all fit g1_motion_tracking: the fix adds the one it requires, and works."""
+    with pytest.raises(SpecError) as e:
+        load_spec(SPECS / "g1.toml", ["task.name=g1_motion_tracking"])
+    (d,) = e.value.diagnostics
+    assert (d.rule_id, d.key_path) == ("spec.missing-key", "task.motion")
+    assert d.fix.startswith("add --set task.motion=... (g1_motion_tracking requires it): The reference motion")
+    loaded = load_spec(SPECS / "g1.toml", ["task.name=g1_motion_tracking", 'task.motion="builtin:g1_squat"'])
+    assert loaded.spec.task.num_envs == 64
+
+
+def test_a_set_table_without_a_name_keeps_its_keys_in_the_fix() -> None:
+    with pytest.raises(SpecError) as e:
+        load_spec(SPECS / "g1.toml", ["task={num_envs=4}"])
+    (d,) = e.value.diagnostics
+    assert (
+        d.fix == """add name=... inside your --set 'task={...}' (one of "g1_walk", "g1_motion_tracking", "cartpole")"""
+    )

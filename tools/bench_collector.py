@@ -33,6 +33,7 @@ sys.path.insert(0, str(ROOT))
 from unilab.collect.build import build_collector  # noqa: E402
 from unilab.collect.collector import Collector  # noqa: E402
 from unilab.spec.load import load_spec  # noqa: E402
+from unilab.spec.models import task_spec  # noqa: E402
 
 
 class _CallLog:
@@ -122,7 +123,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--env-steps", type=int, default=24_000, help="env steps per mode and size (at least 5 rounds of 50 steps)"
     )
-    p.add_argument("--task", default=None, help="override task.name (default: the spec's task)")
+    p.add_argument(
+        "--task",
+        default=None,
+        choices=["g1_walk", "g1_motion_tracking"],
+        help="run this G1 task instead of the spec's (the bench drives the G1's joints)",
+    )
     p.add_argument(
         "--action-scale",
         type=float,
@@ -135,10 +141,11 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     loaded = load_spec(args.spec)
     spec = loaded.spec
-    # Another task has other reward terms: the spec's weights (named for its own task) do not apply.
-    task = spec.task.model_copy(update={"name": args.task, "reward_weights": None}) if args.task else spec.task
-    if task.name == "g1_motion_tracking" and task.motion is None:
-        task = task.model_copy(update={"motion": "builtin:g1_squat"})
+    task = spec.task
+    if args.task and args.task != task.name:
+        # Another task takes other keys and has other reward terms: keep only the envs and episode.
+        clip = {"motion": "builtin:g1_squat"} if args.task == "g1_motion_tracking" else {}
+        task = task_spec(name=args.task, num_envs=task.num_envs, episode_length_s=task.episode_length_s, **clip)
     workers = args.workers
     if workers is None:
         workers = len(os.sched_getaffinity(0)) if spec.sim.workers == "auto" else spec.sim.workers

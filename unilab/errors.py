@@ -28,7 +28,7 @@ def first_validation_error(exc: Any) -> str:
     """`key.path: message` of a pydantic ValidationError's first error, as refusals name it."""
     first = exc.errors(include_url=False)[0]
     loc = list(first["loc"])
-    if len(loc) > 2 and loc[0] in _CHOSEN_BY_NAME:
+    if len(loc) >= 2 and loc[0] in _CHOSEN_BY_NAME:
         del loc[1]  # pydantic names the member it tried (`task.cartpole.x`); the user's key is `task.x`
     return f"{'.'.join(str(p) for p in loc)}: {first['msg']}"
 

@@ -119,6 +119,12 @@ class G1MotionTrackingPlan(_TaskResolved, G1MotionTrackingSpec):
 class CartpolePlan(_TaskResolved, CartpoleSpec):
     """The spec's cartpole `[task]` plus what the plan resolved from it."""
 
+    # Plans made while one `[task]` model served every task wrote these two G1 keys, always false;
+    # accepted so that those runs still evaluate, export, resume and seed `run.init_from`. A new
+    # plan leaves them out (null), so its plan_id does not see them.
+    observation_noise: Literal[False] | None = Field(None, description="Absent (false in older plans).")
+    domain_randomization: Literal[False] | None = Field(None, description="Absent (false in older plans).")
+
 
 TaskPlan = Annotated[G1WalkPlan | G1MotionTrackingPlan | CartpolePlan, Field(discriminator="name")]
 

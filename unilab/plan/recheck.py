@@ -17,7 +17,7 @@ from typing import Any
 from unilab.errors import Diagnostic, PlanRefused, UnilabError, first_validation_error
 from unilab.host.facts import HostFacts
 from unilab.plan.diff import Change, diff_plans, first_of
-from unilab.plan.models import G1MotionTrackingPlan, Plan
+from unilab.plan.models import CartpolePlan, G1MotionTrackingPlan, Plan
 from unilab.spec.models import Spec, TrainingSpec
 
 # Keys a recompile writes differently without a different run: the spec's own path strings (the
@@ -39,9 +39,10 @@ def spec_of_plan(plan: Plan, explicit_cpu_blocks: bool = False) -> Spec:
     run = plan.run.model_dump(exclude={"effective_env_steps", "init_from"}, exclude_defaults=True)
     if plan.run.init_from is not None:
         run["init_from"] = plan.run.init_from.checkpoint
-    task = plan.task.model_dump(
-        exclude={"robot", "reference_motion", "control_dt", "max_episode_steps"}, exclude_defaults=True
-    )
+    resolved = {"robot", "reference_motion", "control_dt", "max_episode_steps"}
+    if isinstance(plan.task, CartpolePlan):
+        resolved |= {"observation_noise", "domain_randomization"}  # an older plan's, never the spec's
+    task = plan.task.model_dump(exclude=resolved, exclude_defaults=True)
     task = {k: v for k, v in task.items() if v is not None}
     if not plan.task.robot.source.startswith("builtin"):
         task["robot_mjcf"] = plan.task.robot.source

@@ -321,7 +321,9 @@ def _tag_fix(err: Any, where: str, data: dict[str, Any], source: str, overridden
         table, _, disc = where.rpartition(".")
         tables = table.split(".")
         if table and tags and any(".".join(tables[: i + 1]) in overridden for i in range(len(tables))):
-            # The table came from a --set (`algo={}`): the name goes in that --set.
+            # The table came from a --set (`algo={}`): the name goes in that --set, beside its keys.
+            if data.get(table):
+                return f"add {disc}=... inside your --set '{table}={{...}}' ({_one_of(tags)})"
             return f"name it in that --set: --set '{table}={{{disc}={_toml(tags[0])}}}' ({_one_of(tags)})"
         under = f"[{table}]" if table else "the top level"
         return f"add `{disc} = ...` under {under} in {source}" + (f" ({_one_of(tags)})" if tags else "")
@@ -381,6 +383,11 @@ def _fix(rule: str, where: str, msg: str, data: dict[str, Any], source: str, ove
     )
     in_table = f"in your --set '{table_set}={{...}}'" if table_set else ""
     member = _set_member_name(keys, data, overridden)
+    if member and rule == "spec.missing-key" and not table_set:
+        # `--set task.name=g1_motion_tracking` on a g1_walk spec: the file's keys stay good, one is missing.
+        field = model.model_fields.get(keys[-1]) if model is not None else None
+        what = f": {field.description}" if field is not None and field.description else ""
+        return f"add --set {where}=... ({member} requires it){what}"
     if member and not via_set and not table_set:
         # `--set algo.name=flashsac` on a SAC spec keeps the file's SAC keys: replace the table instead.
         return member_table_fix(keys[0], member)

@@ -181,7 +181,8 @@ class TaskSpecBase(_Section):
     reward_weights: dict[str, Annotated[float, Field(ge=-1e6, le=1e6)]] | None = Field(
         None,
         description="Reward term weights by name, per second (the task multiplies by the env step's duration), "
-        "e.g. `{ alive = 1.0, base_height = -20.0 }`; terms not named keep the task's defaults (docs/tasks.md), "
+        "e.g. `{ alive = 1.0, base_height = -20.0 }` for g1_walk; terms not named keep the task's defaults "
+        "(docs/tasks.md lists each task's), "
         "and 0 takes a term out of the reward. The plan lists every term's weight.",
     )
 
