@@ -43,7 +43,7 @@ def read_run_plan(run_dir: Path, command: str = "export") -> Plan:
             raise UnilabError(f"run directory {run_dir} does not exist", fix="pass a run directory (RUN_DIR)")
         if not plan_path.is_file():
             raise UnilabError(f"{run_dir} is not a unilab run directory (no plan.toml)", fix="pass a run directory")
-        plan_path.read_bytes()  # a permission problem is named here, not as "not a plan"
+        open(plan_path, "rb").close()  # a permission problem is named here, not as "not a plan"
         return load_plan(plan_path)
     except OSError as exc:
         raise _unreadable(plan_path, exc) from None
@@ -145,7 +145,7 @@ def policy_from_state(plan: Plan, state: dict[str, Any]) -> tuple[nn.Module, int
     """The deployable policy held in a checkpoint's learner state, and its observation size."""
     check_policy_state(plan, state)
     try:
-        return _policy_from_state(plan, state)
+        return algo_def(plan.algo).policy_loader()(plan, state)
     except (RuntimeError, KeyError, ValueError, TypeError, AttributeError) as exc:
         # Keys or shapes that disagree with the run's plan (the sizes the state records, the
         # networks the plan builds): torch names the first, in a line worth showing.
@@ -155,7 +155,3 @@ def policy_from_state(plan: Plan, state: dict[str, Any]) -> tuple[nn.Module, int
             detail="its weights' names or shapes differ from the networks the plan builds",
             fix=_STATE_FIX,
         ) from None
-
-
-def _policy_from_state(plan: Plan, state: dict[str, Any]) -> tuple[nn.Module, int]:
-    return algo_def(plan.algo).policy_loader()(plan, state)

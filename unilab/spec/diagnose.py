@@ -96,6 +96,13 @@ def _loc(loc: tuple[Any, ...], unknown_key: bool = False) -> str:
     return out or "(top level)"
 
 
+def member_name(data: dict[str, Any], section: str) -> str | None:
+    """The `name` a spec's `[algo]` or `[task]` table gives (None: no table, or no string name)."""
+    table = data.get(section)
+    name = table.get("name") if isinstance(table, dict) else None
+    return name if isinstance(name, str) else None
+
+
 def _discriminator(err: Any) -> str | None:
     """The key a discriminated union is chosen by (`name`); pydantic gives it repr'd: "'name'"."""
     m = re.fullmatch(r"'([a-z_][a-z0-9_]*)'", str((err.get("ctx") or {}).get("discriminator", "")))
@@ -281,8 +288,8 @@ def _section(keys: list[str], data: dict[str, Any]) -> type[BaseModel] | None:
     model: type[BaseModel] = Spec
     for key in keys[:-1]:
         if model is Spec and key in CHOSEN_BY_NAME:
-            name = data[key].get("name") if isinstance(data.get(key), dict) else None
-            nxt = CHOSEN_BY_NAME[key].get(name) if isinstance(name, str) else None
+            name = member_name(data, key)
+            nxt = CHOSEN_BY_NAME[key].get(name) if name is not None else None
         else:
             field = model.model_fields.get(key)
             ann = field.annotation if field is not None else None
@@ -357,8 +364,7 @@ def _set_member_name(keys: list[str], data: dict[str, Any], overridden: set[str]
     section = keys[0] if keys else ""
     if len(keys) < 2 or section not in CHOSEN_BY_NAME or keys[1] == "name" or f"{section}.name" not in overridden:
         return None
-    name = data[section].get("name") if isinstance(data.get(section), dict) else None
-    return name if isinstance(name, str) else None
+    return member_name(data, section)
 
 
 def member_table_fix(section: str, name: str) -> str:

@@ -15,7 +15,7 @@ from pydantic import ValidationError
 
 from unilab.errors import Diagnostic, SpecError
 from unilab.inputfile import read_input
-from unilab.spec.diagnose import CHOSEN_BY_NAME, format_validation_error, member_table_fix, spec_error
+from unilab.spec.diagnose import CHOSEN_BY_NAME, format_validation_error, member_name, member_table_fix, spec_error
 from unilab.spec.models import SPEC_CONTEXT, Spec
 
 # `algo.hidden_dims` is the shorthand for both networks' widths (unilab.spec.models): given by --set,
@@ -110,11 +110,10 @@ def _or_names(names: list[str]) -> str:
 def _other_members_keys(data: dict[str, Any], section: str, overridden: set[str]) -> list[tuple[str, list[str], str]]:
     """The keys of a `name`-chosen section (`[algo]`, `[task]`) that its member does not take but
     others do: (key, the members that take it, the fix)."""
-    models = CHOSEN_BY_NAME[section]
-    table = data.get(section)
-    name = table.get("name") if isinstance(table, dict) else None
-    if not isinstance(table, dict) or not isinstance(name, str) or name not in models:
+    models, name = CHOSEN_BY_NAME[section], member_name(data, section)
+    if name not in models:
         return []
+    table = data[section]
     out = []
     for key in table:
         owners = [n for n, m in models.items() if key in m.model_fields]
@@ -134,7 +133,7 @@ def _other_members_keys(data: dict[str, Any], section: str, overridden: set[str]
 
 
 def check_ppo_offpolicy_keys(data: dict[str, Any], overridden: set[str] | None = None) -> list[Diagnostic]:
-    if not isinstance(data.get("algo"), dict) or data["algo"].get("name") != "ppo":
+    if member_name(data, "algo") != "ppo":
         return []
     return [
         Diagnostic(
@@ -149,7 +148,7 @@ def check_ppo_offpolicy_keys(data: dict[str, Any], overridden: set[str] | None =
 
 def check_task_keys(data: dict[str, Any], overridden: set[str] | None = None) -> list[Diagnostic]:
     """Another task's keys in `[task]` (`commands` on cartpole), named by the tasks that take them."""
-    name = data["task"].get("name") if isinstance(data.get("task"), dict) else None
+    name = member_name(data, "task")
     return [
         Diagnostic(
             "task.options", f"task.{k}", f"`{k}` is a setting of {', '.join(owners)}; {name} does not take it", fix
@@ -219,15 +218,16 @@ def spec_from_data(data: dict[str, Any], overrides: list[str], source: str) -> S
     merged = apply_overrides(data, overrides)
     # `--set task.name=g1_walk` on a g1_walk spec leaves the section's model as it was: the fixes of
     # its keys are the file's, not "replace the whole table".
-    overridden -= {f"{s}.name" for s in CHOSEN_BY_NAME if _member(data, s) == _member(merged, s)}
+    overridden -= {f"{s}.name" for s in CHOSEN_BY_NAME if _given_name(data, s) == _given_name(merged, s)}
     return validate_spec_data(merged, source, overridden)
-
-
-def _member(data: dict[str, Any], section: str) -> object:
-    table = data.get(section)
-    return table.get("name") if isinstance(table, dict) else None
 
 
 def load_spec(path: Path, overrides: list[str] | None = None) -> LoadedSpec:
     spec = spec_from_data(read_toml(path), overrides or [], str(path))
     return LoadedSpec(spec=spec, path=path, spec_dir=path.resolve().parent)
+
+
+def _given_name(data: dict[str, Any], section: str) -> object:
+    """The section's `name` as given, valid or not (`member_name` keeps only a string)."""
+    table = data.get(section)
+    return table.get("name") if isinstance(table, dict) else None
