@@ -41,6 +41,32 @@ def test_counters_never_pair_two_syncs() -> None:
     assert ch.read_counters(bufs)[0][ch.STAT_EPISODES] == 50_000
 
 
+def _health_writer(bufs: ch.SharedBuffers, publications: int, started: mp.Event) -> None:
+    # Every publication covers 4 env steps with sums 1 and 2: a consistent read has health == [4n, n, 2n].
+    health = bufs.health.numpy()
+    started.set()
+    for _ in range(publications):
+        ch.publish_health(bufs.stats, health, [4.0, 1.0, 2.0])
+
+
+def test_learning_health_sums_are_read_with_the_env_steps_they_cover() -> None:
+    bufs = ch.SharedBuffers.allocate(4, 3, 1, 0, num_health=2)
+    ctx = mp.get_context("spawn")
+    started = ctx.Event()
+    proc = ctx.Process(target=_health_writer, args=(bufs, 20_000, started))
+    proc.start()
+    try:
+        started.wait(timeout=60)
+        reads = 0
+        while proc.is_alive() or reads == 0:
+            steps, *sums = ch.read_health(bufs)
+            assert sums == [steps / 4, steps / 2], (steps, sums)
+            reads += 1
+    finally:
+        proc.join(timeout=60)
+    assert proc.exitcode == 0 and ch.read_health(bufs) == [80_000.0, 20_000.0, 40_000.0]
+
+
 def test_a_collector_that_died_mid_update_leaves_the_last_copy() -> None:
     bufs = ch.SharedBuffers.allocate(4, 3, 1, 0)
     bufs.stats[ch.STAT_SEQ] = 1  # odd for ever

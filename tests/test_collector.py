@@ -190,3 +190,52 @@ def test_finite_monitor_flags_exactly_the_worlds_with_a_non_finite_input() -> No
     assert verdict.worlds == (0, 1, 2, 3, 4, 5) and verdict.events == 6
     clean = mon.record(*(torch.zeros_like(t) for t in (actions, qpos, qvel, obs, reward)))
     assert not clean.any() and mon.read(step=2).ok
+
+
+def test_action_saturation_is_the_share_of_action_components_at_the_bound(walk: Collector) -> None:
+    """Learning health: the share of the action's components beyond 0.95 in magnitude, per env
+    step, since the last read (which clears it); a non-finite component never reaches the physics
+    and does not count."""
+    walk.reset_all()
+    assert walk.health_stats() == {}  # no step yet
+    for _ in range(3):
+        walk.step(torch.ones(N, 29))
+    assert walk.health_stats()["action_saturation"] == 1.0
+    walk.step(torch.zeros(N, 29))
+    assert walk.health_stats()["action_saturation"] == 0.0
+    mixed = torch.full((N, 29), 0.9)
+    mixed[:, :10] = -1.0  # 10 of 29 components at the bound
+    mixed[0, 10] = float("nan")
+    walk.step(mixed)
+    walk.step(torch.zeros(N, 29))
+    assert walk.health_stats()["action_saturation"] == pytest.approx(10 / 29 / 2)
+
+
+def _lift_left_foot(c: Collector, world: int) -> None:
+    """Reset `world` with its left hip and knee bent: its left foot starts well above the floor."""
+    task, layout = c.task, c.task.layout
+    qpos, qvel = task.state.qpos.clone(), torch.zeros_like(task.state.qvel)
+    adr = dict(zip(layout.joint_names, layout.qpos_adr.tolist(), strict=True))
+    qpos[world, adr["left_hip_pitch_joint"]] = -0.8
+    qpos[world, adr["left_knee_joint"]] = 1.6
+    mask = torch.arange(c.num_envs) == world
+    task.after_reset(mask, c.backend.reset(mask, qpos, qvel))
+
+
+def test_swing_share_is_zero_standing_and_counts_a_lifted_foot() -> None:
+    """g1_walk's diagnostics: the share of env steps with a foot in swing (body origin at or above
+    the contact height) and the mean share of feet in swing, reported beside action_saturation."""
+    with _walk(num_envs=2) as c:
+        assert c.health_names == ["action_saturation", "swing_share", "feet_air_share"]
+        c.reset_all()
+        for _ in range(10):
+            c.step(torch.zeros(2, 29))  # the standing pose: both feet stay down
+        standing = c.health_stats()
+        assert standing["swing_share"] == 0.0 and standing["feet_air_share"] == 0.0
+        _lift_left_foot(c, world=1)
+        for _ in range(3):  # the lifted foot takes a few steps to come down
+            c.step(torch.zeros(2, 29))
+        lifted = c.health_stats()
+        # World 1's left foot alone is up: half of the steps (of two worlds) swing, with one foot of two.
+        assert lifted["swing_share"] == pytest.approx(0.5)
+        assert lifted["feet_air_share"] == pytest.approx(lifted["swing_share"] / 2)

@@ -64,6 +64,7 @@ def test_every_world_plays_one_episode_and_the_figures_add_up(cartpole_run: Path
     # scores 8 and more, the whole 10 s episode about 12).
     assert rep["episode_return"]["mean"] < 4.0 and rep["ended_by_termination"] == 16
     assert rep["command_tracking"] is None  # the cart-pole has no velocity command
+    assert rep["gait"] is None and 0.0 <= rep["action_saturation"] <= 1.0  # nor feet; but actions
 
 
 def test_the_same_seed_gives_the_same_figures_and_another_seed_other_resets(cartpole_run: Path) -> None:
@@ -308,6 +309,74 @@ def test_command_tracking_compares_the_base_with_its_command_and_with_standing_s
     ends = played.length.tolist()
     mine = [float(errors[k + 1][w]) for w in range(3) for k in range(int(ends[w]) - 1)]
     assert t.lin_vel_xy_error == pytest.approx(sum(mine) / len(mine), rel=1e-5)
+
+
+def test_the_gait_counts_swing_steps_and_touchdowns_of_the_first_episodes() -> None:
+    """g1_walk's eval reports the share of steps with a foot in swing, the touchdowns per second and
+    the stance width, over the same steps as the command tracking; and the saturated action share.
+    World 1 starts with its left foot lifted: three steps in swing, then one touchdown."""
+    import torch
+
+    from tests.test_collector import _lift_left_foot
+    from unilab.collect.build import build_collector
+    from unilab.evaluate.rollout import _play
+    from unilab.spec.models import SimSpec, task_spec
+
+    task = task_spec(name="g1_walk", num_envs=2, episode_length_s=0.3)
+    with build_collector(task, SimSpec(workers=1), num_envs=2, workers=1) as c:
+        lifted: list[bool] = []
+
+        def policy(obs: torch.Tensor) -> torch.Tensor:
+            if not lifted:  # after _play's reset: its first step starts from the lifted foot
+                _lift_left_foot(c, world=1)
+                lifted.append(True)
+            return torch.zeros(obs.shape[0], 29)
+
+        played = _play(c, policy, False)
+    g = played.gait
+    assert g is not None and played.tracking is not None
+    assert g.steps == played.tracking.steps == int(played.length.sum()) - 2
+    assert g.swing_height == 0.06  # the task's contact height
+    assert g.swing_share == pytest.approx(3 / g.steps) and g.feet_air_share == pytest.approx(g.swing_share / 2)
+    assert g.touchdowns_per_s * g.steps * 0.02 == pytest.approx(1.0)  # one touchdown in 28 steps of 20 ms
+    assert g.stance_width is not None and 0.15 < g.stance_width < 0.4  # the G1's feet, about hip width apart
+    assert played.action_saturation == 0.0
+
+
+def test_a_policy_at_the_bound_saturates_every_action_component() -> None:
+    import torch
+
+    from unilab.collect.build import build_collector
+    from unilab.evaluate.rollout import _play
+    from unilab.spec.models import SimSpec, task_spec
+
+    task = task_spec(name="g1_walk", num_envs=2, episode_length_s=0.1)
+    with build_collector(task, SimSpec(workers=1), num_envs=2, workers=1) as c:
+        played = _play(c, lambda obs: -torch.ones(obs.shape[0], 29), False)
+    assert played.action_saturation == 1.0
+
+
+@pytest.mark.slow
+def test_eval_json_and_text_report_a_walkers_gait(tmp_path: Path) -> None:
+    out = tmp_path / "runs"
+    tiny = '{name="sac", batch_size=32, actor_hidden_dims=[16], critic_hidden_dims=[16], warmup_env_steps=64}'
+    r = unilab(
+        "apply", str(SPECS / "g1.toml"), "--quiet",
+        "--set", "task.num_envs=4", "--set", "run.total_env_steps=128", "--set", f"algo={tiny}",
+        "--set", f'run.output_dir="{out}"',
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    (run_dir,) = out.iterdir()
+    rep = _report(str(run_dir), "--episodes", "2", "--workers", "1")
+    jsonschema.validate(rep, json.loads((ROOT / "schemas" / "eval.v1.json").read_text()))
+    g = rep["gait"]
+    assert g["swing_height"] == 0.06 and g["steps"] == rep["command_tracking"]["steps"]
+    assert 0.0 <= g["swing_share"] <= 1.0 and g["touchdowns_per_s"] >= 0.0 and g["stance_width"] > 0.0
+    assert 0.0 <= rep["action_saturation"] <= 1.0
+    text = unilab("eval", str(run_dir), "--episodes", "2", "--workers", "1")
+    assert text.returncode == 0, text.stderr
+    assert "  gait     a foot in swing on " in text.stdout and "touchdowns/s, stance width" in text.stdout
+    assert "of the components saturated (|a| > 0.95)" in text.stdout
 
 
 def test_a_walking_robots_frames_carry_its_command_and_velocity() -> None:

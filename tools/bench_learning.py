@@ -9,7 +9,11 @@ and of each final policy, and saves the curves as a PNG.
 For `g1_walk` it also plots how
 closely each followed its velocity commands: the mean |v_xy - cmd| and |w_z - cmd| over a robot
 standing still under the same commands (1: no better than standing; the walking target is 0.5
-and 0.6). Its last lines, one per run:
+and 0.6), prints each evaluated checkpoint's gait (swing share, touchdowns per second, stance
+width) and action saturation, and a go/no-go line per run at 1M env steps: go when the policy
+evaluated there swings a foot on at least a fifth of its steps and its |v_xy - cmd| is at most
+0.8 of a standing robot's (a policy that stands to collect its return fails the first). Its last
+lines, one per run:
 
     <label>: walk_lin_vs_standing=<ratio> walk_yaw_vs_standing=<ratio>
 
@@ -43,6 +47,12 @@ def algo_table(algo: str) -> str:
 CHECKPOINTS = 8  # evaluated per run, evenly over the budget
 FINAL_EPISODES = 64  # the walking target's `unilab eval --episodes 64`
 CHECKPOINT_EPISODES = 32
+# The go/no-go of a g1_walk run: at GO_ENV_STEPS the evaluated policy swings a foot on at least
+# GO_SWING_SHARE of its steps and tracks its linear velocity command within GO_LIN_VS_STANDING of
+# a standing robot's error.
+GO_ENV_STEPS = 1_000_000
+GO_SWING_SHARE = 0.2
+GO_LIN_VS_STANDING = 0.8
 
 
 def run(
@@ -109,6 +119,39 @@ def checkpoint_tracking(reports: list[tuple[int, dict]]) -> list[tuple[int, floa
     """(env steps, lin ratio, yaw ratio) of each report; empty off g1_walk."""
     points = [(s, *ratios) for s, rep in reports if (ratios := tracking_ratios(rep)) is not None]
     return points if len(points) == len(reports) else []
+
+
+def gait_text(report: dict) -> str:
+    """The gait (g1_walk) and action saturation of one `unilab eval` report, in a few words."""
+    parts = []
+    if (g := report.get("gait")) is not None:
+        width = f", stance {g['stance_width']:.3f} m" if g.get("stance_width") is not None else ""
+        parts.append(f"swing {g['swing_share']:.3f}, {g['touchdowns_per_s']:.2f} steps/s{width}")
+    if (sat := report.get("action_saturation")) is not None:
+        parts.append(f"saturation {sat:.3f}")
+    return "; ".join(parts) or "--"
+
+
+def go_no_go(reports: list[tuple[int, dict]], env_steps: int) -> str:
+    """Go or no-go at GO_ENV_STEPS from the first evaluated policy at or past it (`reports`: env
+    steps and `unilab eval` report, ascending), naming each metric that failed."""
+    at_mark = [(s, rep) for s, rep in reports if s >= GO_ENV_STEPS]
+    if not at_mark:
+        return f"n/a (the run trained {env_steps:,} env steps, short of {GO_ENV_STEPS:,})"
+    steps, rep = at_mark[0]
+    gait, ratios = rep.get("gait"), tracking_ratios(rep)
+    if gait is None or ratios is None:
+        return "n/a (no gait or command tracking: not g1_walk)"
+    failed = []
+    if gait["swing_share"] < GO_SWING_SHARE:
+        failed.append(f"swing share {gait['swing_share']:.3f} < {GO_SWING_SHARE}")
+    if ratios[0] > GO_LIN_VS_STANDING:
+        failed.append(f"lin-velocity error vs standing {ratios[0]:.3f} > {GO_LIN_VS_STANDING}")
+    verdict = "NO-GO: " + "; ".join(failed) if failed else "GO"
+    return (
+        f"{verdict} (policy of {steps:,} env steps: swing share {gait['swing_share']:.3f}, "
+        f"lin-velocity error vs standing {ratios[0]:.3f})"
+    )
 
 
 def elapsed_at(curve: list[tuple[int, float, float]], step: int) -> float | None:
@@ -190,6 +233,11 @@ def main() -> int:
         for label, reports in checkpoints.items():
             by_step = {s: rep["episode_return"]["mean"] for s, rep in reports}
             print(f"{label:<42}" + "  ".join("       --" if s not in by_step else f"{by_step[s]:9.4f}" for s in steps))
+        print("gait and action saturation of the checkpoints (swing share, touchdowns per second, stance width):")
+        for label, reports in checkpoints.items():
+            print(label)
+            for s, rep in reports:
+                print(f"  {s:>11,}  {gait_text(rep)}")
     print(f"eval of the final policy (unilab eval --episodes {FINAL_EPISODES}, deterministic):")
     for label, rep in evals.items():
         r, n = rep["episode_return"], rep["episode_length"]
@@ -203,6 +251,13 @@ def main() -> int:
                 f"{t['standing_lin_vel_xy_error']:.3f}), |w_z - cmd| {t['yaw_rate_error']:.3f} rad/s "
                 f"(standing still {t['standing_yaw_rate_error']:.3f})"
             )
+        print(f"{'':<42} {gait_text(rep)}")
+    print(
+        f"go/no-go at {GO_ENV_STEPS:,} env steps (swing share >= {GO_SWING_SHARE}, |v_xy - cmd| <= "
+        f"{GO_LIN_VS_STANDING} of standing still's):"
+    )
+    for label in evals:
+        print(f"{label:<42} {go_no_go([*checkpoints[label], (env_steps, evals[label])], env_steps)}")
     import matplotlib
 
     matplotlib.use("Agg")

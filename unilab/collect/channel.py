@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import select
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -53,6 +53,10 @@ NUM_STATS = 8
 # A counter update takes microseconds; a reader waits this long for one to end (its writer may be
 # descheduled mid-update on a busy machine) before it takes the copy as a dead collector left it.
 SEQ_READ_TIMEOUT_S = 2.0
+# The collector publishes its learning-health sums (`SharedBuffers.health`) every this many syncs,
+# not every sync: reading them is a host read of device sums (a device sync on CUDA), and a mean
+# over thousands of env steps loses nothing by ending up to this many syncs early.
+HEALTH_PUBLISH_SYNCS = 32
 GRAPH_EVIDENCE_BYTES = 64 * 1024
 WARNINGS_BYTES = 4 * 1024
 
@@ -88,6 +92,10 @@ class SharedBuffers:
     # Over completed episodes, cumulative: [0] episodes that terminated (not truncated), then each
     # reward term's sum (weighted and scaled by the step, as in the return), in `Hello.reward_names` order.
     episode_terms: torch.Tensor  # [1 + reward terms] float64
+    # Learning-health sums, cumulative, refreshed every HEALTH_PUBLISH_SYNCS syncs under the
+    # sequence lock: [0] env steps they cover, then per `Hello.health_names` the sum over those env
+    # steps (a mean per env step is a sum's increase over the env steps' increase).
+    health: torch.Tensor  # [1 + health names] float64
     phase_s: torch.Tensor  # [len(PHASES)] float64, cumulative wall seconds per collector phase
     phase_cpu_s: torch.Tensor  # [len(PHASES)] float64, cumulative collector-thread CPU seconds per phase
     physics_replays: torch.Tensor  # [1] int64, graph replays of the physics backend
@@ -98,7 +106,9 @@ class SharedBuffers:
     physics_warnings: torch.Tensor  # [WARNINGS_BYTES] uint8
 
     @staticmethod
-    def allocate(num_envs: int, obs_dim: int, act_dim: int, num_reward_terms: int) -> SharedBuffers:
+    def allocate(
+        num_envs: int, obs_dim: int, act_dim: int, num_reward_terms: int, num_health: int = 0
+    ) -> SharedBuffers:
         def z(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
             return torch.zeros(*shape, dtype=dtype).share_memory_()
 
@@ -112,6 +122,7 @@ class SharedBuffers:
             nonfinite=z(num_envs, dtype=torch.bool),
             stats=z(NUM_STATS, dtype=torch.float64),
             episode_terms=z(1 + num_reward_terms, dtype=torch.float64),
+            health=z(1 + num_health, dtype=torch.float64),
             phase_s=z(len(PHASES), dtype=torch.float64),
             phase_cpu_s=z(len(PHASES), dtype=torch.float64),
             physics_replays=z(1, dtype=torch.int64),
@@ -137,6 +148,8 @@ class Hello:
     buffers: SharedBuffers
     physics_graph_enabled: bool
     physics_graph_disable_reason: str | None
+    # The learning-health figures of `SharedBuffers.health`, in order (Collector.health_names).
+    health_names: list[str] = field(default_factory=list)
 
 
 def obs_terms_state(hello: Hello | None) -> list[list[str | int]]:
@@ -164,19 +177,39 @@ def publish_sync(
     return bool(count)
 
 
+def publish_health(stats: torch.Tensor, health: Any, sums: list[float]) -> None:
+    """Add the collector's learning-health sums since the last publication ([env steps, *sums], in
+    `Hello.health_names` order) to the shared totals, under the sequence lock (`read_health`)."""
+    stats[STAT_SEQ] += 1  # odd: being updated
+    health += sums
+    stats[STAT_SEQ] += 1
+
+
 def read_counters(bufs: SharedBuffers) -> tuple[list[float], list[float]]:
     """`stats` and `episode_terms` as of one sync. A reader may come while the collector is between
     two updates (a stop that interrupted the wait for its step): it retries until the sequence
     number is even and unchanged over the copy, so an episode count is never paired with the reward
     sums of another sync. A collector that died mid-update leaves the last copy."""
+    stats, terms = _read_locked(bufs, bufs.stats, bufs.episode_terms)
+    return stats, terms
+
+
+def read_health(bufs: SharedBuffers) -> list[float]:
+    """`health` as of one publication (its env steps paired with its sums), as `read_counters` reads."""
+    return _read_locked(bufs, bufs.health)[0]
+
+
+def _read_locked(bufs: SharedBuffers, *tensors: torch.Tensor) -> list[list[float]]:
+    """Copies of `tensors` taken while the sequence number was even and unchanged (see `read_counters`)."""
     seq = bufs.stats[STAT_SEQ : STAT_SEQ + 1]
     deadline = time.monotonic() + SEQ_READ_TIMEOUT_S
     while True:
         before = seq.item()
-        stats, terms = bufs.stats.tolist(), bufs.episode_terms.tolist()
+        stats = bufs.stats.tolist()
+        copies = [stats if t is bufs.stats else t.tolist() for t in tensors]
         if before % 2 == 0 and stats[STAT_SEQ] == before and seq.item() == before:
             break
         if time.monotonic() > deadline:
             break
         time.sleep(1e-4)
-    return stats, terms
+    return copies

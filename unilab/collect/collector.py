@@ -11,6 +11,9 @@ device (``nonfinite`` [N]), their reward and ``next_obs`` are zeroed, they are r
 truncated and reset in the same step; the host counts them every ``finite_check_interval``
 steps (``unilab.collect.finite``). Learners should drop transitions flagged in ``nonfinite``.
 
+Learning-health sums (saturated action components, the task's ``diagnostic_terms``) accumulate
+on the device every step; ``health_sums`` reads them at the caller's interval.
+
 Host reads per step: none on CUDA. On CPU one ``any()`` of the done mask (a CPU tensor, no
 device sync) skips the reset path and the episode bookkeeping when no world ended.
 """
@@ -33,6 +36,10 @@ if TYPE_CHECKING:
 
 
 _NO_TIMER = PhaseTimer(enabled=False)  # inside a captured body there is no host clock to read
+# An action component beyond this (of 1, the bound) counts as saturated: a policy that pushes most
+# components to the bound acts bang-bang, which tanh-squashed actors drift into when the critic
+# rewards extremes (or the action scale is too small for the motion asked of them).
+SATURATED_ACTION = 0.95
 
 
 class Collector:
@@ -76,6 +83,18 @@ class Collector:
         # [count, return sum, length sum, terminated count, *per-term sums]
         self._completed = torch.zeros(4 + r, device=dev)
         self._row = torch.zeros(4 + r, device=dev)
+
+        # Learning-health sums over env steps, on the device; ``health_sums`` reads them (one transfer).
+        # [0]: saturated action components (counted, divided by the action size on reading), then
+        # one sum per task diagnostic (``diagnostic_terms``: name -> fn(task) -> [N] per env step).
+        diagnostics = getattr(task, "diagnostic_terms", dict)()
+        self._diagnostics = list(diagnostics.values())
+        self.health_names = ["action_saturation", *diagnostics]
+        self._health = torch.zeros(len(self.health_names), device=dev)
+        self._health_slots = list(self._health.unbind())  # views made once: no indexing per step
+        self._abs_actions = torch.zeros(n, self.action_dim, device=dev)
+        self._saturated = torch.zeros(n, self.action_dim, dtype=torch.bool, device=dev)
+        self._health_since = 0  # env_steps at the last read
 
         self.timer = PhaseTimer(enabled=timing)
         self.steps = 0
@@ -201,6 +220,7 @@ class Collector:
         self._episode_metrics(self.done, True)
 
     def _episode_metrics(self, done: torch.Tensor, any_done: bool) -> None:
+        self._health_metrics()
         self.episode_return += self.reward
         self.episode_length += 1.0
         self.episode_term_return += self.task.reward_terms
@@ -219,6 +239,15 @@ class Collector:
         self.episode_return.masked_fill_(done, 0.0)
         self.episode_length.masked_fill_(done, 0.0)
         self.episode_term_return.masked_fill_(done.unsqueeze(1), 0.0)
+
+    def _health_metrics(self) -> None:
+        """Add this step's saturated action components and task diagnostics to the device sums."""
+        slots = self._health_slots
+        torch.abs(self._safe_actions, out=self._abs_actions)
+        torch.gt(self._abs_actions, SATURATED_ACTION, out=self._saturated)
+        slots[0].add_(self._saturated.sum())
+        for slot, fn in zip(slots[1:], self._diagnostics, strict=True):
+            slot.add_(fn(self.task).sum())
 
     def close(self) -> None:
         """Close the backend (workers, shared memory). Idempotent."""
@@ -244,6 +273,21 @@ class Collector:
             for name, s in zip(self.task.reward_names, c[4:], strict=True):
                 out[f"reward/{name}"] = s / count
         return out
+
+    def health_sums(self) -> list[float]:
+        """``[env steps, *sums]`` since the previous call (one host read; clears them): per
+        ``health_names`` the sum over those env steps, ``action_saturation`` as the share of the
+        action's components beyond ``SATURATED_ACTION`` per env step."""
+        sums = self._health.cpu().tolist()
+        self._health.zero_()
+        steps, self._health_since = self.env_steps - self._health_since, self.env_steps
+        sums[0] /= self.action_dim
+        return [float(steps), *sums]
+
+    def health_stats(self) -> dict[str, float]:
+        """Means per env step of the learning-health figures since the previous read; clears them."""
+        steps, *sums = self.health_sums()
+        return {name: s / steps for name, s in zip(self.health_names, sums, strict=True)} if steps else {}
 
     @property
     def completed_totals(self) -> torch.Tensor:

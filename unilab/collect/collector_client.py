@@ -56,6 +56,9 @@ class CollectorStats:
     physics_warnings: dict[str, int] = field(default_factory=dict)  # peak count per kind seen
     terminated: float = 0.0  # completed episodes that terminated (not truncated)
     reward_term_sums: dict[str, float] = field(default_factory=dict)  # per term, over completed episodes
+    # Learning-health sums (unilab.collect.channel.SharedBuffers.health) and the env steps they cover.
+    health_env_steps: float = 0.0
+    health_sums: dict[str, float] = field(default_factory=dict)
 
 
 def collector_for(plan: Plan, rank: int, resume_state: dict[str, Any] | None) -> CollectorClient:
@@ -220,6 +223,7 @@ class CollectorClient:
     def read_stats(self) -> CollectorStats:
         b = self.buffers
         s, terms = ch.read_counters(b)
+        health_steps, *health = ch.read_health(b)
         return CollectorStats(
             syncs=int(s[ch.STAT_SYNCS]),
             env_steps=int(s[ch.STAT_ENV_STEPS]),
@@ -235,6 +239,8 @@ class CollectorClient:
             physics_warnings=ch.read_evidence(b.physics_warnings) or {},
             terminated=terms[0],
             reward_term_sums=dict(zip(self.hello.reward_names, terms[1:], strict=True)) if self.hello else {},
+            health_env_steps=health_steps,
+            health_sums=dict(zip(self.hello.health_names, health, strict=True)) if self.hello else {},
         )
 
     def close(self) -> None:

@@ -74,7 +74,13 @@ def collector_main(cfg: CollectorConfig, messages: Any, obs_conn: Any, act_conn:
             update_graph="cuda_graph" if cfg.update_graph else None,
         )
         reward_names = list(collector.task.reward_names)
-        bufs = SharedBuffers.allocate(collector.num_envs, collector.obs_dim, collector.action_dim, len(reward_names))
+        bufs = SharedBuffers.allocate(
+            collector.num_envs,
+            collector.obs_dim,
+            collector.action_dim,
+            len(reward_names),
+            len(collector.health_names),
+        )
         messages.send(("hello", _hello(cfg, collector, bufs, reward_names)))
         _serve(cfg, collector, bufs, obs_conn, act_conn)
     except BaseException as exc:  # report the first error of this process to the learner, then exit non-zero
@@ -109,13 +115,22 @@ def _hello(cfg: CollectorConfig, collector: Collector, bufs: SharedBuffers, rewa
         buffers=bufs,
         physics_graph_enabled=bool(diag.get("graph_enabled", False)),
         physics_graph_disable_reason=diag.get("graph_disable_reason"),
+        health_names=list(collector.health_names),
     )
 
 
 def _serve(cfg: CollectorConfig, collector: Collector, bufs: SharedBuffers, obs_conn: Any, act_conn: Any) -> None:
     """Reset every world, then step once per step token until told to quit, the learner's end of the
     pipe is gone, or the learner's process is (this process's parent changed)."""
-    from unilab.collect.channel import STAT_WAIT_S, TOKEN_OBS, TOKEN_STEP, TokenWait, publish_sync
+    from unilab.collect.channel import (
+        HEALTH_PUBLISH_SYNCS,
+        STAT_WAIT_S,
+        TOKEN_OBS,
+        TOKEN_STEP,
+        TokenWait,
+        publish_health,
+        publish_sync,
+    )
 
     obs_fd, act_fd = obs_conn.fileno(), act_conn.fileno()
     act_wait = TokenWait(act_fd)
@@ -125,6 +140,7 @@ def _serve(cfg: CollectorConfig, collector: Collector, bufs: SharedBuffers, obs_
     warned: dict[str, int] = {}
     stats = bufs.stats
     episode_terms = bufs.episode_terms.numpy()  # a view: += writes the shared tensor
+    health = bufs.health.numpy()
     # numpy views of the shared tensors: a slice assignment of a list costs a few microseconds.
     phase_s, phase_cpu_s, timer = bufs.phase_s.numpy(), bufs.phase_cpu_s.numpy(), collector.timer
     while True:
@@ -151,6 +167,8 @@ def _serve(cfg: CollectorConfig, collector: Collector, bufs: SharedBuffers, obs_
         # Phase totals every sync (a few us), so a reader at any sync sees exact figures.
         phase_s[:] = timer.wall_seconds()
         phase_cpu_s[:] = timer.cpu_seconds()
+        if t % HEALTH_PUBLISH_SYNCS == 0:  # a host read of device sums: not every sync
+            publish_health(stats, health, collector.health_sums())
         if t % 64 == 0:
             _publish_physics_evidence(collector, bufs, warned)
         os.write(obs_fd, TOKEN_OBS)

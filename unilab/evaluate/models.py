@@ -61,6 +61,27 @@ class CommandTracking(_E):
     steps: int = Field(description="Env steps averaged over, all episodes together.")
 
 
+class Gait(_E):
+    """Whether and how the feet step (g1_walk), over the same steps as `CommandTracking`: a policy
+    that scores by standing still shows a swing share near 0 and no touchdowns."""
+
+    swing_height: float = Field(
+        description="m: a foot counts as in swing when its body origin is at or above this height over the floor "
+        "(g1_walk's FOOT_CONTACT_HEIGHT, the height its contact flags and air-time reward use; ~0.037 standing)."
+    )
+    swing_share: float = Field(description="Share of the steps on which at least one foot was in swing.")
+    feet_air_share: float = Field(description="Mean share of the feet in swing per step.")
+    touchdowns_per_s: float = Field(
+        description="Feet coming down from swing (steps taken) per second of each robot's play: about 2 / stride "
+        "period for a walking gait, 0 for a robot that stands."
+    )
+    stance_width: float | None = Field(
+        description="m: mean lateral distance between the two feet (body origins) in the base's heading frame; "
+        "None for a robot without exactly two feet."
+    )
+    steps: int = Field(description="Env steps averaged over, all episodes together.")
+
+
 class EvalReport(_E):
     """One evaluation: every world plays exactly one episode from a reset, with the policy's
     deterministic action (no exploration noise); the task's observation noise and domain
@@ -102,6 +123,14 @@ class EvalReport(_E):
     )
     command_tracking: CommandTracking | None = Field(
         default=None, description="For a task with a velocity command (g1_walk): how closely the base followed it."
+    )
+    gait: Gait | None = Field(
+        default=None, description="For a task with a velocity command (g1_walk): whether and how the feet stepped."
+    )
+    action_saturation: float | None = Field(
+        default=None,
+        description="Share of the action's components beyond 0.95 in magnitude (of the bound 1), over every step "
+        "the episodes played but each one's last; near 1, a bang-bang policy. None when no step was counted.",
     )
     env_steps: int = Field(description="Env steps simulated, over all worlds.")
     wall_s: float = Field(description="Seconds the episodes took, without the setup.")

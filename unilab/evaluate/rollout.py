@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from unilab.errors import UnilabError
-from unilab.evaluate.models import CommandTracking, EvalReport, EvalVideo, Stat, VideoClip
+from unilab.evaluate.models import CommandTracking, EvalReport, EvalVideo, Gait, Stat, VideoClip
 from unilab.evaluate.status import StatusLine
 from unilab.evaluate.video_request import check_video_request
 from unilab.host.platform import require_runtime_platform
@@ -92,6 +92,8 @@ class _Episodes:
     env_steps: int
     wall_s: float
     tracking: CommandTracking | None = None
+    gait: Gait | None = None
+    action_saturation: float | None = None
 
 
 class _TrackingSums:
@@ -133,6 +135,88 @@ class _TrackingSums:
         )
 
 
+class _GaitSums:
+    """Sums over the counted steps of the feet's swing, touchdowns and stance width (a task with a
+    velocity command: g1_walk). A foot is in swing with its body origin at or above the task's
+    contact height, as the task's own contact flags read it."""
+
+    def __init__(self, c: Collector) -> None:
+        from unilab.tasks.g1_walk import FOOT_CONTACT_HEIGHT
+
+        self.height = FOOT_CONTACT_HEIGHT
+        self.control_dt = c.task.step_dt
+        self.feet = [int(b) for b in c.task.layout.feet_body_ids.tolist()]
+        self.contact = self._contact(c)  # of the reset state: an episode starts standing
+        self.sums = torch.zeros(4, dtype=torch.float64)  # swing steps, feet in swing, touchdowns, stance width
+        self.steps = 0
+
+    @staticmethod
+    def of(c: Collector) -> _GaitSums | None:
+        """For a task with a velocity command, after the collector's reset; else None."""
+        return _GaitSums(c) if c.task.commanded_velocity(c.num_envs) is not None else None
+
+    def _contact(self, c: Collector) -> torch.Tensor:
+        return c.task.state.xpos[:, self.feet, 2] < self.height
+
+    def add(self, c: Collector, counted: torch.Tensor) -> None:
+        """This step's state (an ended world's is its next episode's by now: not counted). Every
+        world's contacts are kept, so the next step's touchdowns compare with this one's."""
+        contact, before = self._contact(c), self.contact
+        self.contact = contact
+        if not bool(counted.any()):
+            return
+        rows = counted.nonzero().squeeze(1)
+        now, was = contact[rows], before[rows]
+        swing = ~now
+        self.sums[0] += swing.any(dim=1).sum()
+        self.sums[1] += swing.double().mean(dim=1).sum()
+        self.sums[2] += (now & ~was).sum()
+        if len(self.feet) == 2:
+            self.sums[3] += self._stance_width(c, rows).sum()
+        self.steps += len(rows)
+
+    def _stance_width(self, c: Collector, rows: torch.Tensor) -> torch.Tensor:
+        """[k] |lateral distance| between the two feet in the base's heading (yaw) frame, metres."""
+        feet = c.task.state.xpos[rows][:, self.feet, :2].double()
+        d = feet[:, 0] - feet[:, 1]
+        w, x, y, z = c.task.base_quat[rows].double().unbind(dim=1)
+        yaw = torch.atan2(2.0 * (w * z + x * y), 1.0 - 2.0 * (y * y + z * z))
+        return (d[:, 1] * torch.cos(yaw) - d[:, 0] * torch.sin(yaw)).abs()
+
+    def result(self) -> Gait | None:
+        if self.steps == 0:
+            return None
+        swing, air, touchdowns, width = self.sums.tolist()
+        return Gait(
+            swing_height=self.height,
+            swing_share=swing / self.steps,
+            feet_air_share=air / self.steps,
+            touchdowns_per_s=touchdowns / (self.steps * self.control_dt),
+            stance_width=width / self.steps if len(self.feet) == 2 else None,
+            steps=self.steps,
+        )
+
+
+class _SaturationSums:
+    """The share of the action's components beyond the collector's saturation mark, over the counted steps."""
+
+    def __init__(self) -> None:
+        self.saturated = 0.0
+        self.components = 0
+
+    def add(self, actions: torch.Tensor, counted: torch.Tensor) -> None:
+        from unilab.collect.collector import SATURATED_ACTION
+
+        if not bool(counted.any()):
+            return
+        a = actions.detach().to("cpu")[counted]
+        self.saturated += float((a.abs() > SATURATED_ACTION).sum())
+        self.components += a.numel()
+
+    def result(self) -> float | None:
+        return self.saturated / self.components if self.components else None
+
+
 def _play(
     c: Collector,
     policy: Callable[[torch.Tensor], torch.Tensor],
@@ -149,7 +233,9 @@ def _play(
     by_time_out, by_term, by_nonfinite = (torch.zeros(n, dtype=torch.bool) for _ in range(3))
     bar = StatusLine(progress)
     tracking = _TrackingSums()
+    saturation = _SaturationSums()
     obs = c.reset_all()
+    gait = _GaitSums.of(c)
     if recorder is not None:
         _film_episodes(c, recorder, live)
     # MuJoCo resets a diverged world itself (mjWARN_BADQACC) and the episode goes on from the
@@ -174,6 +260,9 @@ def _play(
             nonfinite = c.nonfinite & live
             ended = (terminated | truncated | nonfinite) & live
             tracking.add(c, counted & ~ended)  # an ended world's state is its next episode's by now
+            saturation.add(actions, counted & ~ended)  # the same steps
+            if gait is not None:
+                gait.add(c, counted & ~ended)
             by_nonfinite |= nonfinite
             by_term |= terminated & live & ~nonfinite
             by_time_out |= truncated & live & ~terminated & ~nonfinite
@@ -191,7 +280,18 @@ def _play(
             fix="report this with the run's plan.toml: the collector's time limit did not fire",
         )
     return _Episodes(
-        ret, length, terms, by_time_out, by_term, by_nonfinite, warnings, c.env_steps, wall, tracking.result()
+        ret,
+        length,
+        terms,
+        by_time_out,
+        by_term,
+        by_nonfinite,
+        warnings,
+        c.env_steps,
+        wall,
+        tracking.result(),
+        gait.result() if gait is not None else None,
+        saturation.result(),
     )
 
 
@@ -319,6 +419,8 @@ def evaluate(req: EvalRequest) -> EvalReport:
         physics_warnings={k: int(v) for k, v in zip(MujocoCpuBackend.warning_names(), warned, strict=True) if v},
         reward_terms={name: float(v) for name, v in zip(reward_names, played.terms.mean(dim=0).tolist(), strict=True)},
         command_tracking=played.tracking,
+        gait=played.gait,
+        action_saturation=played.action_saturation,
         env_steps=played.env_steps,
         wall_s=round(played.wall_s, 3),
         video=video,
@@ -404,6 +506,20 @@ def render(report: EvalReport) -> str:
             f"(mean over {t.steps:,} steps)",
             f"           standing still: {t.standing_lin_vel_xy_error:.3f} m/s, {t.standing_yaw_rate_error:.3f} rad/s",
         ]
+    if (g := report.gait) is not None:
+        width = f", stance width {g.stance_width:.3f} m" if g.stance_width is not None else ""
+        lines += [
+            f"  gait     a foot in swing on {g.swing_share:.1%} of steps ({g.feet_air_share:.1%} of the feet), "
+            f"{g.touchdowns_per_s:.2f} touchdowns/s{width}",
+            f"           in swing: the foot body origin >= {g.swing_height:.2f} m over the floor "
+            "(the task's contact height)",
+        ]
+    if report.action_saturation is not None:
+        from unilab.collect.collector import SATURATED_ACTION
+
+        lines.append(
+            f"  actions  {report.action_saturation:.1%} of the components saturated (|a| > {SATURATED_ACTION})"
+        )
     if report.reward_terms:
         width = max(len(k) for k in report.reward_terms)
         lines.append("  reward terms, mean sum per episode:")

@@ -31,6 +31,14 @@ class OffPolicyLearner(Protocol):
         """
         ...
 
+    def q_estimate(self, obs_normalized: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        """[N] the critic's value of the actions, in reward units (the critic-bias figures)."""
+        ...
+
+    def exploration_metrics(self) -> dict[str, torch.Tensor]:
+        """0-dim tensors of the learner's exploration now (TD3's noise std), read at a log."""
+        ...
+
     def cycle_kind(self) -> str:
         """Which update cycle comes next ("critic+actor" or "critic"), read on the host."""
         ...

@@ -96,6 +96,17 @@ class ReplayLearner(ABC):
     def _build(self, seed: int) -> None:
         """`actor`, `critic` (from `seed`: `seeded`) and what else the learner learns."""
 
+    @abstractmethod
+    def q_estimate(self, obs_normalized: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        """[N] the critic's value of `action` [N, act_dim] in normalized observations [N, obs_dim],
+        in the units of the task's reward (the critic-bias figures, `unilab.learn.critic_bias`):
+        the float32 critic, no autograd, outside the update (and its graph)."""
+
+    def exploration_metrics(self) -> dict[str, torch.Tensor]:
+        """0-dim tensors of how the learner explores now, read at a log (TD3's noise std); what its
+        update measures (SAC's entropy and temperature) comes with the update's metrics."""
+        return {}
+
     def _more_copies(self) -> list[WorkingCopy]:
         """Working copies `_build` made beyond the actor's, the critic's and its target's (TD3's
         target actor), refreshed with them."""

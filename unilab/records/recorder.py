@@ -106,6 +106,7 @@ class RunRecorder:
         self.wandb: WandbMirror | None = None
         self.last_metrics: dict[str, float] = {}
         self._episodes_logged: int | None = None  # rank 0's episode count at the previous log
+        self._health_logged = 0.0  # rank 0's env steps of learning-health figures at the previous log
         self.prog: Any = None
         # Exact sums over ranks, gathered at the end; until then rank 0's counts times the world size.
         self.totals: dict[str, int] | None = None
@@ -302,6 +303,9 @@ class RunRecorder:
         # interval's mean as a new point would show progress (or its absence) that never happened.
         fresh = prog.last_return is not None and prog.episodes != self._episodes_logged
         self._episodes_logged = prog.episodes
+        # Learning-health figures likewise only for a window the collector published since the last log.
+        health = prog.last_health if prog.health_env_steps != self._health_logged else {}
+        self._health_logged = prog.health_env_steps
         record = {
             "env_steps": prog.env_steps * self.world,
             "env_steps_per_s": round(sps, 1),
@@ -312,6 +316,7 @@ class RunRecorder:
             "episode_length": prog.last_length if fresh else None,
             "terminated_fraction": prog.last_terminated_fraction if fresh else None,
             "episode_reward": {k: round(v, 6) for k, v in prog.last_reward_terms.items()} if fresh else {},
+            **{k: round(v, 6) for k, v in health.items()},
             **{k: round(v, 6) for k, v in metrics.items()},
         }
         self.events.info("iteration", **record)
@@ -322,6 +327,7 @@ class RunRecorder:
             scalars["episode/terminated_fraction"] = prog.last_terminated_fraction or 0.0
             for name, v in prog.last_reward_terms.items():  # the return's terms, as mjlab logs them
                 scalars[f"episode_reward/{name}"] = v
+        scalars |= {f"health/{k}": v for k, v in health.items()}
         scalars |= {f"learner/{k}": v for k, v in metrics.items() if k not in ("elapsed_s", "env_steps_run")}
         step = prog.env_steps * self.world
         if self.tb is not None:

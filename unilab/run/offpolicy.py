@@ -25,6 +25,7 @@ from unilab.algos.common import make_learner, planned_precision, replay_n_step
 from unilab.collect import channel as ch
 from unilab.dist import param_digest
 from unilab.errors import UnilabError
+from unilab.learn.critic_bias import StartValueBias
 from unilab.learn.normalizer import ObsNormalizer
 from unilab.learn.replay import ReplayBuffer
 from unilab.plan.models import Plan
@@ -129,6 +130,10 @@ class OffPolicyRank(RankLoop):
         # then fall out of step). The n-step window holds back the newest n - 1 syncs.
         self.filled_syncs = -(-algo.batch_size // n) + replay_n_step(algo) - 1
         self.t = 0  # this session's syncs: the collector's obs slot index
+        # The critic's bias on this rank's episodes (rank 0's are logged). Every world starts an
+        # episode at the collector's first observation; later, those that ended at the previous sync.
+        self.critic_bias = StartValueBias(n, algo.gamma, self.device)
+        self.starting = torch.ones(n, dtype=torch.bool)  # on the host, as the channel's done flags
 
     def _step(self) -> bool:
         """One sync: act on obs[t], post the action, update while the collector steps the physics,
@@ -146,6 +151,7 @@ class OffPolicyRank(RankLoop):
             self.action.copy_(learner.act(obs_in.to(self.device)).cpu())
         self.bufs.action.copy_(self.action)
         self.collector.post_action()
+        self._measure_starts(obs)  # while the collector steps the physics
 
         # Gradient updates overlap the physics step the collector is running now. Every rank
         # has the same replay size and warm-up, so all take the same number of updates.
@@ -180,9 +186,25 @@ class OffPolicyRank(RankLoop):
         self.t += 1
         return True
 
+    def _measure_starts(self, obs: torch.Tensor) -> None:
+        """Q(s0, a0) of the episodes that begin at this sync, for the critic-bias figures. Which
+        begin is read from the channel's done flags, host tensors: no device read. Outside the
+        update, so a captured learner graph is untouched."""
+        if not bool(self.starting.any()):
+            return
+        rows = self.starting.nonzero().squeeze(1)
+        obs_in = obs[rows]
+        if self.algo.normalize_observations:
+            obs_in = self.normalizer.normalize(obs_in)
+        rows_dev = rows.to(self.device)
+        q = self.learner.q_estimate(obs_in.to(self.device), self.action[rows].to(self.device))
+        self.critic_bias.start(rows_dev, q)
+
     def _metrics(self) -> dict[str, float]:
         metrics = {k: float(v) for k, v in self.last_metrics.items() if v.dim() == 0}
         metrics["skipped_updates"] = float(self.skipped)
+        metrics |= {k: float(v) for k, v in self.learner.exploration_metrics().items()}
+        metrics |= self.critic_bias.read()
         return metrics
 
     def _graph(self, learner: Any, update: Callable[..., dict[str, torch.Tensor]]) -> Any:
@@ -218,6 +240,11 @@ class OffPolicyRank(RankLoop):
         bad = bufs.nonfinite
         nbad = int(bad.sum()) if bool(bad.any()) else 0
         keep = None if nbad == 0 else (~bad).to(dev)
+        # A non-finite world is reported truncated: `ended` covers it, and its episode is left out.
+        ended = bufs.terminated | bufs.truncated
+        any_ended = bool(ended.any())
+        self.critic_bias.step(reward, ended.to(dev) if any_ended else None, None if keep is None else ~keep)
+        self.starting = ended
         replay.add_batch(obs.to(dev), action.to(dev), reward, bufs.next_obs.to(dev), terminated, truncated, keep=keep)
         self.progress.transitions_nonfinite += nbad
         # Every transition handed to the replay is in storage or in its n-step window.

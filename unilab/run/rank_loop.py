@@ -51,6 +51,11 @@ class Progress:
     # truncated) and each reward term's mean per episode (the terms of last_return).
     last_terminated_fraction: float | None = None
     last_reward_terms: dict[str, float] = field(default_factory=dict)
+    # Learning-health figures (the collector's action saturation and its task's diagnostics), each a
+    # mean per env step over the env steps published between the last two folds that saw new ones;
+    # `health_env_steps` counts the env steps published so far (a log reports a fresh window only).
+    last_health: dict[str, float] = field(default_factory=dict)
+    health_env_steps: float = 0.0
     phase_s: dict[str, float] = field(default_factory=dict)
     phase_cpu_s: dict[str, float] = field(default_factory=dict)
     physics_replays: int = 0
@@ -61,6 +66,7 @@ class Progress:
     # The collector's cumulative (episodes, return sum, length sum) at the previous fold.
     _seen: tuple[int, float, float] = (0, 0.0, 0.0)
     _seen_terms: tuple[float, dict[str, float]] = (0.0, {})
+    _seen_health: dict[str, float] = field(default_factory=dict)
 
     def counters_state(self) -> dict[str, int]:
         return {"env_steps": self.env_steps, "syncs": self.syncs, "updates": self.updates, "episodes": self.episodes}
@@ -82,6 +88,11 @@ class Progress:
             self.last_reward_terms = {k: (v - sums.get(k, 0.0)) / new for k, v in s.reward_term_sums.items()}
         self._seen = (s.episodes, s.return_sum, s.length_sum)
         self._seen_terms = (s.terminated, s.reward_term_sums)
+        steps = s.health_env_steps - self.health_env_steps
+        if steps > 0:
+            seen = self._seen_health
+            self.last_health = {k: (v - seen.get(k, 0.0)) / steps for k, v in s.health_sums.items()}
+            self.health_env_steps, self._seen_health = s.health_env_steps, s.health_sums
         self.episodes = self.episodes_base + s.episodes
         self.nonfinite_resets = s.nonfinite
         self.collector_wait_s = s.wait_s

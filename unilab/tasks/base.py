@@ -419,6 +419,13 @@ class Task(ABC, Generic[SpecT]):
         """Called once the backend has reset the masked worlds."""
         self.read_state(state)
 
+    def diagnostic_terms(self) -> dict[str, TensorFn]:
+        """Per-step learning-health figures beyond the rewards: name -> ``fn(task) -> [N]``, read
+        after the step's state (as a reward term is). The collector sums them on the device and a
+        run reports each as its mean per env step at every log (events and TensorBoard); none by
+        default."""
+        return {}
+
     # ------------------------------------------------------------------ shared terms
     def obs_base_ang_vel(self) -> torch.Tensor:
         return self.base_ang_vel_b

@@ -24,7 +24,7 @@ from unilab.tasks.declarations import (
     TermDecl,
     reward_weights,
 )
-from unilab.tasks.terms import ObservationTerm, RewardTerm, TerminationTerm
+from unilab.tasks.terms import ObservationTerm, RewardTerm, TensorFn, TerminationTerm
 from unilab.tasks.timing import max_episode_steps
 
 if TYPE_CHECKING:
@@ -152,6 +152,10 @@ class CartpoleTask:
     def commanded_velocity(self, worlds: int) -> torch.Tensor | None:
         """Nor is it commanded a velocity (see Task.commanded_velocity)."""
         return None
+
+    def diagnostic_terms(self) -> dict[str, TensorFn]:
+        """No learning-health figures beyond the collector's own (see Task.diagnostic_terms)."""
+        return {}
 
     def reset_targets(self, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         n = self.num_envs

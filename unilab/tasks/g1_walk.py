@@ -78,6 +78,8 @@ class G1WalkTask(Task[G1WalkSpec]):
         self.feet_contact = self._feet_flags[:, 0]
         self._first_contact = self._feet_flags[:, 1]
         self._contact_now = torch.zeros(n, feet, device=dev, dtype=torch.bool)
+        self._d_swing = torch.zeros(n, device=dev, dtype=torch.bool)  # diagnostic_terms' outputs
+        self._d_feet_air = torch.zeros(n, device=dev)
         self._feet_idx = torch.tensor(self.layout.feet_body_ids.tolist(), device=dev, dtype=torch.long)
         self._feet_src: torch.Tensor | None = None  # the xpos tensor _feet_z views
         self._feet_z: torch.Tensor | None = None
@@ -221,6 +223,21 @@ class G1WalkTask(Task[G1WalkSpec]):
         if xpos is not self._feet_src:
             self._feet_src, self._feet_z = xpos, _rows_view(xpos, self.layout.feet_body_ids.tolist())
         return self._feet_z if self._feet_z is not None else xpos[:, self._feet_idx, 2]
+
+    # ------------------------------------------------------------------ learning-health diagnostics
+    def diagnostic_terms(self) -> dict[str, TensorFn]:
+        """Whether the feet leave the floor (a foot body origin at or above FOOT_CONTACT_HEIGHT, as
+        `advance` reads contacts): a policy that earns its return standing shows a swing share near 0."""
+        return {"swing_share": G1WalkTask.diag_swing_share, "feet_air_share": G1WalkTask.diag_feet_air_share}
+
+    def diag_swing_share(self) -> torch.Tensor:
+        """[N] bool: at least one foot in swing this step."""
+        return torch.all(self._contact_now, dim=1, out=self._d_swing).logical_not_()
+
+    def diag_feet_air_share(self) -> torch.Tensor:
+        """[N]: the share of the feet in swing this step."""
+        out = torch.mean(self._contact_now, dim=1, dtype=torch.float32, out=self._d_feet_air)
+        return torch.sub(self._c_one, out, out=out)
 
     def reset_task_buffers(self, mask: torch.Tensor) -> None:
         # Air times and touchdown times to 0; first contacts (compute_rewards reads them as

@@ -246,6 +246,14 @@ class FlashSacLearner(ReplayLearner):
         noise = torch.randn(mean.shape, device=self.device, generator=self.act_gen)
         return squashed_gaussian.sample(mean, log_std, noise)[0]
 
+    @torch.no_grad()
+    def q_estimate(self, obs_normalized: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        """[N] the lower of the two critics' expected values (BatchNorm on running statistics),
+        divided by the reward scale the critic learns under: in the task's reward units."""
+        obs = obs_normalized.to(self.device, torch.float32)
+        logits = self.critic(obs, action.to(self.device, torch.float32), train=False)
+        return categorical.expectation(logits, self.atoms).min(0).values / self.reward_scale()
+
     def observe_rewards(self, reward: torch.Tensor, terminated: torch.Tensor, truncated: torch.Tensor) -> None:
         """Feed one env step of raw rewards [num_envs] to the adaptive reward scale (call once per env step)."""
         if self.reward_scaling:

@@ -198,6 +198,13 @@ class SacLearner(TwinCriticFit, ReplayLearner):
         noise = torch.randn(mean.shape, device=self.device, generator=self.act_gen)
         return squashed_gaussian.sample(mean, log_std, noise)[0]
 
+    @torch.no_grad()
+    def q_estimate(self, obs_normalized: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        """[N] the lower of the twin critics' (expected) values: what the actor maximises. A soft
+        Q: it includes the entropy bonus the critic expects along the way."""
+        out = self.critic(obs_normalized.to(self.device, torch.float32), action.to(self.device, torch.float32))
+        return self._q_values(out).min(0).values
+
     # ------------------------------------------------------------------ losses (pure)
     def _critic_loss_eager(
         self, batch: Batch, next_noise: torch.Tensor, alpha: torch.Tensor

@@ -117,6 +117,19 @@ class Td3Learner(TwinCriticFit, ReplayLearner):
         noise = torch.randn(a.shape, device=self.device, generator=self.act_gen)
         return (a + noise * std).clamp(-1.0, 1.0)
 
+    @torch.no_grad()
+    def q_estimate(self, obs_normalized: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        """[N] the critics' (expected) value as the actor's loss reads it: the lower of the two with
+        `clipped_double_q`, else their mean."""
+        out = self.critic(obs_normalized.to(self.device, torch.float32), action.to(self.device, torch.float32))
+        q2 = self._q_values(out)
+        return q2.min(0).values if self.cfg.clipped_double_q else q2.mean(0)
+
+    def exploration_metrics(self) -> dict[str, torch.Tensor]:
+        """The mean of the per-env exploration noise stds (none before the first `act`)."""
+        std = self.exploration_std
+        return {} if std is None else {"exploration_std": std.mean()}
+
     def observe_rewards(self, reward: torch.Tensor, terminated: torch.Tensor, truncated: torch.Tensor) -> None:
         """Every env step [num_envs]: envs whose episode ended get a fresh exploration std (no host sync)."""
         done = terminated.to(self.device).bool() | truncated.to(self.device).bool()
