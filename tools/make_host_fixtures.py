@@ -73,6 +73,14 @@ def cpu_laptop() -> HostFacts:
     )
 
 
+def cpu_zen4() -> HostFacts:
+    """A 2-vCPU AMD EPYC (Zen 4) cloud instance: AVX-512 with AVX512-BF16, no AMX tiles."""
+    return _cpu_only(
+        "zen4-vm",
+        CpuFacts(model="AMD EPYC", logical_count=2, affinity=[0, 1], features=ZEN4, cores=[[0], [1]]),
+    )
+
+
 def cpu_amx() -> HostFacts:
     """A 2-vCPU Sapphire Rapids cloud instance: bf16 matmuls on AMX, no SMT siblings visible."""
     return _cpu_only(
@@ -185,6 +193,7 @@ def mig_gpu() -> HostFacts:
 FIXTURES = {
     "cpu_laptop": cpu_laptop,
     "cpu_amx": cpu_amx,
+    "cpu_zen4": cpu_zen4,
     "cpu_smt4": cpu_smt4,
     "one_h200": one_h200,
     "node_8gpu_mps": node_8gpu_mps,
