@@ -363,6 +363,11 @@ class SacSpec(_OffPolicyBase):
     critic: Literal["mse", "c51"] = Field("mse", description="Scalar twin-Q (`mse`) or C51 distributional critic.")
     layer_norm: bool = Field(False, description="LayerNorm after each hidden layer (FastSAC).")
     target_entropy: float | Literal["auto"] = Field("auto", description="`auto`: -action_dim.")
+    n_step: Annotated[int, Field(ge=1, le=64)] = Field(
+        1,
+        description="n-step return length: the critic's target sums n rewards before it bootstraps, so reward "
+        "reaches the critic n times faster (RSL-RL-SAC and FastTD3 use n-step returns on legged robots).",
+    )
 
 
 class FlashSacSpec(_OffPolicyBase):

@@ -26,4 +26,5 @@ SAC = AlgoDef(
     network_keys=network_keys,
     carried_key="alpha_init",
     carried_what="entropy temperature",
+    n_step=lambda algo: algo.n_step,
 )
