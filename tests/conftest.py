@@ -17,7 +17,7 @@ from unilab.host.facts import HostFacts
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures"
 SPECS = ROOT / "specs"
-HOSTS = ("cpu_laptop", "cpu_amx", "cpu_smt4", "one_h200", "node_8gpu_mps", "mig_gpu")
+HOSTS = ("cpu_laptop", "cpu_amx", "cpu_zen4", "cpu_smt4", "one_h200", "node_8gpu_mps", "mig_gpu")
 
 BASE_SPEC: dict[str, Any] = {
     "schema_version": 1,
@@ -87,3 +87,19 @@ def random_batch(seed: int, b: int, obs_dim: int, act_dim: int) -> Any:
         next_obs=torch.randn(b, obs_dim, generator=g),
         discount=torch.where(torch.rand(b, generator=g) < 0.1, 0.0, 0.99),
     )
+
+
+_POSED: dict[tuple[str, str], Any] = {}
+
+
+def posed(xml: str, layout: Any, spec: Any) -> Any:
+    """`layout` where it stands in the pose `spec` asks for (`task.default_pose`), else the same
+    model's layout in that pose (built once per pose)."""
+    if layout.pose == spec.default_pose:
+        return layout
+    key = (xml, spec.default_pose)
+    if key not in _POSED:
+        from unilab.robot.model import RobotLayout, model_from_xml
+
+        _POSED[key] = RobotLayout.from_model(model_from_xml(xml), spec.default_pose)
+    return _POSED[key]

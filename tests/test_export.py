@@ -103,3 +103,26 @@ def test_an_export_carries_the_action_scale_the_run_trained_with() -> None:
         plan = compile_plan(loaded.spec, host("cpu_laptop"), loaded.spec_dir)
         scales[factor] = np.array(json.loads(deployment_metadata(plan)["unilab.action_scale"]))
     np.testing.assert_allclose(scales["0.5"], 2 * scales["0.25"], rtol=1e-5)
+
+
+def test_the_metadata_names_the_joints_the_actions_drive_and_the_pose_they_offset() -> None:
+    """g1.toml drives the 12 leg joints from the knees-bent pose: a deployment reads which joints
+    the action's entries drive (in order) and the default pose every joint holds otherwise."""
+    import json
+
+    from tests.conftest import host
+    from unilab.plan.compile import compile_plan
+    from unilab.robot import g1
+    from unilab.run.export import deployment_metadata
+    from unilab.spec.load import load_spec
+
+    for sets, joints, pose in (
+        ([], g1.LEG_JOINTS, "knees_bent"),
+        (['task.actions="all"', 'task.default_pose="home"'], g1.JOINT_NAMES, "home"),
+    ):
+        loaded = load_spec(SPECS / "g1.toml", sets)
+        meta = deployment_metadata(compile_plan(loaded.spec, host("cpu_laptop"), loaded.spec_dir))
+        assert json.loads(meta["unilab.action_joints"]) == list(joints)
+        np.testing.assert_allclose(
+            json.loads(meta["unilab.default_joint_pos"]), g1.default_pose_vector(pose), atol=1e-6
+        )

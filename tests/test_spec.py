@@ -205,14 +205,23 @@ def test_invalid_toml(tmp_path: Path) -> None:
 
 
 def test_switching_to_motion_tracking_from_the_command_line_asks_for_the_motion_alone() -> None:
-    """g1.toml's keys all fit g1_motion_tracking: the fix adds the one it requires, and works."""
+    """g1_dp2_cpu.toml's task keys all fit g1_motion_tracking: the fix adds the one it requires, and works."""
     with pytest.raises(SpecError) as e:
-        load_spec(SPECS / "g1.toml", ["task.name=g1_motion_tracking"])
+        load_spec(SPECS / "g1_dp2_cpu.toml", ["task.name=g1_motion_tracking"])
     (d,) = e.value.diagnostics
     assert (d.rule_id, d.key_path) == ("spec.missing-key", "task.motion")
     assert d.fix.startswith("add --set task.motion=... (g1_motion_tracking requires it): The reference motion")
-    loaded = load_spec(SPECS / "g1.toml", ["task.name=g1_motion_tracking", 'task.motion="builtin:g1_squat"'])
-    assert loaded.spec.task.num_envs == 64
+    loaded = load_spec(SPECS / "g1_dp2_cpu.toml", ["task.name=g1_motion_tracking", 'task.motion="builtin:g1_squat"'])
+    assert loaded.spec.task.num_envs == 32
+
+
+def test_switching_g1_toml_to_motion_tracking_names_its_walk_only_keys() -> None:
+    """g1.toml drives the legs alone on a gait clock: keys of g1_walk that motion tracking refuses by name."""
+    with pytest.raises(SpecError) as e:
+        load_spec(SPECS / "g1.toml", ["task.name=g1_motion_tracking", 'task.motion="builtin:g1_squat"'])
+    keys = {d.key_path for d in e.value.diagnostics}
+    assert keys == {"task.actions", "task.gait_period_s"}
+    assert all(d.rule_id == "task.options" and "g1_walk" in d.condition for d in e.value.diagnostics)
 
 
 def test_a_set_table_without_a_name_keeps_its_keys_in_the_fix() -> None:

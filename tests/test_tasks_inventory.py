@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 import torch
 
+from tests.conftest import posed
 from unilab.errors import UnilabError
 from unilab.robot.model import RobotLayout, build_model_xml, model_from_xml
 from unilab.sim.mujoco_cpu import MujocoCpuBackend
@@ -51,7 +52,7 @@ def test_runtime_inventory_equals_declared(robot: tuple[str, RobotLayout], field
     xml, layout = robot
     spec = task_spec(num_envs=N, **fields)
     with ParamsBackend(xml, N, 4) as backend:
-        task = build_task(spec, backend, layout, step_dt=0.02)
+        task = build_task(spec, backend, posed(xml, layout, spec), step_dt=0.02)
         runtime = task.term_decls()
     declared = declared_terms(spec)
     assert [(d.name, d.kind) for d in runtime] == [(d.name, d.kind) for d in declared]
@@ -80,7 +81,7 @@ def test_domain_randomization_refused_without_backend_hook(robot: tuple[str, Rob
     xml, layout = robot
     spec = task_spec(name="g1_walk", num_envs=N, domain_randomization=True)
     with MujocoCpuBackend(xml, N, 4) as backend, pytest.raises(UnilabError, match="domain_randomization") as exc:
-        build_task(spec, backend, layout, step_dt=0.02)
+        build_task(spec, backend, posed(xml, layout, spec), step_dt=0.02)
     assert "without per-world model parameters" in exc.value.summary and "world_params=True" in exc.value.fix
 
 
@@ -88,7 +89,7 @@ def test_domain_randomization_draws_for_reset_worlds(robot: tuple[str, RobotLayo
     xml, layout = robot
     spec = task_spec(name="g1_walk", num_envs=N, domain_randomization=True)
     with ParamsBackend(xml, N, 4) as backend:
-        task = build_task(spec, backend, layout, step_dt=0.02)
+        task = build_task(spec, backend, posed(xml, layout, spec), step_dt=0.02)
         mask = torch.tensor([True, False, True, False])
         task.reset_targets(mask)
     (m1, p1), (m2, p2) = backend.calls

@@ -37,7 +37,7 @@ def compose_robot(task: TaskSpec, sim: SimSpec, spec_dir: Path = Path(".")) -> R
             mjcf = Path(spec_dir) / mjcf
     xml = build_model_xml(mjcf, sim.timestep)
     model = model_from_xml(xml, mjcf)
-    return RobotModel(xml=xml, layout=RobotLayout.from_model(model), nbody=model.nbody)
+    return RobotModel(xml=xml, layout=RobotLayout.from_model(model, task.default_pose), nbody=model.nbody)
 
 
 def make_physics(

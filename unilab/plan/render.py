@@ -88,6 +88,8 @@ def load_plan(path: Path) -> Plan:
     except ValidationError as exc:
         raise UnilabError(
             f"plan file {path} is not a unilab plan: {first_validation_error(exc)}",
+            detail="a plan written by an earlier unilab, whose task had other reward terms or keys, reads the "
+            "same way: evaluate or resume its run with that unilab",
             fix="re-create it with `unilab plan SPEC --out FILE`",
         ) from None
     expected = compute_plan_id(plan)

@@ -49,6 +49,10 @@ JOINT_NAMES: Final[tuple[str, ...]] = (
     "right_wrist_yaw_joint",
 )
 NUM_JOINTS: Final[int] = 29
+# The 12 leg joints (hip pitch, roll, yaw, knee, ankle pitch, roll of each leg), in JOINT_NAMES order.
+LEG_JOINTS: Final[tuple[str, ...]] = tuple(
+    n for n in JOINT_NAMES if n.split("_", 1)[1].startswith(("hip_", "knee_", "ankle_"))
+)
 
 # ---------------------------------------------------------------------------------------------
 # Bodies and sites.
@@ -107,9 +111,33 @@ DEFAULT_POSE: Final[dict[str, float]] = {
     "left_elbow_joint": 1.28,
     "right_elbow_joint": 1.28,
 }
+# mjlab's G1 `KNEES_BENT_KEYFRAME` (mjlab, MuJoCo Playground and holosoma train their velocity
+# tasks from it): the knees already bent, a foot lifts by flexing them further, where from HOME's
+# nearly straight knees the first steps need the whole action window.
+KNEES_BENT_POSE: Final[dict[str, float]] = {
+    **{name: 0.0 for name in JOINT_NAMES},
+    "left_hip_pitch_joint": -0.312,
+    "right_hip_pitch_joint": -0.312,
+    "left_knee_joint": 0.669,
+    "right_knee_joint": 0.669,
+    "left_ankle_pitch_joint": -0.363,
+    "right_ankle_pitch_joint": -0.363,
+    "left_shoulder_pitch_joint": 0.2,
+    "right_shoulder_pitch_joint": 0.2,
+    "left_shoulder_roll_joint": 0.2,
+    "right_shoulder_roll_joint": -0.2,
+    "left_elbow_joint": 0.6,
+    "right_elbow_joint": 0.6,
+}
+# The default poses a G1 task may stand in (`task.default_pose`).
+POSES: Final[dict[str, dict[str, float]]] = {"home": DEFAULT_POSE, "knees_bent": KNEES_BENT_POSE}
 # Pelvis height standing in DEFAULT_POSE (Menagerie's ``home`` keyframe). For a loaded model use
 # ``RobotLayout.default_qpos``: the builtin's feet touch the floor at 0.786 m and settle to about 0.781 m.
 DEFAULT_BASE_HEIGHT: Final[float] = 0.783675
+# Settled pelvis height of each pose (the `base_height` reward's target): HOME's keyframe value, and
+# for KNEES_BENT the built-in model's feet-on-the-floor height (0.7590) less the 2.5 mm the contacts
+# give under the robot's weight (HOME: 0.7862 on the floor, 0.7837 settled).
+POSE_BASE_HEIGHT: Final[dict[str, float]] = {"home": DEFAULT_BASE_HEIGHT, "knees_bent": 0.7565}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -194,6 +222,6 @@ JOINT_RANGE: Final[dict[str, tuple[float, float]]] = {
 }
 
 
-def default_pose_vector() -> tuple[float, ...]:
-    """DEFAULT_POSE in JOINT_NAMES order."""
-    return tuple(DEFAULT_POSE[name] for name in JOINT_NAMES)
+def default_pose_vector(pose: str = "home") -> tuple[float, ...]:
+    """The named pose of POSES (DEFAULT_POSE for "home") in JOINT_NAMES order."""
+    return tuple(POSES[pose][name] for name in JOINT_NAMES)

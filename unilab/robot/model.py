@@ -231,6 +231,7 @@ class RobotLayout:
     floor_geom_id: int
     imu_site_id: int
     sensor_adr: dict[str, tuple[int, int]]  # sensor name -> (index into sensordata, dimension)
+    pose: str  # the name in g1.POSES of the standing pose below
     default_qpos: np.ndarray  # [nq] standing pose, feet on the floor
     default_joint_pos: np.ndarray  # [29]
     joint_range: np.ndarray  # [29, 2]
@@ -240,7 +241,9 @@ class RobotLayout:
     effort_limit: np.ndarray  # [29] actuator force limit (inf where unlimited)
 
     @classmethod
-    def from_model(cls, model: mujoco.MjModel) -> RobotLayout:
+    def from_model(cls, model: mujoco.MjModel, pose: str = "home") -> RobotLayout:
+        """The model's G1 layout, standing in `pose` (a name of ``g1.POSES``) with its feet on the floor."""
+
         def ids(objtype: mujoco.mjtObj, names: tuple[str, ...], what: str) -> np.ndarray:
             out = np.array([mujoco.mj_name2id(model, objtype, n) for n in names], dtype=np.int64)
             if (out < 0).any():
@@ -276,7 +279,7 @@ class RobotLayout:
             sensor_adr[name] = (int(model.sensor_adr[sid]), int(model.sensor_dim[sid]))
 
         joint_range = model.jnt_range[joint_ids].copy()
-        default_joint = np.array(g1.default_pose_vector())
+        default_joint = np.array(g1.default_pose_vector(pose))
         limited = model.jnt_limited[joint_ids].astype(bool)
         default_joint[limited] = np.clip(default_joint[limited], joint_range[limited, 0], joint_range[limited, 1])
         qpos_adr = model.jnt_qposadr[joint_ids].astype(np.int64)
@@ -309,6 +312,7 @@ class RobotLayout:
             floor_geom_id=floor,
             imu_site_id=int(ids(mujoco.mjtObj.mjOBJ_SITE, (g1.IMU_SITE,), "the IMU site")[0]),
             sensor_adr=sensor_adr,
+            pose=pose,
             default_qpos=default_qpos,
             default_joint_pos=default_joint,
             joint_range=joint_range,

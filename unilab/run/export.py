@@ -15,7 +15,7 @@ import torch
 
 from unilab.atomic import check_out_path, write_atomic
 from unilab.errors import UnilabError
-from unilab.plan.models import G1MotionTrackingPlan, Plan
+from unilab.plan.models import G1MotionTrackingPlan, G1WalkPlan, Plan
 from unilab.records.policy import policy_from_state, read_run_plan, run_checkpoint, verified_checkpoint
 
 
@@ -54,7 +54,8 @@ def check_export_out(run_dir: Path, out: Path) -> None:
 def deployment_metadata(plan: Plan, applied_from: Path | None = None) -> dict[str, str]:
     """What a deployment needs beside the network, as the ONNX file's metadata (strings; lists as
     JSON): the plan, the control period, and for the G1 the joints in action order with the
-    standing pose and action scale, so that joint targets = default_joint_pos + action_scale * action."""
+    standing pose and action scale, so that joint targets = default_joint_pos + action_scale * action
+    on the joints `unilab.action_joints` names (in the action's order), the default pose elsewhere."""
     import json
 
     task = plan.task
@@ -87,11 +88,17 @@ def deployment_metadata(plan: Plan, applied_from: Path | None = None) -> dict[st
         if mjcf is None:
             meta["unilab.joints"] = f"not embedded: the run's robot MJCF {task.robot.source} is not here as it ran"
             return meta
-    layout = RobotLayout.from_model(load_model(mjcf, plan.sim.timestep))
+    layout = RobotLayout.from_model(load_model(mjcf, plan.sim.timestep), task.default_pose)
     meta["unilab.joint_names"] = json.dumps(list(layout.joint_names))
     meta["unilab.default_joint_pos"] = json.dumps([round(float(v), 6) for v in layout.default_joint_pos])
     scale = joint_action_scale(layout, task.action_scale)
     meta["unilab.action_scale"] = json.dumps([round(float(v), 6) for v in scale])
+    # The joints the action's entries drive, in order; a joint not named holds its default position
+    # (g1_walk's `task.actions = "legs"`). Every joint where the policy drives all 29.
+    from unilab.robot import g1
+
+    legs = isinstance(task, G1WalkPlan) and task.actions == "legs"
+    meta["unilab.action_joints"] = json.dumps(list(g1.LEG_JOINTS if legs else layout.joint_names))
     # The joint PD loop the policy was trained with, and the limits the simulator applied to it
     # (MuJoCo clamps each target to its actuator's control range, each torque to its force
     # range); JSON null where the model leaves a limit open.

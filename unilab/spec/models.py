@@ -149,15 +149,16 @@ class CommandRanges(_Section):
     lin_vel_x: Pair = Field((-0.5, 1.0), description="Forward velocity range, m/s.")
     lin_vel_y: Pair = Field((-0.3, 0.3), description="Lateral velocity range, m/s.")
     ang_vel_z: Pair = Field((-0.5, 0.5), description="Yaw rate range, rad/s.")
-    standing_share: Annotated[float, Field(gt=0, le=1)] | None = Field(
-        None,
-        description="Share of the draws that command standing still (all three velocities 0; mjlab and MuJoCo "
-        "Playground use about 0.1); unset: none.",
+    standing_share: Annotated[float, Field(ge=0, le=1)] = Field(
+        0.1,
+        description="Share of the draws that command standing still (all three velocities 0), as mjlab and MuJoCo "
+        "Playground do; 0: none.",
     )
-    resample_s: Annotated[float, Field(gt=0, le=3600)] | None = Field(
-        None,
+    resample_s: Annotated[float, Field(ge=0, le=3600)] = Field(
+        10.0,
         description="A new command is drawn every this many seconds within an episode (rounded to whole env "
-        "steps), as well as at reset; unset: one command per episode.",
+        "steps), as well as at reset, so that one policy learns to start, stop and turn (mjlab: 3-8 s, MuJoCo "
+        "Playground: 10 s); 0: one command per episode.",
     )
 
     @field_validator("lin_vel_x", "lin_vel_y", "ang_vel_z")
@@ -196,6 +197,12 @@ class G1TaskSpec(TaskSpecBase):
         description="A user's G1 MJCF instead of the built-in model (29 joint names must match); "
         "relative paths resolve against the spec file's directory.",
     )
+    default_pose: Literal["home", "knees_bent"] = Field(
+        "home",
+        description="The pose the robot resets to and its actions offset: `home` (Menagerie's keyframe, knees "
+        "at 0.3 rad) or `knees_bent` (mjlab's G1 keyframe, knees at 0.669 rad, which mjlab, MuJoCo Playground "
+        "and holosoma train their velocity tasks from).",
+    )
     observation_noise: bool = Field(False, description="Add uniform noise to observations.")
     domain_randomization: bool = Field(False, description="Randomize floor friction and added base mass at reset.")
     push_interval_s: Annotated[float, Field(gt=0)] | None = Field(
@@ -219,6 +226,18 @@ class G1WalkSpec(G1TaskSpec):
     """`[task]` with `name = "g1_walk"`: The G1 follows a commanded base velocity (docs/tasks.md)."""
 
     name: Literal["g1_walk"] = Field(description="The task.")
+    default_pose: Literal["home", "knees_bent"] = Field(
+        "knees_bent",
+        description="The pose the robot resets to and its actions offset: `knees_bent` (mjlab's G1 keyframe, "
+        "knees at 0.669 rad, which mjlab, MuJoCo Playground and holosoma train their velocity tasks from: a foot "
+        "lifts by bending the knee further) or `home` (Menagerie's keyframe, knees at 0.3 rad).",
+    )
+    actions: Literal["all", "legs"] = Field(
+        "all",
+        description="The joints the policy drives: `all` 29, or the 12 `legs` joints (hips, knees, ankles), as "
+        "unitree_rl_gym trains the G1, with the waist and arms held at the default pose by their PD loops: "
+        "12 action dimensions to explore instead of 29.",
+    )
     commands: CommandRanges = Field(default_factory=CommandRanges, description="Velocity command ranges.")
     gait_period_s: Annotated[float, Field(gt=0, le=10)] | None = Field(
         None,

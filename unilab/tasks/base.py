@@ -134,7 +134,7 @@ class Task(ABC, Generic[SpecT]):
         self.base_lin_vel_b = self._base_frame[:, 0]
         self.projected_gravity = self._base_frame[:, 1]
         self.projected_gravity_z = self._base_frame[:, 1, 2]
-        self.joint_pos_rel = torch.zeros(n, self.num_actions, device=dev, dtype=f32)
+        self.joint_pos_rel = torch.zeros(n, self.num_joints, device=dev, dtype=f32)
         # Buffers of the shared reward terms (each returns its own persistent output).
         self._action_diff = torch.zeros(n, self.num_actions, device=dev, dtype=f32)
         self._torque_sq = torch.zeros(n, dims.nu, device=dev, dtype=f32)
@@ -161,11 +161,11 @@ class Task(ABC, Generic[SpecT]):
         qpos_adr = tuple(int(a) for a in layout.qpos_adr)
         qvel_adr = tuple(int(a) for a in layout.qvel_adr)
         act_ids = tuple(int(a) for a in layout.actuator_ids)
-        self.num_actions = len(qpos_adr)
-        if dims.nu < self.num_actions or layout.default_qpos.shape[0] != dims.nq:
+        self.num_joints = len(qpos_adr)
+        if dims.nu < self.num_joints or layout.default_qpos.shape[0] != dims.nq:
             raise UnilabError(
                 f"the physics model (nq={dims.nq}, nu={dims.nu}) does not match the robot layout "
-                f"(nq={layout.default_qpos.shape[0]}, {self.num_actions} actuated joints)",
+                f"(nq={layout.default_qpos.shape[0]}, {self.num_joints} actuated joints)",
                 fix="build the backend and the task from the same model (unilab.robot.model.build_model_xml)",
             )
         self._qpos_idx = torch.tensor(qpos_adr, device=dev, dtype=torch.long)
@@ -180,11 +180,33 @@ class Task(ABC, Generic[SpecT]):
         v = int(layout.base_qvel_adr)
         self._base_lin = slice(v, v + 3)
         self._base_ang = slice(v + 3, v + 6)
+        if layout.pose != self.spec.default_pose:
+            raise UnilabError(
+                f"internal: the robot layout stands in pose {layout.pose!r}, the task spec asks for "
+                f"{self.spec.default_pose!r}",
+                fix="build the layout with RobotLayout.from_model(model, spec.default_pose)",
+            )
         self.default_qpos = torch.tensor(layout.default_qpos, device=dev, dtype=f32)
         self.default_joint_pos = self.default_qpos[self._qpos_idx].clone()
         self.joint_lower = torch.tensor(layout.joint_range[:, 0], device=dev, dtype=f32)
         self.joint_upper = torch.tensor(layout.joint_range[:, 1], device=dev, dtype=f32)
         self.action_scale = joint_action_scale(layout, self.spec.action_scale).to(dev)
+        # The joints the policy's actions drive (all by default); the others hold the default pose.
+        names = self.action_joint_names()
+        if names is None:
+            self._action_joints: torch.Tensor | None = None
+            self.num_actions = self.num_joints
+        else:
+            idx = [layout.joint_names.index(j) for j in names]
+            self._action_joints = torch.tensor(idx, device=dev, dtype=torch.long)
+            self.num_actions = len(idx)
+            self._action_default = self.default_joint_pos[self._action_joints].clone()
+            self._action_joint_scale = self.action_scale[self._action_joints].clone()
+            self._joint_targets = self.default_joint_pos.repeat(self.num_envs, 1)  # held joints stay here
+
+    def action_joint_names(self) -> tuple[str, ...] | None:
+        """The joints the actions drive, in action order; None: every joint, in the layout's order."""
+        return None
 
     # ------------------------------------------------------------------ construction
     @abstractmethod
@@ -280,7 +302,13 @@ class Task(ABC, Generic[SpecT]):
         """Actions [N, 29] -> PD position targets in the persistent ctrl buffer."""
         self.last_actions.copy_(self.actions)
         self.actions.copy_(actions)
-        target = torch.addcmul(self.default_joint_pos, self.actions, self.action_scale)
+        if self._action_joints is None:
+            target = torch.addcmul(self.default_joint_pos, self.actions, self.action_scale)
+        else:
+            target = self._joint_targets
+            target.index_copy_(
+                1, self._action_joints, torch.addcmul(self._action_default, self.actions, self._action_joint_scale)
+            )
         if self._act_identity:
             self.ctrl.copy_(target)
         else:
@@ -299,11 +327,11 @@ class Task(ABC, Generic[SpecT]):
         if self._qpos_slice is not None:
             self.joint_pos = qpos[:, self._qpos_slice]
         else:
-            self.joint_pos = torch.zeros(n, self.num_actions, device=self.device)
+            self.joint_pos = torch.zeros(n, self.num_joints, device=self.device)
         if self._qvel_slice is not None:
             self.joint_vel = qvel[:, self._qvel_slice]
         else:
-            self.joint_vel = torch.zeros(n, self.num_actions, device=self.device)
+            self.joint_vel = torch.zeros(n, self.num_joints, device=self.device)
         # Views made once per binding, so a step spends no op on slicing (each torch op, even a
         # view, costs microseconds at these sizes, more with caches cold after the physics step).
         self.base_height = qpos[:, self._base_pos.start + 2]
@@ -484,7 +512,7 @@ class Task(ABC, Generic[SpecT]):
         """Joint state and last action, the tail of both G1 observations (the joint velocity noise
         differs: mjlab's velocity task uses 1.5, its tracking task 0.5)."""
         return [
-            ObservationTerm("joint_pos_rel", self.num_actions, Task.obs_joint_pos_rel, noise=0.01),
-            ObservationTerm("joint_vel_rel", self.num_actions, Task.obs_joint_vel_rel, noise=joint_vel_noise),
+            ObservationTerm("joint_pos_rel", self.num_joints, Task.obs_joint_pos_rel, noise=0.01),
+            ObservationTerm("joint_vel_rel", self.num_joints, Task.obs_joint_vel_rel, noise=joint_vel_noise),
             ObservationTerm("last_action", self.num_actions, Task.obs_last_action),
         ]

@@ -64,7 +64,7 @@ class G1MotionTrackingTask(Task[G1MotionTrackingSpec]):
         self.observations = self.bind(
             "observation",
             [
-                ObservationTerm("motion_command", 2 * self.num_actions, track.obs_motion_command),
+                ObservationTerm("motion_command", 2 * self.num_joints, track.obs_motion_command),
                 ObservationTerm("motion_anchor_pos_b", 3, track.obs_anchor_pos_b, noise=0.25),
                 ObservationTerm("motion_anchor_ori_b", 6, track.obs_anchor_ori_b, noise=0.05),
                 ObservationTerm("base_lin_vel", 3, Task.obs_base_lin_vel, noise=0.5),
@@ -136,8 +136,8 @@ class G1MotionTrackingTask(Task[G1MotionTrackingSpec]):
         self._frames_per_step: int | None = round(ratio) if abs(ratio - round(ratio)) < 1e-6 else None
         self._phase_time = torch.zeros(n, device=dev)  # clip time, s (used when frames_per_step is None)
         self._frame_f = torch.zeros(n, device=dev)
-        self.ref_joint_pos = torch.zeros(n, self.num_actions, device=dev)
-        self.ref_joint_vel = torch.zeros(n, self.num_actions, device=dev)
+        self.ref_joint_pos = torch.zeros(n, self.num_joints, device=dev)
+        self.ref_joint_vel = torch.zeros(n, self.num_joints, device=dev)
         self.ref_anchor_pos = torch.zeros(n, 3, device=dev)
         self.ref_anchor_quat = torch.zeros(n, 4, device=dev)
         self.ref_key_pos = torch.zeros(n, k, 3, device=dev)
@@ -203,7 +203,7 @@ class G1MotionTrackingTask(Task[G1MotionTrackingSpec]):
         qpos.copy_(self.default_qpos.expand(n, -1))
         self._clip_base_pose(qpos, f)
         quat = self.m_body_quat[f, b]
-        joints = self.m_joint_pos[f] + self.uniform(-RESET_JOINT_NOISE, RESET_JOINT_NOISE, n, self.num_actions)
+        joints = self.m_joint_pos[f] + self.uniform(-RESET_JOINT_NOISE, RESET_JOINT_NOISE, n, self.num_joints)
         qpos.index_copy_(1, self._qpos_idx, torch.clamp(joints, self.joint_lower, self.joint_upper))
         qvel.zero_()
         qvel[:, self._base_lin] = self.m_body_lin_vel[f, b]

@@ -23,20 +23,27 @@ from unilab.robot import g1
 from unilab.spec.models import G1WalkSpec
 from unilab.tasks.base import Task
 from unilab.tasks.events import shared_events
-from unilab.tasks.terms import CommandTerm, EventTerm, ObservationTerm, TerminationTerm
+from unilab.tasks.terms import CommandTerm, EventTerm, ObservationTerm, TensorFn, TerminationTerm
 
 TRACKING_STD = 0.5  # m/s and rad/s: exp(-err^2 / std^2)
 UPRIGHT_STD = 0.25  # on the horizontal part of the projected gravity
 FALL_HEIGHT = 0.4  # m, pelvis below this: fallen
 FALL_TILT = 1.0  # rad between the pelvis z axis and the world z axis
-AIR_TIME_TARGET = 0.4  # s: swing phases longer than this are rewarded at touchdown
+# `feet_air_time` pays each touchdown its air time beyond AIR_TIME_MIN, up to AIR_TIME_MAX (MuJoCo
+# Playground's G1 thresholds), and never less than 0: a short first shuffle earns nothing rather
+# than a penalty, so stepping is never worse than standing.
+AIR_TIME_MIN = 0.2  # s
+AIR_TIME_MAX = 0.5  # s
 FOOT_CONTACT_HEIGHT = 0.06  # m: foot body origin below this counts as a contact (origin is ~0.037 standing)
 MOVING_COMMAND = 0.1  # m/s: a linear velocity command above this asks to walk (air-time reward)
 RESET_JOINT_NOISE = 0.1  # rad, uniform around the standing pose
 RESET_VEL_NOISE = 0.05  # m/s and rad/s on the base
-SWING_HEIGHT = 0.06  # m above the standing foot height at mid-swing (about what the 0.25 action scale reaches)
+# The gait clock's swing arc and kernel are holosoma's G1 FastSAC values (0.09 m, 0.008 m^2): with
+# a tighter kernel (0.0015) no foot ever earned more than a standing one, as the arc's first
+# centimetres paid nothing.
+SWING_HEIGHT = 0.09  # m above the standing foot height at mid-swing
 FOOT_STANDING_Z = 0.037  # m: the foot body origin's height standing in the default pose
-FEET_PHASE_VAR = 0.0015  # m^2: exp(-sum of squared height errors / this); standing earns about 0.42
+FEET_PHASE_VAR = 0.008  # m^2: exp(-sum of squared height errors / this)
 MOVING_COMMAND_NORM = 0.1  # |(vx, vy, yaw rate)| above which the feet are asked to step
 
 
@@ -52,8 +59,9 @@ class G1WalkTask(Task[G1WalkSpec]):
         self._c_one = self.const(1.0)
         self._c_step_dt = self.const(self.step_dt)
         self._c_contact_height = self.const(FOOT_CONTACT_HEIGHT)
-        self._c_base_height = self.const(g1.DEFAULT_BASE_HEIGHT)
-        self._c_air_time_target = self.const(AIR_TIME_TARGET)
+        self._c_base_height = self.const(g1.POSE_BASE_HEIGHT[self.spec.default_pose])
+        self._c_air_time_min = self.const(AIR_TIME_MIN)
+        self._c_air_time_span = self.const(AIR_TIME_MAX - AIR_TIME_MIN)
         self._c_moving = self.const(MOVING_COMMAND)
         self._c_fall_height = self.const(FALL_HEIGHT)
         self._c_fall_gravity_z = self.const(-math.cos(FALL_TILT))
@@ -64,6 +72,9 @@ class G1WalkTask(Task[G1WalkSpec]):
             self._build_gait_clock(gait)
         self._build_command_draws()
         self._declare_terms()
+
+    def action_joint_names(self) -> tuple[str, ...] | None:
+        return g1.LEG_JOINTS if self.spec.actions == "legs" else None
 
     def _build_feet_buffers(self) -> None:
         """Per-episode feet state (air times, contacts, touchdowns) and the foot body ids it reads."""
@@ -99,7 +110,7 @@ class G1WalkTask(Task[G1WalkSpec]):
         )
         self._reset_scratch = (
             torch.zeros(n, device=dev),
-            torch.zeros(n, self.num_actions, device=dev),
+            torch.zeros(n, self.num_joints, device=dev),
             torch.zeros(n, 6, device=dev),
         )
 
@@ -115,7 +126,13 @@ class G1WalkTask(Task[G1WalkSpec]):
         self._touchdown_gain = torch.zeros(n, feet, device=dev)
         self._moving = torch.zeros(n, device=dev, dtype=torch.bool)
         self._r_track_lin, self._r_track_ang, self._r_upright, self._r_base_height = torch.zeros(4, n, device=dev)
-        self._r_feet_air_time, self._r_alive = torch.zeros(2, n, device=dev)
+        self._r_feet_air_time, self._r_alive, self._r_hip_deviation = torch.zeros(3, n, device=dev)
+        # Hip roll and yaw: the joints a splayed, toe-in stance saturates (every reference task
+        # penalises their deviation from the default pose).
+        hips = [i for i, j in enumerate(self.layout.joint_names) if j.endswith(("hip_roll_joint", "hip_yaw_joint"))]
+        self._hip_idx = torch.tensor(hips, device=dev, dtype=torch.long)
+        self._hip_default = self.default_joint_pos[self._hip_idx].clone()
+        self._hip_dev = torch.zeros(n, len(hips), device=dev)
         self._c_neg_inv_track_var = self.const(-1.0 / TRACKING_STD**2)
         self._c_neg_inv_upright_var = self.const(-1.0 / UPRIGHT_STD**2)
 
@@ -126,10 +143,10 @@ class G1WalkTask(Task[G1WalkSpec]):
         self._cmd_draw = torch.zeros(n, 3, device=dev)
         self._standing_draw = torch.zeros(n, device=dev)
         self._standing = torch.zeros(n, device=dev, dtype=torch.bool)
-        self._c_standing_share = self.const(c.standing_share or 0.0)
+        self._c_standing_share = self.const(c.standing_share)
         # Whole env steps between draws within an episode (None: one draw per episode).
         self._resample_steps = (
-            None if c.resample_s is None else self.const(max(1, round(c.resample_s / self.step_dt)), torch.int32)
+            None if c.resample_s == 0 else self.const(max(1, round(c.resample_s / self.step_dt)), torch.int32)
         )
         self._resample_due = torch.zeros(n, device=dev, dtype=torch.bool)
         self._episode_step_mod = torch.zeros(n, device=dev, dtype=torch.int32)
@@ -170,6 +187,7 @@ class G1WalkTask(Task[G1WalkSpec]):
                 "joint_torques_l2": Task.rew_joint_torques_l2,
                 "action_rate_l2": Task.rew_action_rate_l2,
                 "feet_air_time": G1WalkTask.rew_feet_air_time,
+                "hip_deviation": G1WalkTask.rew_hip_deviation,
                 "feet_phase": G1WalkTask.rew_feet_phase,
                 "alive": G1WalkTask.rew_alive,
             }
@@ -252,7 +270,7 @@ class G1WalkTask(Task[G1WalkSpec]):
     def resample_command(self, mask: torch.Tensor) -> None:
         new = self._cmd_draw.uniform_(generator=self.generator)  # as self.rand(n, 3) draws
         torch.addcmul(self._cmd_lo, new, self._cmd_span, out=new)
-        if self.spec.commands.standing_share is not None:  # a share asks to stand still (mjlab's standing envs)
+        if self.spec.commands.standing_share > 0:  # a share asks to stand still (mjlab's standing envs)
             torch.lt(self._standing_draw.uniform_(generator=self.generator), self._c_standing_share, out=self._standing)
             new.masked_fill_(self._standing.unsqueeze(1), 0.0)
         torch.where(mask.unsqueeze(1), new, self.velocity_command, out=self.velocity_command)
@@ -337,7 +355,8 @@ class G1WalkTask(Task[G1WalkSpec]):
         # A touchdown is exactly a first contact: the air time is then >= step_dt > 0 (and a reset
         # clears both), so the first-contact flags select the touchdown times.
         td, out = self._touchdown_gain, self._r_feet_air_time
-        torch.sub(self._air_time_at_touchdown, self._c_air_time_target, out=td)
+        torch.sub(self._air_time_at_touchdown, self._c_air_time_min, out=td)
+        torch.clamp(td, self._c_zero, self._c_air_time_span, out=td)
         torch.where(self._first_contact, td, self._c_zero, out=td)
         torch.sum(td, dim=1, out=out)
         torch.gt(torch.linalg.vector_norm(self._cmd_xy, dim=1), self._c_moving, out=self._moving)
@@ -355,6 +374,13 @@ class G1WalkTask(Task[G1WalkSpec]):
         torch.mul(err, self._c_neg_inv_phase_var, out=out).exp_()
         torch.gt(torch.linalg.vector_norm(self.velocity_command, dim=1), self._c_moving_norm, out=self._stepping)
         return torch.where(self._stepping, out, self._c_zero, out=out)
+
+    def rew_hip_deviation(self) -> torch.Tensor:
+        # L1, as MuJoCo Playground's `joint_deviation_hip`: a constant pull back however far out.
+        dev = self._hip_dev
+        torch.index_select(self.joint_pos, 1, self._hip_idx, out=dev)
+        dev.sub_(self._hip_default).abs_()
+        return torch.sum(dev, dim=1, out=self._r_hip_deviation)
 
     def rew_alive(self) -> torch.Tensor:
         return torch.where(self.terminated, self._c_zero, self._c_one, out=self._r_alive)
