@@ -13,7 +13,7 @@ import torch
 from unilab.collect.build import build_collector
 from unilab.collect.collector import Collector
 from unilab.errors import UnilabError
-from unilab.spec.models import SimSpec, task_spec
+from unilab.spec.models import CommandRanges, SimSpec, task_spec
 
 N = 8
 
@@ -22,6 +22,8 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _collector(update_graph: str | None, **task: object) -> Collector:
+    # One command per episode: a command drawn again within it draws in the update body.
+    task.setdefault("commands", CommandRanges(resample_s=0.0))
     spec = task_spec(name="g1_walk", num_envs=N, episode_length_s=0.6, **task)
     c = build_collector(spec, SimSpec(workers=1), finite_check_interval=5, seed=3, update_graph=update_graph)
     # On CUDA the collector never reads the done mask on the host; the graph forces that here too,
@@ -110,7 +112,7 @@ def test_a_cuda_graph_of_a_cpu_collector_is_refused() -> None:
 def test_plan_preflight_and_run_time_preflight_agree(task: dict[str, object]) -> None:
     """The plan refuses from the spec what the collector would refuse from the built task: the same
     kinds of blocker (noise, interval events, each curriculum by name), not only the same yes or no."""
-    from unilab.collect.update_graph import graph_blockers
+    from unilab.collect.update_graph import INTERVAL_BLOCKER, graph_blockers
     from unilab.tasks.declarations import declared_terms
 
     fields = {"name": "g1_walk", "num_envs": 2, **task}
@@ -133,7 +135,7 @@ def test_plan_preflight_and_run_time_preflight_agree(task: dict[str, object]) ->
     for why in reasons:
         if why == "observation noise draws random numbers in the update body":
             runtime.add("noise")
-        elif why == "interval events decide on the host at every step":
+        elif why == INTERVAL_BLOCKER:
             runtime.add("interval events")
         elif m := re.fullmatch(r"curriculum `(.+)` updates outside resets", why):
             runtime.add(f"curriculum {m[1]}")

@@ -61,13 +61,19 @@ def test_runtime_inventory_equals_declared(robot: tuple[str, RobotLayout], field
 
 
 def test_flags_follow_the_spec() -> None:
-    plain = declared_terms(task_spec(name="g1_walk", num_envs=1))
+    once = {"commands": {"resample_s": 0.0}}  # one command per episode
+    plain = declared_terms(task_spec(name="g1_walk", num_envs=1, **once))
     assert all(d.graph_safe for d in plain)
-    noisy = declared_terms(task_spec(name="g1_walk", num_envs=1, observation_noise=True, push_interval_s=5.0))
+    noisy = declared_terms(task_spec(name="g1_walk", num_envs=1, observation_noise=True, push_interval_s=5.0, **once))
     blockers = {d.name: d.graph_blockers() for d in noisy if not d.graph_safe}
     assert blockers == {
         "observation_noise": ["adds observation noise or corruption"],
         "push_robot": ["is an interval event"],
+    }
+    # The default draws a new command every 10 s inside the update body: an interval draw.
+    resampled = declared_terms(task_spec(name="g1_walk", num_envs=1))
+    assert {d.name: d.graph_blockers() for d in resampled if not d.graph_safe} == {
+        "velocity_command": ["is an interval event"]
     }
     dr = declared_terms(
         task_spec(name="g1_motion_tracking", num_envs=1, motion="builtin:g1_squat", domain_randomization=True)

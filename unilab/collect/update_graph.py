@@ -45,13 +45,19 @@ if TYPE_CHECKING:
 CHECK_ALLOCATOR_EVERY = 64  # replays between allocator readings (a reading is a host call, no sync)
 
 
+INTERVAL_BLOCKER = "interval events (pushes, a command drawn again within the episode) run inside the update body"
+
+
 def graph_blockers(task: Any) -> list[str]:
     """Why this task instance's update body cannot be captured (empty: it can)."""
     out = []
     if getattr(task, "noise", None) is not None:
         out.append("observation noise draws random numbers in the update body")
-    if getattr(task, "_interval_sched", None):
-        out.append("interval events decide on the host at every step")
+    # Pushes fire on a host schedule; a command drawn again within the episode draws in every step.
+    if getattr(task, "_interval_sched", None) or any(
+        getattr(c, "interval", False) for c in getattr(task, "commands", ())
+    ):
+        out.append(INTERVAL_BLOCKER)
     for c in getattr(task, "curricula", ()):
         if not c.reset_owned:
             out.append(f"curriculum `{getattr(c, 'name', c)}` updates outside resets")

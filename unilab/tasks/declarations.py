@@ -211,7 +211,8 @@ def declared_terms(task: TaskSpecBase) -> list[TermDecl]:
     noise, events = _shared_tail(task)
     if isinstance(task, G1WalkSpec):
         return [
-            TermDecl("velocity_command", "command"),
+            # Drawn again every `commands.resample_s` inside the update body: an interval draw.
+            TermDecl("velocity_command", "command", interval_event=task.commands.resample_s > 0),
             *([TermDecl("gait_clock", "command")] if has_gait_clock(task) else []),
             *(TermDecl(n, "observation") for n in _walk_observations(task)),
             *noise,

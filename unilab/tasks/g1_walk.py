@@ -163,7 +163,12 @@ class G1WalkTask(Task[G1WalkSpec]):
         self.commands = self.bind(
             "command",
             [
-                CommandTerm("velocity_command", walk.resample_command, walk.resample_due_commands),
+                CommandTerm(
+                    "velocity_command",
+                    walk.resample_command,
+                    walk.resample_due_commands,
+                    interval=self.spec.commands.resample_s > 0,
+                ),
                 CommandTerm("gait_clock", walk.reset_gait_clock, walk.advance_gait_clock),
             ],
         )

@@ -93,10 +93,13 @@ class CommandTerm:
     name: str
     resample: MaskFn
     update: StepFn | None = None
+    # Drawn again on an interval within the episode (in the update body, not only at reset): it
+    # draws random numbers in a step, as an interval event does.
+    interval: bool = False
     decl: TermDecl = field(init=False)
 
     def __post_init__(self) -> None:
-        self.decl = TermDecl(self.name, "command")
+        self.decl = TermDecl(self.name, "command", interval_event=self.interval)
 
 
 EventMode = Literal["reset", "interval"]
