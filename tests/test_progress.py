@@ -66,6 +66,8 @@ def test_an_interval_without_finished_episodes_repeats_no_episode_figures(tmp_pa
             last_terminated_fraction=0.5,
             last_reward_terms={"upright": 1.5},
             physics_warnings={},
+            last_health={},
+            health_env_steps=0.0,
         )
         rec.on_log(prog, metrics)
     events.close()
