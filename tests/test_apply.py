@@ -231,12 +231,13 @@ def test_apply_leaves_a_complete_run_directory_and_resumes(tmp_path: Path) -> No
     policy, obs_dim = load_policy(run_dir)
     obs = np.random.default_rng(0).normal(size=(8, obs_dim)).astype(np.float32) * 3
     sess = ort.InferenceSession(str(run_dir / "policy.onnx"))
-    # The file states its shapes, as docs/running.md gives them: obs [batch, obs_dim], action [batch, 29].
+    # The file states its shapes, as docs/running.md gives them: obs [batch, obs_dim], action
+    # [batch, action_dim], 12 for g1.toml's legs (the joints `unilab.action_joints` names).
     assert [(i.name, i.shape[1]) for i in sess.get_inputs()] == [("obs", obs.shape[1])]
-    assert [(o.name, o.shape) for o in sess.get_outputs()] == [("action", ["batch", 29])]
+    assert [(o.name, o.shape) for o in sess.get_outputs()] == [("action", ["batch", 12])]
     got = sess.run(None, {"obs": obs})[0]
     want = policy(torch.from_numpy(obs)).detach().numpy()
-    assert got.shape == (8, 29) and np.abs(got - want).max() < 1e-5
+    assert got.shape == (8, 12) and np.abs(got - want).max() < 1e-5
     # It carries what turns an action into joint targets, as the task the run trained did.
     from unilab.collect.build import build_collector
     from unilab.plan.render import load_plan
@@ -250,6 +251,7 @@ def test_apply_leaves_a_complete_run_directory_and_resumes(tmp_path: Path) -> No
     with build_collector(spec_task.task, spec_task.sim, spec_dir=tmp_path, num_envs=1, workers=1) as c:
         task = c.task
         assert json.loads(meta["unilab.joint_names"]) == list(task.layout.joint_names)
+        assert len(json.loads(meta["unilab.action_joints"])) == task.num_actions == 12
         np.testing.assert_allclose(json.loads(meta["unilab.action_scale"]), task.action_scale.numpy(), rtol=1e-5)
         np.testing.assert_allclose(
             json.loads(meta["unilab.default_joint_pos"]), task.default_joint_pos.numpy(), atol=1e-6
@@ -310,11 +312,12 @@ def test_resume_continues_counters(tmp_path: Path, sig: signal.Signals) -> None:
     assert kinds.count("run_started") == 2 and "run_interrupted" in kinds and kinds[-1] == "run_finished"
     # The learner, its optimizers and the normalizer continue from the checkpoint (their counts go on
     # from it), and the random warm-up (320 env steps here) is not repeated: every sync of the resumed
-    # session updated once the fresh replay buffer held one batch (64 transitions: 4 syncs of 16 envs).
+    # session updated once the fresh replay buffer held one batch (64 transitions: 4 syncs of 16 envs)
+    # of n-step transitions (g1.toml's n_step = 3: the first appear 2 syncs later).
     final = torch.load(sorted((run_dir / "checkpoints").glob("*.pt"))[-1], weights_only=True)["state"]
     before = blob["state"]
     resumed_updates = m2["counters"]["updates"] - manifest["counters"]["updates"]
-    assert resumed_updates == (4800 - done) // 16 - 64 // 16
+    assert resumed_updates == (4800 - done) // 16 - (64 // 16 + 3 - 1)
     # Rates are this session's: updates and env steps since the resume, over the same time.
     t = m2["timing"]
     assert t["updates_per_s"] / t["env_steps_per_s"] == pytest.approx(resumed_updates / (4800 - done))
