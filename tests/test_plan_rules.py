@@ -18,6 +18,8 @@ from unilab.plan.rules import RULES
 from unilab.spec.load import validate_spec_data
 
 MJWARP_GPU = {"sim__backend": "mjwarp", "training__devices": [0], "algo": {"name": "flashsac"}}
+# g1_walk with one command per episode (its default draws a new one every 10 s, inside the update body).
+ONE_COMMAND = {"task__commands__resample_s": 0.0}
 MPS_NODE = {**MJWARP_GPU, "training__devices": [0, 1], "training__cuda_process_sharing": "mps"}
 
 
@@ -291,9 +293,16 @@ CASES = [
     Case(
         "graph.collector",
         "one_h200",
-        {**MJWARP_GPU, "training__collector_graph": "update_state", "task__observation_noise": True},
+        {**MJWARP_GPU, **ONE_COMMAND, "training__collector_graph": "update_state", "task__observation_noise": True},
         True,
         "preflight: observation term",
+    ),
+    Case(
+        "graph.collector",
+        "one_h200",
+        {**MJWARP_GPU, "training__collector_graph": "update_state"},  # commands drawn again every 10 s
+        True,
+        "is an interval event",
     ),
     Case(
         "graph.collector",
@@ -302,7 +311,9 @@ CASES = [
         True,
         "is an interval event",
     ),
-    Case("graph.collector", "one_h200", {**MJWARP_GPU, "training__collector_graph": "update_state"}, False),
+    Case(
+        "graph.collector", "one_h200", {**MJWARP_GPU, **ONE_COMMAND, "training__collector_graph": "update_state"}, False
+    ),
     Case(
         "mps.host",
         "cpu_laptop",
