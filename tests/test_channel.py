@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import time
+from collections.abc import Callable
 
 import torch
 
@@ -19,25 +20,38 @@ def _writer(bufs: ch.SharedBuffers, syncs: int, started: mp.Event) -> None:
         ch.publish_sync(bufs.stats, terms, 4, [1.0, 1.0, 1.0, 1.0, 2.0, 3.0], 0)
 
 
-def test_counters_never_pair_two_syncs() -> None:
-    bufs = ch.SharedBuffers.allocate(4, 3, 1, 2)
+def _read_while_writing(
+    bufs: ch.SharedBuffers, writer: Callable[..., None], writes: int, check: Callable[[], None]
+) -> int:
+    """Run `writer(bufs, writes, started)` in a spawned process and `check()` reads until it ends;
+    the number of reads."""
     ctx = mp.get_context("spawn")
     started = ctx.Event()
-    proc = ctx.Process(target=_writer, args=(bufs, 50_000, started))
+    proc = ctx.Process(target=writer, args=(bufs, writes, started))
     proc.start()
     try:
         started.wait(timeout=60)
         reads = 0
         while proc.is_alive() or reads == 0:
-            stats, terms = ch.read_counters(bufs)
-            n = stats[ch.STAT_EPISODES]
-            assert stats[ch.STAT_SEQ] % 2 == 0
-            assert [stats[ch.STAT_SYNCS], stats[ch.STAT_RETURN_SUM], stats[ch.STAT_LENGTH_SUM]] == [n, n, n]
-            assert stats[ch.STAT_ENV_STEPS] == 4 * n and terms == [n, 2 * n, 3 * n], (stats, terms)
+            check()
             reads += 1
     finally:
         proc.join(timeout=60)
-    assert proc.exitcode == 0 and reads > 10
+    assert proc.exitcode == 0
+    return reads
+
+
+def test_counters_never_pair_two_syncs() -> None:
+    bufs = ch.SharedBuffers.allocate(4, 3, 1, 2)
+
+    def check() -> None:
+        stats, terms = ch.read_counters(bufs)
+        n = stats[ch.STAT_EPISODES]
+        assert stats[ch.STAT_SEQ] % 2 == 0
+        assert [stats[ch.STAT_SYNCS], stats[ch.STAT_RETURN_SUM], stats[ch.STAT_LENGTH_SUM]] == [n, n, n]
+        assert stats[ch.STAT_ENV_STEPS] == 4 * n and terms == [n, 2 * n, 3 * n], (stats, terms)
+
+    assert _read_while_writing(bufs, _writer, 50_000, check) > 10
     assert ch.read_counters(bufs)[0][ch.STAT_EPISODES] == 50_000
 
 
@@ -51,20 +65,13 @@ def _health_writer(bufs: ch.SharedBuffers, publications: int, started: mp.Event)
 
 def test_learning_health_sums_are_read_with_the_env_steps_they_cover() -> None:
     bufs = ch.SharedBuffers.allocate(4, 3, 1, 0, num_health=2)
-    ctx = mp.get_context("spawn")
-    started = ctx.Event()
-    proc = ctx.Process(target=_health_writer, args=(bufs, 20_000, started))
-    proc.start()
-    try:
-        started.wait(timeout=60)
-        reads = 0
-        while proc.is_alive() or reads == 0:
-            steps, *sums = ch.read_health(bufs)
-            assert sums == [steps / 4, steps / 2], (steps, sums)
-            reads += 1
-    finally:
-        proc.join(timeout=60)
-    assert proc.exitcode == 0 and ch.read_health(bufs) == [80_000.0, 20_000.0, 40_000.0]
+
+    def check() -> None:
+        steps, *sums = ch.read_health(bufs)
+        assert sums == [steps / 4, steps / 2], (steps, sums)
+
+    _read_while_writing(bufs, _health_writer, 20_000, check)
+    assert ch.read_health(bufs) == [80_000.0, 20_000.0, 40_000.0]
 
 
 def test_a_collector_that_died_mid_update_leaves_the_last_copy() -> None:
