@@ -87,7 +87,7 @@ class Collector:
         # Learning-health sums over env steps, on the device; ``health_sums`` reads them (one transfer).
         # [0]: saturated action components (counted, divided by the action size on reading), then
         # one sum per task diagnostic (``diagnostic_terms``: name -> fn(task) -> [N] per env step).
-        diagnostics = getattr(task, "diagnostic_terms", dict)()
+        diagnostics = task.diagnostic_terms()
         self._diagnostics = list(diagnostics.values())
         self.health_names = ["action_saturation", *diagnostics]
         self._health = torch.zeros(len(self.health_names), device=dev)
