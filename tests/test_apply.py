@@ -275,6 +275,58 @@ def test_apply_leaves_a_complete_run_directory_and_resumes(tmp_path: Path) -> No
     assert r.returncode == 1 and "was run with plan" in r.stderr and "Traceback" not in r.stderr
 
 
+def test_a_finished_run_is_extended_with_a_larger_budget(tmp_path: Path) -> None:
+    """`--resume RUN_DIR --set run.total_env_steps=N` trains a finished run further in its own
+    directory: the plan changes in its budget alone (the diff is shown), the replaced plan stays
+    beside it, the manifest's sessions name both plans, and every checkpoint still loads. Any
+    other key, or a budget that does not grow, is refused and changes nothing."""
+    spec = spec_copy(tmp_path, "cartpole.toml")
+    small = ["--set", "algo.warmup_env_steps=256", "--set", "run.checkpoint_every_env_steps=1024"]
+    r = apply(tmp_path, str(spec), *small, "--set", "run.total_env_steps=2048")
+    assert r.returncode == 0, r.stderr
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    before = {p.name: p.read_bytes() for p in run_dir.rglob("*") if p.is_file() and p.name != "events.jsonl"}
+    r = apply(tmp_path, "--resume", str(run_dir))
+    assert r.returncode == 1 and "already finished" in r.stderr
+    assert f"unilab apply --resume {run_dir} --set run.total_env_steps=N" in r.stderr, r.stderr
+    for refused, says in (
+        ("run.seed=3", "[resume.budget-only] run.seed: "),
+        ("run.total_env_steps=1024", "does not extend run"),
+        ("run.total_env_steps=many", "Input should be a valid integer"),
+    ):
+        r = apply(tmp_path, "--resume", str(run_dir), "--set", refused)
+        assert r.returncode == 1 and says in r.stderr and "Traceback" not in r.stderr, r.stderr
+    after = {p.name: p.read_bytes() for p in run_dir.rglob("*") if p.is_file() and p.name != "events.jsonl"}
+    assert after == before
+    old_id = tomllib.loads((run_dir / "plan.toml").read_text())["plan_id"]
+
+    r = apply(tmp_path, "--resume", str(run_dir), "--set", "run.total_env_steps=4096")
+    assert r.returncode == 0, r.stderr
+    assert "~ run.total_env_steps: 2048 -> 4096" in r.stderr, r.stderr
+    assert [ln for ln in r.stderr.splitlines() if ln.startswith("  ~ ")] == [
+        "  ~ run.total_env_steps: 2048 -> 4096",
+        "  ~ run.effective_env_steps: 2048 -> 4096",
+    ], r.stderr
+    m = json.loads((run_dir / "manifest.json").read_text())
+    new_id = tomllib.loads((run_dir / "plan.toml").read_text())["plan_id"]
+    assert new_id != old_id and m["plan_id"] == new_id and m["status"] == "succeeded"
+    assert [s["plan_id"] for s in m["sessions"]] == [old_id, new_id]
+    assert m["counters"]["env_steps"] == 4096
+    assert (run_dir / f"plan.{old_id.removeprefix('sha256:')[:12]}.toml").is_file()
+    steps = sorted(int(c.stem.split("-")[1]) for c in (run_dir / "checkpoints").glob("ckpt-*.pt"))
+    assert steps == [2048, 3072, 4096]  # run.checkpoint_keep = 3
+    r = subprocess.run([*UNILAB, "manifest", "validate", str(run_dir)], cwd=tmp_path, capture_output=True, text=True)
+    assert r.returncode == 0 and "3 of 3 checkpoints match" in r.stdout, r.stdout + r.stderr
+    # A checkpoint of the plan before the extension still evaluates.
+    r = subprocess.run(
+        [*UNILAB, "eval", str(run_dir), "--episodes", "2", "--checkpoint", "ckpt-0000000002048.pt"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
+    assert r.returncode == 0, r.stderr
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=["ctrl-c", "sigterm", "hangup"])
 def test_resume_continues_counters(tmp_path: Path, sig: signal.Signals) -> None:
     """Ctrl-C, SIGTERM as a scheduler, `timeout` or `docker stop` sends it, or SIGHUP from a closed

@@ -143,14 +143,18 @@ def test_apply_without_target(tmp_path: Path) -> None:
 
 
 def test_resume_never_replans(tmp_path: Path) -> None:
-    """A run resumes with its own plan: --set cannot change it, and a plan made for other host
-    facts is refused with a fix that does not send the user to re-plan (a new plan id)."""
+    """A run resumes with its own plan: --set cannot change it (its budget aside), and a plan made
+    for other host facts is refused with a fix that does not send the user to re-plan (a new plan id)."""
     run = tmp_path / "run"
     run.mkdir()
     other = str(ROOT / "tests" / "fixtures" / "hosts" / "one_h200.json")  # not this machine's facts
     assert unilab("plan", CARTPOLE, "--host-facts", other, "--out", str(run / "plan.toml")).returncode == 0
     r = unilab("apply", "--resume", str(run), "--set", "task.num_envs=8")
-    assert_io_error(r, "--resume continues the run's own plan; --set would make another plan")
+    assert_io_error(r, "--set task.num_envs with --resume: a resumed run keeps its plan; only its budget may grow")
+    assert "[resume.budget-only] task.num_envs: " in r.stderr
+    r = unilab("apply", "--resume", str(run), "--set", "run.total_env_steps=9000000")
+    assert_io_error(r, f"run {run} was planned for other host facts: ")
+    assert "--replan --set run.total_env_steps=9000000" in r.stderr
     r = unilab("apply", "--resume", str(run))
     assert_io_error(r, f"run {run} was planned for other host facts: ")
     assert "re-plan" not in r.stderr and "start a new run: unilab apply SPEC" in r.stderr

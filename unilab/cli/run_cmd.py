@@ -111,7 +111,7 @@ def add_parsers(sub: argparse._SubParsersAction, spec_opts) -> None:
         type=path_arg,
         metavar="RUN_DIR",
         help="continue RUN_DIR from its last checkpoint with its own plan (a SPEC|PLAN given must have the "
-        "same plan id)",
+        "same plan id); with --set run.total_env_steps=N, train it further to a larger budget",
     )
     sp.add_argument(
         "--checkpoint",

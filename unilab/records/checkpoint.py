@@ -102,7 +102,7 @@ def _first_sentence(text: str, limit: int = 200) -> str:
 def run_plan_ids(run_dir: Path, plan_id: str) -> set[str]:
     """The plan ids whose checkpoints `run_dir` may hold: `plan_id` (the run's plan now) and those
     of the run's earlier sessions, which differ only where a resume re-planned the run for another
-    host (`--replan`), as the manifest records."""
+    host (`--replan`) or extended its budget (`--set run.total_env_steps`), as the manifest records."""
     from unilab.records.manifest_io import read_run_manifest
 
     manifest = read_run_manifest(run_dir)

@@ -25,11 +25,6 @@ def resolve_apply(
             raise UnilabError(
                 "apply needs a SPEC or a saved PLAN", fix="unilab apply specs/g1.toml (or --resume RUN_DIR)"
             )
-        if overrides:
-            raise UnilabError(
-                "--resume continues the run's own plan; --set would make another plan",
-                fix=f"drop --set to resume {resume}, or start a new run: unilab apply SPEC --set ...",
-            )
         target = resume / "plan.toml"  # the run's own plan, re-checked against this host
         if not resume.is_dir():
             raise UnilabError(
@@ -43,6 +38,8 @@ def resolve_apply(
             )
     if replan and resume is None:
         raise UnilabError("--replan re-plans a run being resumed", fix="use it with --resume RUN_DIR, or drop it")
+    if resume_dir is not None and overrides:
+        return _extended(resume_dir, overrides, replan)
     return _resolve_target(target, overrides, resume_dir, replan)
 
 
@@ -95,6 +92,41 @@ def _resolve_target(
     with reading(target, "spec"):
         loaded = load_spec(target, overrides)
     return compile_plan(loaded.spec, facts, loaded.spec_dir), None
+
+
+def _extended(run_dir: Path, overrides: list[str], replan: bool) -> tuple[Plan, str]:
+    """The run's plan with the larger budget `--set run.total_env_steps=N` asks for (nothing else
+    may change), and the plan id of the run it continues; the changes are shown as `unilab diff`
+    shows them."""
+    from unilab.host.probe import probe_host
+    from unilab.inputfile import reading
+    from unilab.plan.diff import first_of
+    from unilab.plan.extend import budget_override, extend_for_resume
+    from unilab.plan.fingerprint import compare_fingerprint
+    from unilab.plan.render import load_plan
+
+    total = budget_override(overrides, run_dir)
+    with reading(run_dir / "plan.toml", "plan"):
+        old = load_plan(run_dir / "plan.toml")
+    facts = probe_host()
+    if (host_changes := compare_fingerprint(old.host_facts, facts)) and not replan:
+        raise UnilabError(
+            f"run {run_dir} was planned for other host facts: {first_of(host_changes)}",
+            detail="a run resumes with its own plan, on the host facts it was compiled against",
+            fix=f"extend it on this host with a plan re-made for it: unilab apply --resume {run_dir} --replan "
+            f"--set run.total_env_steps={total}; or restore what changed",
+        )
+    if not host_changes:
+        _recheck(old, facts, run_dir / "plan.toml", run_dir)  # an edited plan.toml is not extended
+    new, changes = extend_for_resume(old, facts, run_dir, total)
+    print(
+        f"extending {run_dir} to {total:,} env steps: {len(changes)} change{'s' if len(changes) != 1 else ''} "
+        "to its plan",
+        file=sys.stderr,
+    )
+    for c in changes:
+        print(f"  {c.render()}", file=sys.stderr)
+    return new, old.plan_id
 
 
 def _recheck(plan: Plan, facts: HostFacts, source: Path, resume_dir: Path | None) -> None:

@@ -35,6 +35,7 @@ def resolve_resume(plan: Plan, run_dir: Path, run_plan_id: str | None = None, ch
         env_steps_of,
         list_checkpoints,
         load_checkpoint,
+        run_plan_ids,
     )
 
     saved = run_dir / "plan.toml"
@@ -60,7 +61,9 @@ def resolve_resume(plan: Plan, run_dir: Path, run_plan_id: str | None = None, ch
         path = run_checkpoint(run_dir, checkpoint, "unilab apply --resume")
     else:
         path = ckpts[-1]
-    blob = load_checkpoint(path, plan_id=run_plan_id)  # a corrupt file is named as such first
+    # A corrupt file is named as such first. Any plan the run has had may own it: a resume that
+    # re-planned or extended the run can stop before the new plan's first checkpoint.
+    blob = load_checkpoint(path, plan_id=run_plan_ids(run_dir, run_plan_id))
     check_recorded_digest(run_dir, path)
     named = env_steps_of(path)
     if blob["env_steps"] != named:  # checkpoints are ordered, and superseded, by the steps in their names
@@ -74,8 +77,8 @@ def resolve_resume(plan: Plan, run_dir: Path, run_plan_id: str | None = None, ch
         raise UnilabError(
             f"{run_dir} already finished its run ({blob['env_steps']:,} env steps of "
             f"{plan.run.total_env_steps:,} requested); nothing to resume",
-            fix="nothing is left to run in it; for more training, start a new run with a larger "
-            "run.total_env_steps (a finished run cannot be extended: its plan fixes the budget)",
+            fix=f"nothing is left to run in it; to train it further, give it a larger budget: "
+            f"unilab apply --resume {run_dir} --set run.total_env_steps=N (N above {blob['env_steps']:,})",
         )
     return path
 
