@@ -57,7 +57,7 @@ def test_apply_eval_export_without_extras_and_their_features_refused(tmp_path: P
     assert a.returncode == 0, a.stderr[-3000:]
     run_dir = next((tmp_path / "runs").iterdir())
     rel = run_dir.relative_to(tmp_path)
-    hint = f"next: unilab eval {rel}   (score the policy; to film it: pip install 'unilab[video]'"
+    hint = f"next: unilab eval {rel}   (score the policy; to film it: bash tools/setup.sh video in the unilab checkout"
     assert hint in a.stdout, a.stdout
 
     e = _lean(tmp_path, "eval", str(run_dir), "--episodes", "2", "--workers", "1", "--json")
@@ -71,11 +71,11 @@ def test_apply_eval_export_without_extras_and_their_features_refused(tmp_path: P
     v = _lean(tmp_path, "eval", str(run_dir), "--episodes", "2", "--video", str(tmp_path / "v.mp4"))
     assert v.returncode == 1
     assert "--video needs imageio-ffmpeg, which is not installed (the `video` extra)" in v.stderr
-    assert "pip install 'unilab[video]'" in v.stderr and "Traceback" not in v.stderr
+    assert "bash tools/setup.sh video in the unilab checkout" in v.stderr and "Traceback" not in v.stderr
     assert not (tmp_path / "v.mp4").exists()
 
     p = _lean(tmp_path, "profile", str(ROOT / "specs" / "g1.toml"), "--out", str(tmp_path / "prof"))
     assert p.returncode == 1
     assert "needs matplotlib, which is not installed (the `profile` extra)" in p.stderr
-    assert "pip install 'unilab[profile]'" in p.stderr and "Traceback" not in p.stderr
+    assert "bash tools/setup.sh profile in the unilab checkout" in p.stderr and "Traceback" not in p.stderr
     assert not (tmp_path / "prof").exists()

@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import ast
 import importlib.metadata as md
+import os
 import re
+import shutil
+import subprocess
 import sys
 import tomllib
 from pathlib import Path
@@ -101,9 +104,48 @@ def test_every_extra_is_described_and_installs_what_unilab_names() -> None:
     assert set(EXTRAS) | {"all", "test"} == set(extras), "an extra unilab.extras does not describe"
 
 
-def test_torch_has_one_pin_read_by_setup_sh() -> None:
-    core_reqs = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
-    pins = [r for r in core_reqs if _name(r) == "torch"]
-    assert len(pins) == 1 and re.fullmatch(r"torch==\d+\.\d+\.\d+", pins[0].replace(" ", "")), pins
+def _uv() -> str:
+    found = shutil.which("uv") or str(Path(sys.executable).with_name("uv"))
+    if not Path(found).is_file():
+        pytest.fail("uv is not installed; the test extra installs it (bash tools/setup.sh test)")
+    return found
+
+
+def test_the_lock_and_its_export_match_pyproject(tmp_path: Path) -> None:
+    """uv.lock resolves pyproject.toml as it is now, and tools/constraints.txt (what setup.sh and CI
+    install) is its export: after a dependency change, `bash tools/lock.sh` rewrites both. Checked
+    offline, from an empty cache: a current lock needs no index to be proven current."""
+    r = subprocess.run(
+        [_uv(), "export", "--locked", "--offline", "--no-hashes", "--no-emit-project", "--all-extras",
+         "--format", "requirements-txt", "--no-python-downloads", "--python", sys.executable, "--project", str(ROOT)],
+        capture_output=True, text=True, env={**os.environ, "UV_CACHE_DIR": str(tmp_path / "cache")},
+    )  # fmt: skip
+    assert r.returncode == 0, f"uv.lock is out of date with pyproject.toml; run bash tools/lock.sh\n{r.stderr}"
+    want = r.stdout
+    have = (ROOT / "tools" / "constraints.txt").read_text()
+    assert have.split("\n", 2)[2] == want.split("\n", 2)[2], "tools/constraints.txt differs from uv.lock's export"
+
+
+def test_setup_installs_the_locked_versions() -> None:
+    """setup.sh takes torch's version from uv.lock and installs everything under tools/constraints.txt."""
     setup = (ROOT / "tools" / "setup.sh").read_text()
-    assert not re.search(r"torch==\d", setup), "setup.sh must read the torch pin from pyproject.toml"
+    assert not re.search(r"torch==\d", setup), "setup.sh must read torch's version from uv.lock"
+    assert setup.count('--constraint "$lock"') == 2, "torch's CUDA build and unilab install under the lock"
+    constraints = (ROOT / "tools" / "constraints.txt").read_text()
+    lock = tomllib.loads((ROOT / "uv.lock").read_text())
+    torch = [p["version"] for p in lock["package"] if p["name"] == "torch"]
+    assert len(torch) == 1 and f"\ntorch=={torch[0]}\n" in constraints
+
+
+def test_physics_engines_are_bounded_to_the_tested_releases() -> None:
+    """pyproject.toml's bounds on MuJoCo and MuJoCo Warp are the releases rule sim.tested-versions
+    accepts, and the locked versions are among them."""
+    from unilab.host.tested import is_tested, tested_range
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    reqs = [*project["dependencies"], *project["optional-dependencies"]["gpu"]]
+    lock = {p["name"]: p["version"] for p in tomllib.loads((ROOT / "uv.lock").read_text())["package"]}
+    for dist in ("mujoco", "mujoco-warp"):
+        (req,) = [r.replace(" ", "") for r in reqs if _name(r) == dist]
+        assert req == tested_range(dist), f"pyproject.toml has {req}, unilab.host.tested {tested_range(dist)}"
+        assert is_tested(dist, lock[dist]), f"uv.lock has {dist} {lock[dist]}, outside the tested releases"

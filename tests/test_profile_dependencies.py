@@ -37,5 +37,5 @@ def test_profile_without_matplotlib_refuses_before_any_arm_runs(
     )
     with pytest.raises(UnilabError, match="needs matplotlib") as info:
         session.run_profile(req, say=lambda *a, **k: None)
-    assert "pip install 'unilab[profile]'" in info.value.fix
+    assert "bash tools/setup.sh profile in the unilab checkout" in info.value.fix
     assert ran == [] and not (tmp_path / "profile").exists()

@@ -8,8 +8,9 @@
 # The torch build is chosen, not guessed: UNILAB_TORCH=cpu takes PyTorch's CPU wheel (about 200 MB),
 # UNILAB_TORCH=cuda PyPI's CUDA wheel (several GB). Unset, it is cuda when the gpu extra (or all,
 # or test) is asked for on a host with an NVIDIA driver, and cpu otherwise: the Quick start trains
-# on the CPU. The torch version is the pin in pyproject.toml. An importable torch in .venv is kept
-# (install another build there first to use it).
+# on the CPU. Every version installed is the one uv.lock fixes (through tools/constraints.txt, its
+# export for pip), torch's included. An importable torch of that version in .venv is kept (install
+# another build of it there first to use it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -59,11 +60,13 @@ elif ! new_enough .venv/bin/python; then
   fail ".venv has $(.venv/bin/python --version 2>&1), older than 3.11; remove it (rm -rf .venv) and run this again"
 fi
 
-step="reading the torch pin from pyproject.toml"
+step="reading the locked torch version from uv.lock"
+lock=tools/constraints.txt
+[ -f uv.lock ] && [ -f "$lock" ] || fail "uv.lock or $lock is missing from this checkout; check it out again (git checkout -- uv.lock $lock)"
 torch_pin=$(.venv/bin/python -c '
 import tomllib
-deps = tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]
-print(next(d for d in deps if d.replace(" ", "").startswith("torch==")))')
+lock = tomllib.load(open("uv.lock", "rb"))
+print("torch==" + next(p["version"] for p in lock["package"] if p["name"] == "torch"))')
 
 choice="${UNILAB_TORCH:-}"
 case "$choice" in
@@ -106,19 +109,20 @@ else
     echo "installing $torch_pin, CPU build ($why; UNILAB_TORCH=cuda for the CUDA build)"
     # PyTorch's CPU index when it answers, else pip's own configuration (a local wheel, say).
     if .venv/bin/python -c "import urllib.request as u; u.urlopen('$cpu_index/torch/', timeout=5)" 2>/dev/null; then
-      .venv/bin/python -m pip install --quiet $reinstall --index-url "$cpu_index" "$torch_pin"
+      # Its dependencies come with the rest, at their locked versions, from pip's usual index.
+      .venv/bin/python -m pip install --quiet $reinstall --no-deps --index-url "$cpu_index" "$torch_pin"
     else
       echo "$cpu_index does not answer: pip's own configuration picks the wheel (on PyPI, Linux's is a CUDA build)"
-      .venv/bin/python -m pip install --quiet $reinstall "$torch_pin"
+      .venv/bin/python -m pip install --quiet $reinstall --no-deps "$torch_pin"
     fi
   else
     step="installing $torch_pin (CUDA build from PyPI, several GB)"
     echo "installing $torch_pin, CUDA build ($why; UNILAB_TORCH=cpu for the CPU build)"
-    .venv/bin/python -m pip install --quiet $reinstall "$torch_pin"
+    .venv/bin/python -m pip install --quiet $reinstall --constraint "$lock" "$torch_pin"
   fi
 fi
 
-step="installing unilab${extras:+[$extras]} and its dependencies"
-.venv/bin/python -m pip install --quiet -e ".${extras:+[$extras]}"
+step="installing unilab${extras:+[$extras]} and its dependencies at the versions uv.lock fixes"
+.venv/bin/python -m pip install --quiet --constraint "$lock" -e ".${extras:+[$extras]}"
 step=""
 echo "unilab${extras:+[$extras]} installed in .venv (activate with: . .venv/bin/activate)"

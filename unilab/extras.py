@@ -21,8 +21,14 @@ EXTRAS: dict[str, tuple[str, tuple[str, ...]]] = {
 }
 
 
+# The distribution's name. `unilab` on the public package index is another project with the same
+# import name: no hint may say `pip install unilab...`, which would fetch it (docs/install.md).
+DISTRIBUTION = "unilab-runtime"
+
+
 def install_command(extra: str) -> str:
-    return f"pip install 'unilab[{extra}]' (in a checkout: bash tools/setup.sh {extra})"
+    """What installs ``extra`` into this unilab's environment, from the checkout it came from."""
+    return f"bash tools/setup.sh {extra} in the unilab checkout (or pip install -e '.[{extra}]' there)"
 
 
 def require(module: str, extra: str, feature: str) -> ModuleType:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from unilab.errors import UnilabError
+from unilab.extras import DISTRIBUTION
 from unilab.host.facts import (
     LEARNER_CPU_FLAGS,
     CpuFacts,
@@ -179,7 +180,7 @@ def probe_host(env: dict[str, str] | None = None, nvml: Any = "auto", state_dir:
             registry_error=registry_error,
         ),
         packages=PackageFacts(
-            unilab=_version("unilab"),
+            unilab=_version(DISTRIBUTION),
             torch=_version("torch"),
             warp_lang=_version("warp-lang"),
             mujoco=_version("mujoco"),

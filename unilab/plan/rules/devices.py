@@ -5,6 +5,7 @@ from __future__ import annotations
 from unilab.algos.registry import algo_def
 from unilab.errors import Diagnostic
 from unilab.extras import install_command
+from unilab.host.tested import TESTED_RELEASES, is_tested, tested_range
 from unilab.plan.context import Context, resolve_device
 from unilab.plan.rules.registry import Rule, mps_start_command, rule
 
@@ -294,3 +295,29 @@ def sim_packages(r: Rule, ctx: Context) -> list[Diagnostic]:
             "tools/setup.sh in a checkout), then plan again"
         )
     return [r.diag(f"{' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} not installed on the host", fix)]
+
+
+@rule(
+    "sim.tested-versions",
+    "sim.backend",
+    "The run's physics engine is a release this unilab is tested with (MuJoCo, and for sim.backend = mjwarp "
+    "MuJoCo Warp): another release can change the physics under a plan.",
+)
+def sim_tested_versions(r: Rule, ctx: Context) -> list[Diagnostic]:
+    p = ctx.facts.packages
+    installed = {"mujoco": p.mujoco}
+    if ctx.spec.sim.backend == "mjwarp":
+        installed["mujoco-warp"] = p.mujoco_warp
+    for dist, version in installed.items():
+        if version is None or is_tested(dist, version):  # a missing one is sim.packages' refusal
+            continue
+        tested = " or ".join(f"{a}.{b}.x" for a, b in TESTED_RELEASES[dist])
+        return [
+            r.diag(
+                f"{dist} {version} is installed on the host; this unilab is tested with {dist} {tested}, and "
+                "another release can change the physics the plan trains on",
+                f"install a tested release: pip install '{tested_range(dist)}' (in a checkout, bash tools/setup.sh "
+                "installs the locked versions), then plan again",
+            )
+        ]
+    return []
