@@ -126,6 +126,7 @@ def check_run_dir(m: Manifest, run_dir: Path, report: ConsistencyReport) -> None
             report.plan_checked = True
             if plan_id != m.plan_id:
                 report.problems.append(f"{plan} has plan_id {plan_id!r}, the manifest {m.plan_id!r}")
+    _check_code_diff(m, run_dir, report)
     for c in m.checkpoints:
         path = run_dir / c.path
         if not path.resolve().is_relative_to(run_dir.resolve()):
@@ -144,6 +145,20 @@ def check_run_dir(m: Manifest, run_dir: Path, report: ConsistencyReport) -> None
             report.problems.append(f"checkpoint {c.path} does not have the recorded sha256 (changed after the run)")
         else:
             report.checkpoints_verified += 1
+
+
+def _check_code_diff(m: Manifest, run_dir: Path, report: ConsistencyReport) -> None:
+    """The patch of a dirty checkout is the one the run recorded."""
+    name = m.provenance.git_diff
+    if name is None:
+        return
+    path = run_dir / name
+    if not path.resolve().is_relative_to(run_dir.resolve()):
+        report.problems.append(f"provenance.git_diff {name} is outside the run directory")
+    elif not path.is_file():
+        report.problems.append(f"provenance.git_diff {name} is recorded but not in {run_dir}")
+    elif "sha256:" + file_sha256(path) != m.provenance.git_diff_sha256:
+        report.problems.append(f"{name} does not have the recorded sha256 (changed after the run)")
 
 
 def check_manifest(m: Manifest, path: Path) -> ConsistencyReport:

@@ -29,6 +29,16 @@ class Provenance(_M):
         description="That checkout's unilab/ package had uncommitted changes (modified or new files): the code "
         "that ran is not exactly git_commit's (null when not run from a checkout).",
     )
+    git_diff: str | None = Field(
+        None,
+        description="With git_dirty: the file in the run directory (code/<session start>.patch) holding that "
+        "checkout's uncommitted changes to unilab/ as a patch on git_commit (tracked files, then new ones); null "
+        "when clean, not a checkout, or git could not say.",
+    )
+    git_diff_sha256: str | None = Field(None, description="sha256 of the git_diff file as written.")
+    git_diff_truncated: bool | None = Field(
+        None, description="The patch was cut at 1 MiB: git_diff holds its beginning only (null: no patch)."
+    )
     torch: str | None = Field(None, description="torch version the learner imported.")
     cuda_runtime: str | None = Field(None, description="CUDA runtime torch was built with (null on CPU builds).")
     warp_lang: str | None = Field(None, description="warp-lang version installed (null: not installed).")

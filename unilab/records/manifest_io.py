@@ -15,7 +15,7 @@ from typing import Any
 import jsonschema
 
 from unilab import __version__
-from unilab.atomic import write_text_atomic
+from unilab.atomic import write_atomic, write_text_atomic
 from unilab.errors import UnilabError
 from unilab.host.facts import HostFacts
 from unilab.inputfile import read_input
@@ -47,6 +47,66 @@ def checkout_state(package: Path) -> tuple[str | None, bool | None]:
     commit = _git(["rev-parse", "HEAD"], package)
     status = _git(["status", "--porcelain", "--", "."], package)  # the package's files, new ones too
     return commit, (None if commit is None or status is None else status != "")
+
+
+# A dirty checkout's patch is kept up to this size: enough for any edit to unilab's source, not
+# for a data file someone dropped into the package.
+CODE_DIFF_CAP = 1 << 20
+
+
+def _git_bytes(args: list[str], cwd: Path, ok: tuple[int, ...] = (0,)) -> bytes | None:
+    try:
+        r = subprocess.run(["git", *args], cwd=cwd, capture_output=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return r.stdout if r.returncode in ok else None
+
+
+def checkout_diff(package: Path) -> bytes | None:
+    """The uncommitted changes of the checkout's ``package`` directory as one patch (``git apply``
+    takes it on top of the recorded commit): its tracked files against HEAD, then its new files.
+    None when git cannot say."""
+    top = _git(["rev-parse", "--show-toplevel"], package)
+    if top is None:
+        return None
+    tracked = _git_bytes(["diff", "HEAD", "--binary", "--", str(package)], Path(top))
+    new = _git_bytes(["ls-files", "--others", "--exclude-standard", "--full-name", "-z", "--", "."], package)
+    if tracked is None or new is None:
+        return None
+    parts = [tracked]
+    for name in filter(None, new.decode("utf-8", "surrogateescape").split("\0")):
+        # --no-index exits 1 when the files differ, which a new file always does.
+        patch = _git_bytes(["diff", "--no-index", "--binary", "--", "/dev/null", name], Path(top), ok=(0, 1))
+        if patch is None:
+            return None
+        parts.append(patch)
+    return b"".join(parts)
+
+
+def keep_code_diff(run_dir: Path, prov: Provenance, started_at: str) -> Provenance:
+    """A dirty checkout's changes kept in the run directory (code/<session start>.patch, capped at
+    CODE_DIFF_CAP), named in the provenance with their sha256: git_commit alone does not say what
+    ran. A clean checkout, or an installed copy, keeps nothing."""
+    import hashlib
+
+    if not prov.git_dirty:
+        return prov
+    patch = checkout_diff(Path(__file__).resolve().parent.parent)
+    if patch is None:
+        return prov
+    truncated = len(patch) > CODE_DIFF_CAP
+    patch = patch[:CODE_DIFF_CAP]
+    stamp = started_at.replace("-", "").replace(":", "").split(".")[0] + "Z"
+    path = run_dir / "code" / f"{stamp}.patch"
+    path.parent.mkdir(exist_ok=True)
+    write_atomic(path, lambda f: f.write(patch), "code diff")
+    return prov.model_copy(
+        update={
+            "git_diff": str(path.relative_to(run_dir)),
+            "git_diff_sha256": "sha256:" + hashlib.sha256(patch).hexdigest(),
+            "git_diff_truncated": truncated,
+        }
+    )
 
 
 def provenance(facts: HostFacts) -> Provenance:

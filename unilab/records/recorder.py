@@ -29,7 +29,7 @@ from unilab.manifest.models import (
 )
 from unilab.plan.models import Plan
 from unilab.records.events import EventLog
-from unilab.records.manifest_io import provenance, utc_now, write_manifest
+from unilab.records.manifest_io import keep_code_diff, provenance, utc_now, write_manifest
 from unilab.records.progress import ProgressLine, cpu_ranges, plural
 from unilab.records.wandb_mirror import FINISH_TIMEOUT_S, WandbMirror
 from unilab.sim.contract import physics_warning_fix
@@ -274,6 +274,7 @@ class RunRecorder:
                 f"{cpu_ranges(e.collector_cpu_ids_applied)} with {plural(e.physics_workers, 'physics worker')}"
             )
         self.open_tensorboard()
+        self.prov = keep_code_diff(self.run_dir, self.prov, self.started_at)
         self.write("running")
 
     def _note_physics_warnings(self, seen: dict[str, int]) -> None:
