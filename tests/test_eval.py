@@ -309,6 +309,46 @@ def test_command_tracking_compares_the_base_with_its_command_and_with_standing_s
     ends = played.length.tolist()
     mine = [float(errors[k + 1][w]) for w in range(3) for k in range(int(ends[w]) - 1)]
     assert t.lin_vel_xy_error == pytest.approx(sum(mine) / len(mine), rel=1e-5)
+    assert t.averaged is None  # 0.3 s episodes: no step has a whole second behind it
+
+
+def test_command_tracking_also_averages_the_velocity_over_one_second() -> None:
+    """Beside the per-step error, eval compares the command with the base velocity averaged over
+    the trailing second (a stride's sway averaged out), counted only where the whole window lies in
+    the episode; episodes shorter than the window report no average."""
+    import torch
+
+    from unilab.collect.build import build_collector
+    from unilab.evaluate.rollout import _play
+    from unilab.spec.models import CommandRanges, SimSpec, task_spec
+
+    commands = CommandRanges(lin_vel_x=(0.6, 0.6), lin_vel_y=(-0.8, -0.8), ang_vel_z=(0.3, 0.3))
+    task = task_spec(name="g1_walk", num_envs=2, episode_length_s=1.3, commands=commands)
+    seen: list[torch.Tensor] = []
+    with build_collector(task, SimSpec(workers=1), num_envs=2, workers=1) as c:
+
+        def policy(obs: torch.Tensor) -> torch.Tensor:
+            # The state the coming step starts from is the one the previous step ended on.
+            seen.append(torch.cat([c.task.base_lin_vel_b[:, :2], c.task.base_yaw_rate.unsqueeze(1)], 1).double())
+            return torch.zeros(obs.shape[0], 29)
+
+        played = _play(c, policy, False)
+    t = played.tracking
+    assert t is not None and t.averaged is not None
+    a, window = t.averaged, 50  # 1 s of 0.02 s control steps
+    assert a.window_s == pytest.approx(1.0)
+    cmd = torch.tensor([0.6, -0.8, 0.3], dtype=torch.float64)
+    lin, yaw = [], []
+    for w in range(2):
+        ends = [seen[k + 1][w] for k in range(int(played.length[w]) - 1)]  # the counted steps' end states
+        for k in range(window - 1, len(ends)):
+            mean = torch.stack(ends[k - window + 1 : k + 1]).mean(0)
+            lin.append(float((cmd[:2] - mean[:2]).norm()))
+            yaw.append(float((cmd[2] - mean[2]).abs()))
+    assert a.steps == len(lin) > 0
+    assert a.lin_vel_xy_error == pytest.approx(sum(lin) / len(lin), rel=1e-6)
+    assert a.yaw_rate_error == pytest.approx(sum(yaw) / len(yaw), rel=1e-6)
+    assert a.standing_lin_vel_xy_error == pytest.approx(1.0) and a.standing_yaw_rate_error == pytest.approx(0.3)
 
 
 def test_the_gait_counts_swing_steps_and_touchdowns_of_the_first_episodes() -> None:

@@ -251,6 +251,13 @@ def main() -> int:
                 f"{t['standing_lin_vel_xy_error']:.3f}), |w_z - cmd| {t['yaw_rate_error']:.3f} rad/s "
                 f"(standing still {t['standing_yaw_rate_error']:.3f})"
             )
+            if (a := t.get("averaged")) is not None:  # a stride's sway averaged out
+                print(
+                    f"{'':<42} over {a['window_s']:g} s windows: |v_xy - cmd| {a['lin_vel_xy_error']:.3f} m/s "
+                    f"({a['lin_vel_xy_error'] / max(a['standing_lin_vel_xy_error'], 1e-9):.2f}x standing), "
+                    f"|w_z - cmd| {a['yaw_rate_error']:.3f} rad/s "
+                    f"({a['yaw_rate_error'] / max(a['standing_yaw_rate_error'], 1e-9):.2f}x standing)"
+                )
         print(f"{'':<42} {gait_text(rep)}")
     print(
         f"go/no-go at {GO_ENV_STEPS:,} env steps (swing share >= {GO_SWING_SHARE}, |v_xy - cmd| <= "

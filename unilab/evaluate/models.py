@@ -45,6 +45,20 @@ class EvalVideo(_E):
     clips: list[VideoClip]
 
 
+class AveragedTracking(_E):
+    """The same comparison with the base velocity averaged over a trailing window (one second): a
+    stepping robot's pelvis sways and yaws within every stride, so the per-step error counts that
+    sway as well as whether the robot goes where it is told. Counted only at steps whose whole
+    window lies in one episode under one command."""
+
+    window_s: float = Field(description="The averaging window, seconds.")
+    lin_vel_xy_error: float = Field(description="Mean |cmd_xy - mean over the window of v_xy|, m/s.")
+    yaw_rate_error: float = Field(description="Mean |cmd_yaw - mean over the window of w_z|, rad/s.")
+    standing_lin_vel_xy_error: float = Field(description="Mean |cmd_xy| over the same steps, m/s.")
+    standing_yaw_rate_error: float = Field(description="Mean |cmd_yaw| over the same steps, rad/s.")
+    steps: int = Field(description="Env steps counted: those with a full window.")
+
+
 class CommandTracking(_E):
     """How closely the base followed its velocity command (g1_walk), averaged over every step the
     episodes played but each one's last (its world is reset by then); beside it the error a robot
@@ -59,6 +73,9 @@ class CommandTracking(_E):
     )
     standing_yaw_rate_error: float = Field(description="Mean |cmd_yaw|, rad/s.")
     steps: int = Field(description="Env steps averaged over, all episodes together.")
+    averaged: AveragedTracking | None = Field(
+        None, description="Over a one-second window; None when no step had a whole window (episodes under 1 s)."
+    )
 
 
 class Gait(_E):

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from unilab.errors import UnilabError
-from unilab.evaluate.models import CommandTracking, EvalReport, EvalVideo, Gait, Stat, VideoClip
+from unilab.evaluate.models import AveragedTracking, CommandTracking, EvalReport, EvalVideo, Gait, Stat, VideoClip
 from unilab.evaluate.status import StatusLine
 from unilab.evaluate.video_request import check_video_request
 from unilab.host.platform import require_runtime_platform
@@ -96,43 +96,98 @@ class _Episodes:
     action_saturation: float | None = None
 
 
-class _TrackingSums:
-    """Sums over the counted steps of the command-tracking errors and of a standing robot's."""
+AVERAGING_WINDOW_S = 1.0  # about one stride of a walking G1: its sway averages out
 
-    def __init__(self) -> None:
+
+class _TrackingSums:
+    """Sums over the counted steps of the command-tracking errors and of a standing robot's, per
+    step and with the base velocity averaged over the trailing AVERAGING_WINDOW_S."""
+
+    def __init__(self, control_dt: float) -> None:
         self.sums = torch.zeros(4, dtype=torch.float64)
         self.steps = 0
+        self.control_dt = control_dt
+        self.window = max(1, round(AVERAGING_WINDOW_S / control_dt))
+        self.averaged_sums = torch.zeros(4, dtype=torch.float64)
+        self.averaged_steps = 0
+        # Per world: the last `window` velocities (v_x, v_y, w_z) in a ring, their sum, and how many
+        # consecutive counted steps have run under the current command.
+        self._ring: torch.Tensor | None = None
+        self._ring_sum = torch.zeros(0)
+        self._run = torch.zeros(0, dtype=torch.int64)
+        self._last_cmd = torch.zeros(0)
+        self._slot = 0
 
     def add(self, c: Collector, counted: torch.Tensor) -> None:
         task = c.task
         command = task.commanded_velocity(c.num_envs)
-        if command is None or not bool(counted.any()):
+        if command is None:
+            return
+        cmd_all = command.double()
+        vel = torch.cat([task.base_lin_vel_b[:, :2], task.base_yaw_rate.unsqueeze(1)], dim=1).double()
+        self._average(cmd_all, vel, counted)
+        if not bool(counted.any()):
             return
         rows = counted.nonzero().squeeze(1)
-        cmd = command[rows].double()
-        v_xy = task.base_lin_vel_b[rows, :2].double()
-        w_z = task.base_yaw_rate[rows].double()
-        self.sums += torch.stack(
-            [
-                (cmd[:, :2] - v_xy).norm(dim=1).sum(),
-                (cmd[:, 2] - w_z).abs().sum(),
-                cmd[:, :2].norm(dim=1).sum(),
-                cmd[:, 2].abs().sum(),
-            ]
-        )
+        cmd, v = cmd_all[rows], vel[rows]
+        self.sums += _errors(cmd, v)
         self.steps += len(rows)
+
+    def _average(self, cmd: torch.Tensor, vel: torch.Tensor, counted: torch.Tensor) -> None:
+        if self._ring is None:
+            self._ring = torch.zeros(self.window, *vel.shape, dtype=torch.float64)
+            self._ring_sum = torch.zeros_like(vel)
+            self._run = torch.zeros(len(vel), dtype=torch.int64)
+            self._last_cmd = cmd.clone()
+        self._ring_sum += vel - self._ring[self._slot]
+        self._ring[self._slot] = vel
+        self._slot = (self._slot + 1) % self.window
+        # A new episode (its world was not counted on the step before) or a resampled command
+        # starts a new window.
+        same = (cmd == self._last_cmd).all(dim=1)
+        self._run = torch.where(counted, torch.where(same, self._run + 1, 1), 0)
+        self._last_cmd = cmd.clone()
+        full = self._run >= self.window
+        if bool(full.any()):
+            rows = full.nonzero().squeeze(1)
+            self.averaged_sums += _errors(cmd[rows], self._ring_sum[rows] / self.window)
+            self.averaged_steps += len(rows)
 
     def result(self) -> CommandTracking | None:
         if self.steps == 0:
             return None
         m = (self.sums / self.steps).tolist()
+        averaged = None
+        if self.averaged_steps:
+            a = (self.averaged_sums / self.averaged_steps).tolist()
+            averaged = AveragedTracking(
+                window_s=self.window * self.control_dt,
+                lin_vel_xy_error=a[0],
+                yaw_rate_error=a[1],
+                standing_lin_vel_xy_error=a[2],
+                standing_yaw_rate_error=a[3],
+                steps=self.averaged_steps,
+            )
         return CommandTracking(
             lin_vel_xy_error=m[0],
             yaw_rate_error=m[1],
             standing_lin_vel_xy_error=m[2],
             standing_yaw_rate_error=m[3],
             steps=self.steps,
+            averaged=averaged,
         )
+
+
+def _errors(cmd: torch.Tensor, vel: torch.Tensor) -> torch.Tensor:
+    """[4] summed |cmd_xy - v_xy|, |cmd_yaw - w_z|, |cmd_xy|, |cmd_yaw| over the rows."""
+    return torch.stack(
+        [
+            (cmd[:, :2] - vel[:, :2]).norm(dim=1).sum(),
+            (cmd[:, 2] - vel[:, 2]).abs().sum(),
+            cmd[:, :2].norm(dim=1).sum(),
+            cmd[:, 2].abs().sum(),
+        ]
+    )
 
 
 class _GaitSums:
@@ -232,7 +287,7 @@ def _play(
     live = torch.ones(n, dtype=torch.bool)
     by_time_out, by_term, by_nonfinite = (torch.zeros(n, dtype=torch.bool) for _ in range(3))
     bar = StatusLine(progress)
-    tracking = _TrackingSums()
+    tracking = _TrackingSums(c.task.step_dt)
     saturation = _SaturationSums()
     obs = c.reset_all()
     gait = _GaitSums.of(c)
@@ -506,6 +561,12 @@ def render(report: EvalReport) -> str:
             f"(mean over {t.steps:,} steps)",
             f"           standing still: {t.standing_lin_vel_xy_error:.3f} m/s, {t.standing_yaw_rate_error:.3f} rad/s",
         ]
+        if (a := t.averaged) is not None:
+            lines += [
+                f"           velocity averaged over {a.window_s:g} s (a stride's sway averaged out): "
+                f"{a.lin_vel_xy_error:.3f} m/s, {a.yaw_rate_error:.3f} rad/s; standing still "
+                f"{a.standing_lin_vel_xy_error:.3f} m/s, {a.standing_yaw_rate_error:.3f} rad/s",
+            ]
     if (g := report.gait) is not None:
         width = f", stance width {g.stance_width:.3f} m" if g.stance_width is not None else ""
         lines += [
