@@ -604,7 +604,7 @@ def test_stale_saved_plan_is_refused(tmp_path: Path) -> None:
             [sys.executable, "-m", "unilab", "host", "--json"], capture_output=True, text=True, check=True
         ).stdout
     )
-    facts["packages"]["mujoco"] = "0.0.1"
+    facts["packages"]["mujoco"] = "4.0.999"  # a tested release (sim.tested-versions), not the one installed
     (tmp_path / "facts.json").write_text(json.dumps(facts))
     plan = tmp_path / "plan.toml"
     subprocess.run(
@@ -624,7 +624,7 @@ def test_stale_saved_plan_is_refused(tmp_path: Path) -> None:
     )
     r = apply(tmp_path, str(plan))
     assert r.returncode == 1
-    assert "is stale: packages.mujoco: planned '0.0.1', now" in r.stderr
+    assert "is stale: packages.mujoco: planned '4.0.999', now" in r.stderr
     assert not (tmp_path / "runs").exists()
 
 
