@@ -24,6 +24,19 @@ class Diagnostic:
         return f"[{self.rule_id}] {self.key_path}: {self.condition}\n    fix: {self.fix}"
 
 
+def render_diagnostics(diagnostics: Sequence[Diagnostic]) -> list[str]:
+    """The diagnostics' lines, those that share a fix grouped under it so it is printed once
+    (`--set algo.name=ppo` leaves eight SAC keys behind, all with the same fix)."""
+    groups: dict[str, list[Diagnostic]] = {}
+    for d in diagnostics:
+        groups.setdefault(d.fix, []).append(d)
+    lines = []
+    for fix, group in groups.items():
+        lines += [f"[{d.rule_id}] {d.key_path}: {d.condition}" for d in group]
+        lines.append(f"    fix: {fix}" if len(group) == 1 else f"    fix (the {len(group)} above): {fix}")
+    return lines
+
+
 def first_validation_error(exc: Any) -> str:
     """`key.path: message` of a pydantic ValidationError's first error, as refusals name it."""
     first = exc.errors(include_url=False)[0]
@@ -77,7 +90,7 @@ class SpecError(UnilabError):
     def render(self) -> str:
         if not self.diagnostics:
             return super().render()
-        return "\n".join([f"error: {self.summary}"] + [d.render() for d in self.diagnostics])
+        return "\n".join([f"error: {self.summary}", *render_diagnostics(self.diagnostics)])
 
 
 class PlanRefused(UnilabError):
@@ -91,7 +104,7 @@ class PlanRefused(UnilabError):
         super().__init__(f"the plan is refused{where}: {n} rule{'s' if n != 1 else ''} not met")
 
     def render(self) -> str:
-        return "\n".join([f"error: {self.summary}"] + [d.render() for d in self.diagnostics])
+        return "\n".join([f"error: {self.summary}", *render_diagnostics(self.diagnostics)])
 
 
 class RobotModelError(UnilabError):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import json
 import os
 import sys
 from pathlib import Path
@@ -40,7 +41,18 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     inputs = [args.spec, *([args.host_facts] if args.host_facts is not None else [])]
     if args.out is not None:
         check_out_file(args.out, inputs, "plan")  # before compiling: refuse early
-    plan = plan_from_path(args.spec, args.set, args.host_facts)
+    if args.smoke:
+        from unilab.plan.render import is_plan_file
+        from unilab.plan.smoke import smoke_plan
+
+        if args.spec.is_file() and is_plan_file(args.spec):
+            raise UnilabError(
+                f"{args.spec} is a saved plan; --smoke re-plans a spec with a short budget",
+                fix="pass the spec the plan was made from: unilab plan SPEC --smoke",
+            )
+        plan = smoke_plan(lambda o: plan_from_path(args.spec, o, args.host_facts), args.set)
+    else:
+        plan = plan_from_path(args.spec, args.set, args.host_facts)
     if args.out is not None:  # and the files the plan pins by digest (robot MJCF, motion)
         check_out_file(args.out, planned_input_paths(plan.task, Path.cwd()), "plan")
     text = render(plan, fmt)
@@ -90,6 +102,15 @@ def _cmd_diff(args: argparse.Namespace) -> int:
             raise
     a, b = sides
     changes = [c for c in diff_plans(a, b) if c.key != "plan_id"]
+    if args.json:
+        doc = {
+            "a": {"path": str(args.a), "plan_id": a["plan_id"]},
+            "b": {"path": str(args.b), "plan_id": b["plan_id"]},
+            "equal": not changes,
+            "changes": [{"kind": c.kind, "key": c.key, "a": c.old, "b": c.new} for c in changes],
+        }
+        print(json.dumps(doc, indent=2, ensure_ascii=False))
+        return EXIT_DIFFERENT if changes else EXIT_OK
     if not changes:
         print(f"no changes: both plans are {a['plan_id']}")
         return EXIT_OK
@@ -183,9 +204,11 @@ def _cmd_schema(args: argparse.Namespace) -> int:
 
 
 def _cmd_rules(args: argparse.Namespace) -> int:
-    from unilab.plan.rules_doc import render_markdown, render_text
+    from unilab.plan.rules_doc import render_json, render_markdown, render_text
 
-    sys.stdout.write(render_markdown() if args.markdown else render_text())
+    if args.json and args.markdown:
+        raise UnilabError("--json and --markdown are two renderings of the same list", fix="pass one of them")
+    sys.stdout.write(render_json() if args.json else render_markdown() if args.markdown else render_text())
     return EXIT_OK
 
 
@@ -201,7 +224,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"unilab {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
-    from unilab.cli import eval_cmd, mps_cmd, profile_cmd, run_cmd
+    from unilab.cli import completion, eval_cmd, mps_cmd, profile_cmd, run_cmd
 
     run_cmd.add_parsers(sub, _spec_opts)  # apply (the main job), manifest, export
     eval_cmd.add_parser(sub)
@@ -209,6 +232,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_info_parsers(sub)  # host, schema, rules
     mps_cmd.add_parser(sub)
     profile_cmd.add_parser(sub)
+    completion.add_parser(sub)
     return p
 
 
@@ -247,6 +271,9 @@ def _add_plan_parsers(sub: argparse._SubParsersAction) -> None:
         help="write the plan to FILE (atomically) instead of stdout; FILE must not be SPEC or a directory",
     )
     sp.add_argument(
+        "--smoke", action="store_true", help="the plan of `unilab apply SPEC --smoke`: the same run with a short budget"
+    )
+    sp.add_argument(
         "--format",
         choices=("toml", "json"),
         default=None,
@@ -266,6 +293,11 @@ def _add_plan_parsers(sub: argparse._SubParsersAction) -> None:
     sp.add_argument("a", type=path_arg, metavar="A", help="spec (.toml), saved plan, or run directory (its plan)")
     sp.add_argument("b", type=path_arg, metavar="B", help="spec (.toml), saved plan, or run directory (its plan)")
     _spec_opts(sp)
+    sp.add_argument(
+        "--json",
+        action="store_true",
+        help="machine-readable: {a: {path, plan_id}, b, equal, changes: [{kind, key, a, b}]} (same exit codes)",
+    )
     sp.set_defaults(func=_cmd_diff)
 
 
@@ -296,6 +328,9 @@ def _add_info_parsers(sub: argparse._SubParsersAction) -> None:
         description="List every plan rule with its stable id, spec key and requirement.",
     )
     sp.add_argument("--markdown", action="store_true", help="render docs/rules.md")
+    sp.add_argument(
+        "--json", action="store_true", help="machine-readable: {plan_rules: [{id, key, requires}], spec_checks}"
+    )
     sp.set_defaults(func=_cmd_rules)
 
 
@@ -379,10 +414,16 @@ def main(argv: list[str] | None = None) -> int:
     if _TRACKER_QUIET not in sys.warnoptions:
         sys.warnoptions.append(_TRACKER_QUIET)
     parser = build_parser()
+    from unilab.cli.completion import autocomplete
+
+    autocomplete(parser)  # the shell asking for completions (tab): answered here, and the process ends
     _reserve_standard_fds()
     real_stdout = sys.stdout
     sys.stdout = _GuardedStdout(real_stdout)
     try:
+        from unilab.cli import habits
+
+        habits.check(sys.argv[1:] if argv is None else list(argv))
         try:
             args = parser.parse_args(argv)
         except SystemExit as exc:  # --help (exit 0) and usage errors, already printed by argparse

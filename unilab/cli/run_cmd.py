@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 
 from unilab.cli.args import add_checkpoint_arg, add_run_dir_arg, path_arg
@@ -32,7 +33,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
             "--checkpoint picks the checkpoint a resumed run continues from",
             fix="use it with --resume RUN_DIR; to start a new run from a checkpoint's policy, set run.init_from",
         )
-    plan, resumes_plan = resolve_apply(args.target, args.set, args.resume, args.replan)
+    plan, resumes_plan = resolve_apply(args.target, args.set, args.resume, args.replan, args.smoke)
     from unilab.run.terminal import terminal_may_go
     from unilab.stop import stop_signals_interrupt
 
@@ -51,11 +52,21 @@ def cmd_apply(args: argparse.Namespace) -> int:
 
 
 def cmd_manifest_validate(args: argparse.Namespace) -> int:
+    shown = args.file / "manifest.json" if args.file.is_dir() else args.file
+    if not args.json:
+        return _validate_manifest(args, shown)
+    try:  # a script reads the verdict on stdout either way; the paragraph still goes to stderr
+        return _validate_manifest(args, shown)
+    except UnilabError as exc:
+        print(json.dumps({"file": str(shown), "valid": False, "error": exc.render()}, indent=2))
+        raise
+
+
+def _validate_manifest(args: argparse.Namespace, shown) -> int:
     from unilab.records.manifest_io import validate_manifest_file
     from unilab.run.run_lock import RESUME_KILLED_FIX, describe_killed, killed_session
 
     m, report = validate_manifest_file(args.file)
-    shown = args.file / "manifest.json" if args.file.is_dir() else args.file
     if report.run_dir_checked and (session := killed_session(shown.parent, m)) is not None:
         # Well-formed, but its `running` is no longer true: the user should know before trusting it.
         raise UnilabError(
@@ -63,6 +74,20 @@ def cmd_manifest_validate(args: argparse.Namespace) -> int:
             detail="the manifest is well-formed; only the run's end was never recorded, and nothing was changed",
             fix=RESUME_KILLED_FIX.format(run_dir=shown.parent),
         )
+    if args.json:
+        doc = {
+            "file": str(shown),
+            "valid": True,
+            "schema_version": m.schema_version,
+            "run_id": m.run_id,
+            "status": str(getattr(m.status, "value", m.status)),
+            "plan_checked": report.plan_checked,
+            "run_dir_checked": report.run_dir_checked,
+            "checkpoints": len(m.checkpoints),
+            "checkpoints_verified": report.checkpoints_verified if report.run_dir_checked else None,
+        }
+        print(json.dumps(doc, indent=2))
+        return 0
     checked = []
     if report.plan_checked:
         checked.append("plan.toml has its plan_id")
@@ -129,6 +154,12 @@ def add_parsers(sub: argparse._SubParsersAction, spec_opts) -> None:
     sp.add_argument(
         "--quiet", action="store_true", help="print only the final summary (no start lines, no progress line)"
     )
+    sp.add_argument(
+        "--smoke",
+        action="store_true",
+        help="a smoke run of SPEC: the same plan with a budget of a few updates (no random warm-up; on-policy: two "
+        "rollouts), named <run.name>-smoke; checks a spec end to end in seconds to a minute",
+    )
     sp.set_defaults(func=cmd_apply)
 
     sp = sub.add_parser("manifest", help="check a run manifest against the manifest schema")
@@ -140,6 +171,12 @@ def add_parsers(sub: argparse._SubParsersAction, spec_opts) -> None:
         "plan.toml has its plan id and every checkpoint its recorded sha256.",
     )
     vp.add_argument("file", type=path_arg, metavar="RUN_DIR|FILE", help="a run directory or a manifest.json")
+    vp.add_argument(
+        "--json",
+        action="store_true",
+        help="machine-readable verdict on stdout: {file, valid, schema_version, run_id, status, plan_checked, "
+        "run_dir_checked, checkpoints, checkpoints_verified}, or {file, valid: false, error} (exit 1)",
+    )
     vp.set_defaults(func=cmd_manifest_validate)
 
     sp = sub.add_parser(

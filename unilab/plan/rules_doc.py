@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from unilab.plan.rules import RULES
 from unilab.spec.diagnose import SPEC_RULES
 
@@ -42,3 +44,11 @@ def render_text() -> str:
     plan = "".join(f"{r.id:<{width}}  {r.key_path}\n{'':<{width}}  {r.requires}\n" for r in RULES)
     spec = "".join(f"{r.id:<{width}}  {r.requires}\n" for r in SPEC_RULES)
     return f"{plan}\nspec checks (before the plan rules):\n{spec}"
+
+
+def render_json() -> str:
+    doc = {
+        "plan_rules": [{"id": r.id, "key": r.key_path, "requires": r.requires} for r in RULES],
+        "spec_checks": [{"id": r.id, "requires": r.requires} for r in SPEC_RULES],
+    }
+    return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"

@@ -16,9 +16,12 @@ if TYPE_CHECKING:
 
 
 def resolve_apply(
-    target: Path | None, overrides: list[str], resume: Path | None = None, replan: bool = False
+    target: Path | None, overrides: list[str], resume: Path | None = None, replan: bool = False, smoke: bool = False
 ) -> tuple[Plan, str | None]:
-    """The plan to apply and, for a resume re-planned for this host, the plan id it continues."""
+    """The plan to apply and, for a resume re-planned for this host, the plan id it continues.
+    ``smoke``: the spec's smoke run (unilab.plan.smoke)."""
+    if smoke:
+        return _smoke(target, overrides, resume), None
     resume_dir = resume if target is None else None  # the run's own plan is what a resume applies
     if target is None:
         if resume is None:
@@ -41,6 +44,27 @@ def resolve_apply(
     if resume_dir is not None and overrides:
         return _extended(resume_dir, overrides, replan)
     return _resolve_target(target, overrides, resume_dir, replan)
+
+
+def _smoke(target: Path | None, overrides: list[str], resume: Path | None) -> Plan:
+    from unilab.inputfile import reading
+    from unilab.plan.render import is_plan_file
+    from unilab.plan.smoke import smoke_plan
+
+    if resume is not None:
+        raise UnilabError(
+            "--smoke starts a new, short run of a spec; --resume continues a run",
+            fix=f"drop --smoke to resume {resume}, or drop --resume for a smoke run: unilab apply SPEC --smoke",
+        )
+    if target is None:
+        raise UnilabError("--smoke needs a SPEC", fix="unilab apply specs/g1.toml --smoke")
+    with reading(target, "spec or plan"):
+        if target.is_file() and is_plan_file(target):
+            raise UnilabError(
+                f"{target} is a saved plan; --smoke re-plans a spec with a short budget",
+                fix="pass the spec the plan was made from: unilab apply SPEC --smoke",
+            )
+    return smoke_plan(lambda o: _resolve_target(target, o)[0], overrides)
 
 
 def _resolve_target(
