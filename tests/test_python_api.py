@@ -31,7 +31,10 @@ def test_the_documented_example_runs(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr[-3000:]
     run_dir = next((tmp_path / "runs").iterdir())
     assert f"{run_dir.relative_to(tmp_path)} succeeded 4000" in r.stdout, r.stdout
-    assert "mean return" in r.stdout
+    assert "mean return" in r.stdout and "eval return" in r.stdout
+    assert "run succeeded:" not in r.stdout  # quiet=True: the run's own summary is not printed
+    assert f"exported {run_dir.relative_to(tmp_path)}/policy.onnx" in r.stdout
+    assert (run_dir / "policy.onnx").is_file()
 
 
 def test_plan_takes_a_path_or_a_mapping_and_refuses_as_the_cli_does(tmp_path: Path) -> None:
@@ -69,3 +72,51 @@ def test_apply_refuses_a_plan_for_other_facts_and_an_edited_plan() -> None:
 def test_load_manifest_names_a_directory_without_one(tmp_path: Path) -> None:
     with pytest.raises(unilab.UnilabError, match=r"without manifest\.json"):
         unilab.load_manifest(tmp_path)
+
+
+def test_refusals_name_python_overrides_not_cli_flags(tmp_path: Path) -> None:
+    """The fixes of a refusal raised in Python speak of ``overrides`` and ``unilab.apply(...)``."""
+    from tests.conftest import host
+
+    facts = host("cpu_laptop")
+    with pytest.raises(unilab.PlanRefused) as refused:
+        unilab.plan(ROOT / "specs" / "cartpole.toml", overrides=["run.total_env_steps=1000"], host_facts=facts)
+    text = refused.value.render()
+    assert "--set" not in text and "the override 'algo.warmup_env_steps=" in text
+    with pytest.raises(unilab.UnilabError) as spec_error:
+        unilab.plan(ROOT / "specs" / "g1.toml", overrides=["algo.name=ppo"], host_facts=facts)
+    text = spec_error.value.render()
+    assert "--set" not in text
+    assert "pass the override 'algo={name=\"ppo\"}' instead of the override 'algo.name=...'" in text
+    with pytest.raises(unilab.UnilabError) as smoke:
+        unilab.plan(ROOT / "specs" / "g1.toml", overrides=["run.total_env_steps=9"], smoke=True, host_facts=facts)
+    assert "smoke=True" in smoke.value.render() and "--smoke" not in smoke.value.render()
+
+
+def test_python_voice_turns_a_command_line_into_the_call() -> None:
+    from unilab.python_voice import phrase
+
+    assert phrase("resume with: unilab apply --resume runs/a") == "resume with: unilab.apply(resume='runs/a')"
+    assert phrase("start a new run: unilab apply SPEC --set a.b=1 --set c.d=2") == (
+        "start a new run: unilab.apply(SPEC, overrides=['a.b=1', 'c.d=2'])"
+    )
+    assert phrase("e.g. --set algo.v_min=-5.0 --set algo.v_max=5.0") == (
+        "e.g. the overrides 'algo.v_min=-5.0', 'algo.v_max=5.0'"
+    )
+    assert phrase("or drop that --set") == "or drop that override"
+
+
+def test_quiet_apply_prints_nothing_and_smoke_is_a_short_run(tmp_path: Path) -> None:
+    shutil.copytree(ROOT / "specs", tmp_path / "specs")
+    script = (
+        "import unilab\n"
+        "if __name__ == '__main__':\n"
+        "    run = unilab.apply('specs/cartpole.toml', quiet=True, smoke=True)\n"
+        "    import sys; sys.stderr.write(f'{run.run_dir.name} {run.manifest.counters.env_steps}\\n')\n"
+    )
+    (tmp_path / "q.py").write_text(script)
+    r = subprocess.run([sys.executable, "q.py"], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout == ""
+    name, steps = r.stderr.split()[-2:]
+    assert name.startswith("cartpole-smoke-") and 0 < int(steps) <= 5_000

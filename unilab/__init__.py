@@ -1,6 +1,7 @@
 """unilab: a declarative training runtime for humanoid reinforcement learning.
 
-The Python API (docs/python.md): ``unilab.plan``, ``unilab.apply``, ``unilab.load_manifest``.
+The Python API (docs/python.md): ``unilab.plan``, ``unilab.apply``, ``unilab.evaluate``,
+``unilab.export``, ``unilab.load_manifest``.
 They load on first use, so ``python -m unilab`` and the CLI start without them.
 """
 
@@ -8,12 +9,28 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-__all__ = ["Manifest", "Plan", "PlanRefused", "Run", "UnilabError", "__version__", "apply", "load_manifest", "plan"]
+__all__ = [
+    "EvalReport",
+    "Manifest",
+    "Plan",
+    "PlanRefused",
+    "Run",
+    "UnilabError",
+    "__version__",
+    "apply",
+    "evaluate",
+    "export",
+    "load_manifest",
+    "plan",
+]
 
 # `unilab.plan` is the planner package, made callable as unilab.api.plan (unilab/plan/__init__.py).
 _API = {
     "apply": "unilab.api",
     "load_manifest": "unilab.api",
+    "evaluate": "unilab.api",
+    "export": "unilab.api",
+    "EvalReport": "unilab.evaluate.models",
     "Run": "unilab.api",
     "Plan": "unilab.plan.models",
     "Manifest": "unilab.manifest.models",

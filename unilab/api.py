@@ -1,27 +1,36 @@
-"""unilab from Python: plan, apply and read a run, as the CLI does (docs/python.md).
+"""unilab from Python: plan, apply, evaluate, export and read a run, as the CLI does (docs/python.md).
 
     import unilab
 
     plan = unilab.plan("specs/g1.toml", overrides=["run.total_env_steps=100_000"])
     print(plan.plan_id, plan.learner.precision.value)
-    run = unilab.apply(plan)
+    run = unilab.apply(plan, quiet=True)
     print(run.run_dir, run.manifest.status)
+    report = unilab.evaluate(run.run_dir, episodes=16)
 
 Every refusal is the CLI's: a ``unilab.UnilabError`` (a spec error, a refused plan with its rule
-ids, a file that cannot be read) whose ``str()`` is the paragraph the CLI prints.
+ids, a file that cannot be read) whose ``render()`` is the paragraph the CLI prints, its fixes
+phrased for a Python caller (``overrides=[...]``, not ``--set``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Mapping, Sequence
+import sys
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from unilab.errors import UnilabError
 from unilab.manifest.models import Manifest
 from unilab.plan.from_spec import SpecSource, plan
 from unilab.plan.models import Plan
+from unilab.python_voice import speaks_python
+
+if TYPE_CHECKING:
+    from unilab.evaluate.models import EvalReport
 
 
 @dataclass(frozen=True)
@@ -35,6 +44,23 @@ class Run:
     stopped: bool
 
 
+@contextlib.contextmanager
+def _stdout_silenced() -> Iterator[None]:
+    """Nothing reaches standard output: not this interpreter's prints (a notebook's sys.stdout is
+    not file descriptor 1) nor the run's processes', which inherit descriptor 1."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        with open(os.devnull, "w") as devnull, contextlib.redirect_stdout(devnull):
+            os.dup2(devnull.fileno(), 1)
+            yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+@speaks_python
 def apply(
     spec: SpecSource | Plan | None = None,
     overrides: Sequence[str] = (),
@@ -43,12 +69,21 @@ def apply(
     checkpoint: str | os.PathLike[str] | None = None,
     replan: bool = False,
     progress: bool = True,
+    quiet: bool = False,
+    smoke: bool = False,
 ) -> Run:
     """Train, as `unilab apply` does: ``spec`` is a spec (a path or a mapping, planned for this
     host), a saved plan's path or a Plan (re-checked against this host: a plan compiled for other
     facts is refused), or None with ``resume`` (a run directory to continue, from its newest
     checkpoint or ``checkpoint``; ``replan`` as `--replan`). Blocks until the run ends; returns its
-    directory and manifest."""
+    directory and manifest. ``progress=False``: no progress line; ``quiet=True``: nothing on
+    standard output either (warnings and errors still go to standard error); ``smoke=True``: the
+    spec's smoke run, a budget of a few updates (`--smoke`, unilab.plan.smoke)."""
+    if quiet:
+        with _stdout_silenced():
+            return apply(
+                spec, overrides, resume=resume, checkpoint=checkpoint, replan=replan, progress=False, smoke=smoke
+            )
     from unilab.run.apply import ApplyRequest, run_apply
     from unilab.run.resolve import resolve_apply, resolve_plan_object
 
@@ -62,6 +97,11 @@ def apply(
         raise UnilabError("replan re-plans a run being resumed", fix="pass it with resume=RUN_DIR, or drop it")
     resumes_plan = None
     if isinstance(spec, Plan):
+        if smoke:
+            raise UnilabError(
+                "a Plan is applied as it is: smoke=True re-plans a spec with a short budget",
+                fix="plan the spec with it (unilab.plan(spec, smoke=True)), or pass the spec itself",
+            )
         if overrides or resume_dir is not None:
             raise UnilabError(
                 "a Plan is applied as it is: overrides and resume do not apply to it",
@@ -71,10 +111,10 @@ def apply(
     elif isinstance(spec, Mapping):
         if resume_dir is not None:
             raise UnilabError("resume continues a run's own plan: pass resume alone", fix="apply(resume=RUN_DIR)")
-        the_plan = plan(spec, overrides)
+        the_plan = plan(spec, overrides, smoke=smoke)
     else:
         target = None if spec is None else Path(spec)
-        the_plan, resumes_plan = resolve_apply(target, list(overrides), resume_dir, replan)
+        the_plan, resumes_plan = resolve_apply(target, list(overrides), resume_dir, replan, smoke)
     from unilab.stop import stop_signals_interrupt
 
     with stop_signals_interrupt():
@@ -92,9 +132,59 @@ def apply(
     return Run(outcome.run_dir, load_manifest(outcome.run_dir), stopped=outcome.code != 0)
 
 
+@speaks_python
 def load_manifest(path: str | os.PathLike[str]) -> Manifest:
     """A run's manifest (``path``: the run directory or its manifest.json), checked as `unilab
     manifest validate` checks it: schema, consistency, and a run directory's plan and checkpoints."""
     from unilab.records.manifest_io import validate_manifest_file
 
     return validate_manifest_file(Path(path))[0]
+
+
+@speaks_python
+def evaluate(
+    run_dir: str | os.PathLike[str],
+    episodes: int = 64,
+    *,
+    seed: int = 0,
+    checkpoint: str | os.PathLike[str] | None = None,
+    workers: int | None = None,
+    video: str | os.PathLike[str] | None = None,
+    video_episodes: int | None = None,
+    progress: bool = False,
+) -> EvalReport:
+    """Play the run's deterministic policy, as `unilab eval` does: ``episodes`` episodes, one per
+    world, from its newest checkpoint (or ``checkpoint``); ``video`` films world 0's episode (the
+    first ``video_episodes``) into an MP4. Returns the report `unilab eval --json` prints
+    (schemas/eval.v1.json): ``report.episode_return.mean``, ``report.command_tracking``, ..."""
+    from unilab.evaluate.rollout import EvalRequest
+    from unilab.evaluate.rollout import evaluate as run_eval
+
+    return run_eval(
+        EvalRequest(
+            run_dir=Path(run_dir),
+            episodes=episodes,
+            seed=seed,
+            checkpoint=None if checkpoint is None else Path(checkpoint),
+            workers=workers,
+            progress=progress,
+            video=None if video is None else Path(video),
+            video_episodes=video_episodes,
+        )
+    )
+
+
+@speaks_python
+def export(
+    run_dir: str | os.PathLike[str],
+    out: str | os.PathLike[str] | None = None,
+    *,
+    checkpoint: str | os.PathLike[str] | None = None,
+) -> Path:
+    """Write the run's policy (its newest checkpoint, or ``checkpoint``) with its observation
+    normalizer as ONNX, as `unilab export` does (default ``RUN_DIR/policy.onnx``); returns the path."""
+    from unilab.run.export import export_onnx
+
+    return export_onnx(
+        Path(run_dir), None if out is None else Path(out), None if checkpoint is None else Path(checkpoint)
+    )

@@ -10,18 +10,28 @@ from typing import Any
 
 from unilab.host.facts import HostFacts
 from unilab.plan.models import Plan
+from unilab.python_voice import speaks_python
 
 SpecSource = str | os.PathLike[str] | Mapping[str, Any]
 
 
+@speaks_python
 def plan(
-    spec: SpecSource, overrides: Sequence[str] = (), host_facts: HostFacts | str | os.PathLike[str] | None = None
+    spec: SpecSource,
+    overrides: Sequence[str] = (),
+    host_facts: HostFacts | str | os.PathLike[str] | None = None,
+    *,
+    smoke: bool = False,
 ) -> Plan:
     """Compile a run spec into a plan: ``spec`` is a spec file's path or the spec as a mapping
     (the TOML's tables as dicts; relative input paths resolve against the working directory);
-    ``overrides`` are `--set` strings (``"task.num_envs=128"``); ``host_facts`` is this host
-    (None), recorded facts (a `unilab host --json` file) or a HostFacts. Raises PlanRefused with
-    every violated rule."""
+    ``overrides`` are KEY=VALUE strings, as `--set` takes them (``"task.num_envs=128"``); ``host_facts`` is this host
+    (None), recorded facts (a `unilab host --json` file) or a HostFacts; ``smoke``: the plan of
+    the spec's smoke run (`--smoke`). Raises PlanRefused with every violated rule."""
+    if smoke:
+        from unilab.plan.smoke import smoke_plan
+
+        return smoke_plan(lambda o: plan(spec, o, host_facts), overrides, flag="smoke=True")
     from unilab.host.record import read_host_facts
     from unilab.inputfile import reading
     from unilab.plan.compile import compile_plan
