@@ -120,3 +120,52 @@ def test_quiet_apply_prints_nothing_and_smoke_is_a_short_run(tmp_path: Path) -> 
     assert r.stdout == ""
     name, steps = r.stderr.split()[-2:]
     assert name.startswith("cartpole-smoke-") and 0 < int(steps) <= 5_000
+
+
+_REQUIRED = {"spec": "specs/g1.toml", "run_dir": "runs/x", "path": "runs/x"}
+_PUBLIC = ("plan", "apply", "evaluate", "export", "load_manifest")
+
+
+def _sweep() -> list[tuple[str, str, object]]:
+    import inspect
+
+    import unilab.api
+
+    cases = []
+    for fn_name in _PUBLIC:
+        for name in inspect.signature(getattr(unilab.api, fn_name)).parameters:
+            for bad in (object(), 1.5, b"bytes"):
+                cases.append((fn_name, name, bad))
+    cases += [("plan", "overrides", v) for v in (None, "task.num_envs=8", [1], [b"a=1"])]
+    return cases
+
+
+@pytest.mark.parametrize(("fn_name", "name", "bad"), _sweep())
+def test_every_argument_of_a_wrong_type_is_a_unilab_error_naming_it(fn_name: str, name: str, bad: object) -> None:
+    """No TypeError or AttributeError from inside the package: the API names the argument and what it takes."""
+    import inspect
+
+    import unilab.api
+
+    params = inspect.signature(getattr(unilab.api, fn_name)).parameters
+    kwargs = {k: v for k, v in _REQUIRED.items() if k in params}
+    kwargs[name] = bad
+    with pytest.raises(unilab.UnilabError) as err:
+        getattr(unilab, fn_name)(**kwargs)
+    text = err.value.render()
+    assert text.startswith(f"error: unilab.{fn_name}: {name}=") and " takes " in text, text
+    assert "help(unilab." in text
+
+
+def test_a_call_missing_or_misspelling_an_argument_is_a_unilab_error() -> None:
+    with pytest.raises(unilab.UnilabError, match=r"unilab.plan: missing required argument: spec"):
+        unilab.plan()
+    with pytest.raises(unilab.UnilabError, match=r"unilab.evaluate: unexpected keyword argument: episode"):
+        unilab.evaluate("runs/x", episode=3)
+
+
+def test_evaluate_is_callable_beside_its_package() -> None:
+    import unilab.evaluate.models  # makes `unilab.evaluate` the package; the call still works
+
+    with pytest.raises(unilab.UnilabError, match="does not exist"):
+        unilab.evaluate("no/such/run")

@@ -24,11 +24,12 @@ __all__ = [
     "plan",
 ]
 
-# `unilab.plan` is the planner package, made callable as unilab.api.plan (unilab/plan/__init__.py).
+# `unilab.plan` and `unilab.evaluate` are packages made callable as the API's functions
+# (unilab/plan/__init__.py, unilab/evaluate/__init__.py): importing a submodule sets the attribute.
+_PACKAGES = ("plan", "evaluate")
 _API = {
     "apply": "unilab.api",
     "load_manifest": "unilab.api",
-    "evaluate": "unilab.api",
     "export": "unilab.api",
     "EvalReport": "unilab.evaluate.models",
     "Run": "unilab.api",
@@ -40,12 +41,12 @@ _API = {
 
 
 def __getattr__(name: str) -> Any:
-    if name not in _API and name != "plan":
+    if name not in _API and name not in _PACKAGES:
         raise AttributeError(f"module 'unilab' has no attribute {name!r}")
     import importlib
 
-    if name == "plan":
-        return importlib.import_module("unilab.plan")
+    if name in _PACKAGES:
+        return importlib.import_module(f"unilab.{name}")
     value = getattr(importlib.import_module(_API[name]), name)
     globals()[name] = value
     return value

@@ -21,16 +21,13 @@ import sys
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from unilab.errors import UnilabError
+from unilab.evaluate.models import EvalReport
 from unilab.manifest.models import Manifest
 from unilab.plan.from_spec import SpecSource, plan
 from unilab.plan.models import Plan
-from unilab.python_voice import speaks_python
-
-if TYPE_CHECKING:
-    from unilab.evaluate.models import EvalReport
+from unilab.python_voice import python_api
 
 
 @dataclass(frozen=True)
@@ -60,7 +57,7 @@ def _stdout_silenced() -> Iterator[None]:
         os.close(saved)
 
 
-@speaks_python
+@python_api
 def apply(
     spec: SpecSource | Plan | None = None,
     overrides: Sequence[str] = (),
@@ -132,7 +129,7 @@ def apply(
     return Run(outcome.run_dir, load_manifest(outcome.run_dir), stopped=outcome.code != 0)
 
 
-@speaks_python
+@python_api
 def load_manifest(path: str | os.PathLike[str]) -> Manifest:
     """A run's manifest (``path``: the run directory or its manifest.json), checked as `unilab
     manifest validate` checks it: schema, consistency, and a run directory's plan and checkpoints."""
@@ -141,7 +138,7 @@ def load_manifest(path: str | os.PathLike[str]) -> Manifest:
     return validate_manifest_file(Path(path))[0]
 
 
-@speaks_python
+@python_api
 def evaluate(
     run_dir: str | os.PathLike[str],
     episodes: int = 64,
@@ -174,7 +171,7 @@ def evaluate(
     )
 
 
-@speaks_python
+@python_api
 def export(
     run_dir: str | os.PathLike[str],
     out: str | os.PathLike[str] | None = None,

@@ -1,4 +1,4 @@
-"""Refusals re-phrased for a Python caller.
+"""The Python API's edge: arguments checked, refusals re-phrased for a Python caller.
 
 Every refusal is written once, for the command line: its fixes say `--set algo.gamma=0.99` and
 `unilab apply --resume RUN_DIR ...`. A caller of `unilab.plan` / `unilab.apply` passed
@@ -9,12 +9,15 @@ the way out: `--set X` becomes the override "X", a `unilab apply` command line b
 
 from __future__ import annotations
 
+import inspect
 import re
 import shlex
 from collections.abc import Callable
 from dataclasses import replace
 from functools import wraps
-from typing import ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar
+
+from pydantic import ConfigDict, ValidationError, validate_call
 
 from unilab.errors import PlanRefused, SpecError, UnilabError
 
@@ -93,11 +96,72 @@ _P = ParamSpec("_P")
 _R = TypeVar("_R")
 
 
-def speaks_python(fn: Callable[_P, _R]) -> Callable[_P, _R]:
-    """An API function whose refusals are phrased for its Python caller."""
+# What each argument of the API takes, in a caller's words (the annotations say it to a type checker).
+_PATH = "a path (str or os.PathLike)"
+EXPECTED = {
+    "spec": "a spec file's path (str or os.PathLike), the spec's tables as a mapping, or a unilab.Plan",
+    "overrides": "a list of 'KEY=VALUE' strings, e.g. ['task.num_envs=128']",
+    "host_facts": "None (this host), the path of a `unilab host --json` file, or a HostFacts",
+    "run_dir": f"a run directory: {_PATH}",
+    "resume": f"a run directory: {_PATH}",
+    "path": f"a run directory or its manifest.json: {_PATH}",
+    "checkpoint": f"a checkpoint of the run: {_PATH}",
+    "out": _PATH,
+    "video": f"an .mp4 file: {_PATH}",
+    "episodes": "an int",
+    "seed": "an int",
+    "workers": "an int",
+    "video_episodes": "an int",
+}
+_CALL_ERRORS = (
+    "unexpected_keyword_argument",
+    "unexpected_positional_argument",
+    "missing_argument",
+    "missing_positional_only_argument",
+    "missing_keyword_only_argument",
+    "multiple_argument_values",
+)
+
+
+def _argument_error(fn: Callable[..., Any], exc: ValidationError, args: tuple, kwargs: dict) -> UnilabError:
+    """The first argument of the wrong type, named as the caller wrote it."""
+    sig = inspect.signature(fn)
+    first = exc.errors(include_url=False)[0]
+    where = first["loc"][0] if first["loc"] else None
+    names = list(sig.parameters)
+    name = names[where] if isinstance(where, int) and where < len(names) else str(where)
+    help_ = f"help(unilab.{fn.__name__}) and docs/python.md describe its arguments"
+    if first["type"] in _CALL_ERRORS:
+        return UnilabError(f"unilab.{fn.__name__}: {first['msg'].lower()}: {name}", fix=help_)
+    try:
+        value = sig.bind_partial(*args, **kwargs).arguments.get(name, first.get("input"))
+    except TypeError:
+        value = first.get("input")
+    param = sig.parameters[name]
+    expected = EXPECTED.get(name) or (
+        "True or False" if param.annotation in (bool, "bool") else f"of type {param.annotation}"
+    )
+    inner = "".join(f"[{p!r}]" for p in first["loc"][1:] if isinstance(p, int))
+    what = f"{value!r} ({type(value).__name__})"
+    if inner:
+        what += f", whose item {inner} is {first.get('input')!r}"
+    return UnilabError(f"unilab.{fn.__name__}: {name}={what}: {name} takes {expected}", fix=help_)
+
+
+def python_api(fn: Callable[_P, _R]) -> Callable[_P, _R]:
+    """A function of the Python API: its arguments are checked against its annotations (a wrong type
+    is a UnilabError naming the argument, not a TypeError from inside the package), and its
+    refusals are phrased for its Python caller."""
+    check = validate_call(config=ConfigDict(arbitrary_types_allowed=True, strict=True))(wraps(fn)(lambda *a, **k: None))
 
     @wraps(fn)
     def call(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        try:
+            check(*args, **kwargs)
+        except ValidationError as exc:
+            raise _argument_error(fn, exc, args, kwargs) from None
+        except TypeError as exc:  # a missing or unexpected argument
+            raise UnilabError(f"unilab.{fn.__name__}: {exc}", fix=f"see help(unilab.{fn.__name__})") from None
         try:
             return fn(*args, **kwargs)
         except UnilabError as exc:

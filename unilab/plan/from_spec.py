@@ -10,12 +10,12 @@ from typing import Any
 
 from unilab.host.facts import HostFacts
 from unilab.plan.models import Plan
-from unilab.python_voice import speaks_python
+from unilab.python_voice import python_api
 
 SpecSource = str | os.PathLike[str] | Mapping[str, Any]
 
 
-@speaks_python
+@python_api
 def plan(
     spec: SpecSource,
     overrides: Sequence[str] = (),
