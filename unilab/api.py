@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from unilab.errors import UnilabError
-from unilab.evaluate.models import EvalReport
+from unilab.evaluate.call import evaluate as evaluate  # re-exported: unilab.evaluate calls it
 from unilab.manifest.models import Manifest
 from unilab.plan.from_spec import SpecSource, plan
 from unilab.plan.models import Plan
@@ -136,39 +136,6 @@ def load_manifest(path: str | os.PathLike[str]) -> Manifest:
     from unilab.records.manifest_io import validate_manifest_file
 
     return validate_manifest_file(Path(path))[0]
-
-
-@python_api
-def evaluate(
-    run_dir: str | os.PathLike[str],
-    episodes: int = 64,
-    *,
-    seed: int = 0,
-    checkpoint: str | os.PathLike[str] | None = None,
-    workers: int | None = None,
-    video: str | os.PathLike[str] | None = None,
-    video_episodes: int | None = None,
-    progress: bool = False,
-) -> EvalReport:
-    """Play the run's deterministic policy, as `unilab eval` does: ``episodes`` episodes, one per
-    world, from its newest checkpoint (or ``checkpoint``); ``video`` films world 0's episode (the
-    first ``video_episodes``) into an MP4. Returns the report `unilab eval --json` prints
-    (schemas/eval.v1.json): ``report.episode_return.mean``, ``report.command_tracking``, ..."""
-    from unilab.evaluate.rollout import EvalRequest
-    from unilab.evaluate.rollout import evaluate as run_eval
-
-    return run_eval(
-        EvalRequest(
-            run_dir=Path(run_dir),
-            episodes=episodes,
-            seed=seed,
-            checkpoint=None if checkpoint is None else Path(checkpoint),
-            workers=workers,
-            progress=progress,
-            video=None if video is None else Path(video),
-            video_episodes=video_episodes,
-        )
-    )
 
 
 @python_api

@@ -1,6 +1,6 @@
 """`unilab eval`: a run's policy played deterministically for a fixed number of episodes.
 
-``unilab.evaluate`` is this package and also the Python API's function (unilab.api.evaluate), as
+``unilab.evaluate`` is this package and also the Python API's function (unilab.evaluate.call), as
 ``unilab.plan`` is: calling the package evaluates a run, whether or not a submodule such as
 unilab.evaluate.models has been imported (which makes the attribute the package).
 """
@@ -12,7 +12,7 @@ from typing import Any
 
 class _CallablePackage(types.ModuleType):
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        from unilab.api import evaluate
+        from unilab.evaluate.call import evaluate
 
         return evaluate(*args, **kwargs)
 

@@ -36,8 +36,26 @@ class _Section(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", strict=True, allow_inf_nan=False)
 
 
+# Every number that reaches the physics, a task or a learner is bounded by what it means, so that an
+# absurd value is refused by name at plan time instead of training on nonsense (or failing later
+# with a message about something else). The bounds are generous: they catch a slip of the
+# keyboard or a unit, not a bold setting.
+# A G1 walks at up to about 2 m/s (Unitree's figure); a command range beyond 5 m/s means a unit slip.
+MAX_LIN_VEL = 5.0
+# A full turn a second (2 pi rad/s) and more is no command a walking robot follows.
+MAX_YAW_RATE = 6.3
+_LinVel = Annotated[float, Field(ge=-MAX_LIN_VEL, le=MAX_LIN_VEL)]
+_YawRate = Annotated[float, Field(ge=-MAX_YAW_RATE, le=MAX_YAW_RATE)]
 # Strict mode wants a Python tuple; TOML gives a list. The items stay strict.
-Pair = Annotated[tuple[float, float], Strict(False)]
+LinVelRange = Annotated[tuple[_LinVel, _LinVel], Strict(False)]
+YawRateRange = Annotated[tuple[_YawRate, _YawRate], Strict(False)]
+# An hour: the longest interval a run's clock-like keys mean (the episode limit has the same bound).
+MAX_SECONDS = 3600.0
+# Learning rates of Adam-family optimizers above 1 diverge at once.
+_Rate = Annotated[float, Field(gt=0, le=1)]
+# Coefficients of loss terms and supports of value distributions: far beyond any published setting.
+_Coef = Annotated[float, Field(ge=0, le=1e6)]
+_Support = Annotated[float, Field(ge=-1e6, le=1e6)]
 Widths = Annotated[tuple[Annotated[int, Field(ge=1, le=65536)], ...], Strict(False)]
 _WIDTHS: TypeAdapter[tuple[int, ...]] = TypeAdapter(Annotated[Widths, Field(min_length=1)])
 
@@ -109,7 +127,7 @@ class RunSpec(_Section):
     checkpoint_every_env_steps: Annotated[int, Field(gt=0, le=MAX_COUNT)] | None = Field(
         None, description="Checkpoint interval in env steps; unset: only a final checkpoint."
     )
-    log_every_seconds: Annotated[float, Field(gt=0)] = Field(
+    log_every_seconds: Annotated[float, Field(gt=0, le=MAX_SECONDS)] = Field(
         5.0, description="Interval of the progress line, metrics events and tensorboard scalars."
     )
     checkpoint_keep: Annotated[int, Field(ge=1, le=1000)] = Field(3, description="Newest checkpoints kept on disk.")
@@ -146,9 +164,9 @@ class CommandRanges(_Section):
     """`[task.commands]`: how the velocity command is drawn (g1_walk): uniform ranges, a share of
     standing commands, and how often it changes within an episode."""
 
-    lin_vel_x: Pair = Field((-0.5, 1.0), description="Forward velocity range, m/s.")
-    lin_vel_y: Pair = Field((-0.3, 0.3), description="Lateral velocity range, m/s.")
-    ang_vel_z: Pair = Field((-0.5, 0.5), description="Yaw rate range, rad/s.")
+    lin_vel_x: LinVelRange = Field((-0.5, 1.0), description="Forward velocity range, m/s.")
+    lin_vel_y: LinVelRange = Field((-0.3, 0.3), description="Lateral velocity range, m/s.")
+    ang_vel_z: YawRateRange = Field((-0.5, 0.5), description="Yaw rate range, rad/s.")
     standing_share: Annotated[float, Field(ge=0, le=1)] = Field(
         0.1,
         description="Share of the draws that command standing still (all three velocities 0), as mjlab and MuJoCo "
@@ -205,7 +223,7 @@ class G1TaskSpec(TaskSpecBase):
     )
     observation_noise: bool = Field(False, description="Add uniform noise to observations.")
     domain_randomization: bool = Field(False, description="Randomize floor friction and added base mass at reset.")
-    push_interval_s: Annotated[float, Field(gt=0)] | None = Field(
+    push_interval_s: Annotated[float, Field(gt=0, le=MAX_SECONDS)] | None = Field(
         None, description="Push the robot base every this many seconds (an interval event); unset: no pushes."
     )
     action_scale: Annotated[float, Field(gt=0, le=10)] = Field(
@@ -306,7 +324,9 @@ class SimSpec(_Section):
 
 class _AlgoBase(_Section):
     gamma: Annotated[float, Field(gt=0, le=1)] = Field(0.99, description="Discount factor.")
-    max_grad_norm: Annotated[float, Field(gt=0)] | None = Field(None, description="Gradient norm clip; unset: none.")
+    max_grad_norm: Annotated[float, Field(gt=0, le=1e6)] | None = Field(
+        None, description="Gradient norm clip; unset: none."
+    )
     normalize_observations: bool = Field(True, description="Running mean/std observation normalization.")
     precision: Literal["auto", "float32", "bfloat16"] = Field(
         "auto",
@@ -329,15 +349,15 @@ class ReplayAlgoSpec(_AlgoBase):
     warmup_env_steps: Annotated[int, Field(ge=0, le=MAX_COUNT)] = Field(
         5_000, description="Env steps with uniform random actions before learning starts."
     )
-    actor_lr: Annotated[float, Field(gt=0)] = Field(3e-4, description="Actor learning rate.")
-    critic_lr: Annotated[float, Field(gt=0)] = Field(3e-4, description="Critic learning rate.")
+    actor_lr: _Rate = Field(3e-4, description="Actor learning rate.")
+    critic_lr: _Rate = Field(3e-4, description="Critic learning rate.")
     tau: Annotated[float, Field(gt=0, le=1)] = Field(0.005, description="Polyak averaging rate of target critics.")
     actor_update_every: Annotated[int, Field(ge=1, le=MAX_COUNT)] = Field(
         1, description="Actor (and alpha) updates every N critic updates."
     )
     num_atoms: Annotated[int, Field(ge=2, le=1001)] = Field(101, description="Atoms (bins) of a distributional critic.")
-    v_min: float = Field(-20.0, description="Lowest support value of a distributional critic.")
-    v_max: float = Field(20.0, description="Highest support value of a distributional critic.")
+    v_min: _Support = Field(-20.0, description="Lowest support value of a distributional critic.")
+    v_max: _Support = Field(20.0, description="Highest support value of a distributional critic.")
     # `hidden_dims` is the shorthand for both widths (the key before actor and critic widths were
     # separate): it fills whichever of the two is not given and is dropped, so plans and spec
     # digests show only the two.
@@ -366,8 +386,8 @@ class ReplayAlgoSpec(_AlgoBase):
 class _OffPolicyBase(ReplayAlgoSpec):
     """The maximum-entropy learners' keys: a learned temperature (SAC, FlashSAC)."""
 
-    alpha_lr: Annotated[float, Field(gt=0)] = Field(3e-4, description="Entropy temperature learning rate.")
-    alpha_init: Annotated[float, Field(gt=0)] = Field(0.1, description="Initial entropy temperature.")
+    alpha_lr: _Rate = Field(3e-4, description="Entropy temperature learning rate.")
+    alpha_init: Annotated[float, Field(gt=0, le=100)] = Field(0.1, description="Initial entropy temperature.")
 
 
 class SacSpec(_OffPolicyBase):
@@ -381,7 +401,9 @@ class SacSpec(_OffPolicyBase):
     activation: Literal["relu", "silu", "elu"] = Field("relu", description="Activation after each hidden layer.")
     critic: Literal["mse", "c51"] = Field("mse", description="Scalar twin-Q (`mse`) or C51 distributional critic.")
     layer_norm: bool = Field(False, description="LayerNorm after each hidden layer (FastSAC).")
-    target_entropy: float | Literal["auto"] = Field("auto", description="`auto`: -action_dim.")
+    target_entropy: Annotated[float, Field(ge=-1e4, le=1e4)] | Literal["auto"] = Field(
+        "auto", description="`auto`: -action_dim."
+    )
     n_step: Annotated[int, Field(ge=1, le=64)] = Field(
         1,
         description="n-step return length: the critic's target sums n rewards before it bootstraps, so reward "
@@ -407,12 +429,14 @@ class FlashSacSpec(_OffPolicyBase):
         0.15, description="Entropy target derived from this fixed action std."
     )
     reward_scaling: bool = Field(True, description="Adaptive reward scaling.")
-    alpha_init: Annotated[float, Field(gt=0)] = Field(0.01, description="Initial entropy temperature (the paper's).")
+    alpha_init: Annotated[float, Field(gt=0, le=100)] = Field(
+        0.01, description="Initial entropy temperature (the paper's)."
+    )
     tau: Annotated[float, Field(gt=0, le=1)] = Field(
         0.01, description="Polyak averaging rate of the target critic (the paper's)."
     )
-    v_min: float = Field(-5.0, description="Lowest support value of the distributional critic (the paper's).")
-    v_max: float = Field(5.0, description="Highest support value of the distributional critic (the paper's).")
+    v_min: _Support = Field(-5.0, description="Lowest support value of the distributional critic (the paper's).")
+    v_max: _Support = Field(5.0, description="Highest support value of the distributional critic (the paper's).")
     actor_hidden_dims: Widths = Field(
         (256,), min_length=1, max_length=1, description="The actor's residual stream width (one entry)."
     )
@@ -485,15 +509,15 @@ class PpoSpec(_AlgoBase):
     )
     num_learning_epochs: Annotated[int, Field(ge=1, le=MAX_COUNT)] = Field(5, description="Epochs over each rollout.")
     num_mini_batches: Annotated[int, Field(ge=1, le=MAX_COUNT)] = Field(4, description="Minibatches per epoch.")
-    learning_rate: Annotated[float, Field(gt=0)] = Field(1e-3, description="Adam learning rate.")
-    clip_param: Annotated[float, Field(gt=0)] = Field(0.2, description="PPO ratio clip.")
-    entropy_coef: Annotated[float, Field(ge=0)] = Field(0.01, description="Entropy bonus coefficient.")
-    value_loss_coef: Annotated[float, Field(ge=0)] = Field(1.0, description="Value loss coefficient.")
+    learning_rate: _Rate = Field(1e-3, description="Adam learning rate.")
+    clip_param: Annotated[float, Field(gt=0, le=1)] = Field(0.2, description="PPO ratio clip.")
+    entropy_coef: _Coef = Field(0.01, description="Entropy bonus coefficient.")
+    value_loss_coef: _Coef = Field(1.0, description="Value loss coefficient.")
     lam: Annotated[float, Field(ge=0, le=1)] = Field(0.95, description="GAE lambda.")
     schedule: Literal["adaptive", "fixed"] = Field("adaptive", description="Learning-rate schedule (rsl-rl).")
-    desired_kl: Annotated[float, Field(gt=0)] = Field(0.01, description="KL target of the adaptive schedule.")
-    init_noise_std: Annotated[float, Field(gt=0)] = Field(1.0, description="Initial action noise std.")
-    max_grad_norm: Annotated[float, Field(gt=0)] = Field(1.0, description="Gradient norm clip.")
+    desired_kl: Annotated[float, Field(gt=0, le=1)] = Field(0.01, description="KL target of the adaptive schedule.")
+    init_noise_std: Annotated[float, Field(gt=0, le=10)] = Field(1.0, description="Initial action noise std.")
+    max_grad_norm: Annotated[float, Field(gt=0, le=1e6)] = Field(1.0, description="Gradient norm clip.")
 
 
 AlgoSpec = Annotated[SacSpec | FlashSacSpec | Td3Spec | PpoSpec, Field(discriminator="name")]
