@@ -119,3 +119,34 @@ def test_auto_goes_offline_and_says_why(tmp_path: Path, monkeypatch: pytest.Monk
     monkeypatch.setenv("WANDB_API_KEY", "x" * 40)
     monkeypatch.setenv("WANDB_BASE_URL", "http://127.0.0.1:9")  # the discard port: nothing listens
     assert choose_mode("auto") == ("offline", "http://127.0.0.1:9 does not answer")
+
+
+def _remote_addresses(trace: str) -> list[str]:
+    """The non-loopback IPv4/IPv6 addresses an strace log of connect/sendto/sendmsg calls names."""
+    import re
+
+    found = re.findall(r'sin_addr=inet_addr\("([\d.]+)"\)|inet_pton\(AF_INET6, "([0-9a-f:.]+)"', trace)
+    addrs = [a or b for a, b in found]
+    return [a for a in addrs if not (a.startswith("127.") or a in ("::1", "0.0.0.0") or a.startswith("::ffff:127."))]
+
+
+def test_offline_means_nothing_leaves_the_machine(tmp_path: Path) -> None:
+    """Every process of an offline-mirrored run, traced: no connection and no DNS query beyond loopback
+    (the wandb SDK would otherwise probe W&B's server for its usage telemetry at the end of the run)."""
+    import shutil
+
+    strace = shutil.which("strace")
+    if strace is None:
+        pytest.skip("needs strace to watch the run's network calls")
+    log = tmp_path / "net.trace"
+    cmd = [
+        strace, "-f", "-e", "trace=connect,sendto,sendmsg,sendmmsg", "-e", "signal=none", "-o", str(log),
+        sys.executable, "-m", "unilab", "apply", str(ROOT / "specs" / "cartpole.toml"), *SMALL,
+        "--set", 'run.wandb={mode="offline"}', "--quiet",
+    ]  # fmt: skip
+    r = subprocess.run(cmd, cwd=tmp_path, env=_env(tmp_path), capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert list((next((tmp_path / "runs").iterdir()) / "wandb").glob("offline-run-*"))
+    trace = log.read_text(errors="replace")
+    assert "connect(" in trace  # the trace saw the run's own (local) connections
+    assert _remote_addresses(trace) == [], [ln for ln in trace.splitlines() if "AF_INET" in ln][:5]

@@ -6,8 +6,10 @@ directory's path, so an online resume continues the same W&B run; offline, each 
 own `offline-run-*` directory under that id (`wandb sync` them in order). Scalars are plotted
 against `env_steps`, a logged value rather than W&B's step, so a resume from an earlier checkpoint
 logs its points instead of having them dropped as steps gone back. Offline, nothing touches the
-network. `auto` goes online only when an API key is configured and the server (or the HTTPS proxy)
-answers within CONNECT_TIMEOUT_S, and says which it chose. Ending the run waits at most
+network: the wandb SDK's own usage telemetry (an OpenTelemetry probe of W&B's server at the end of a
+run, and its error reports) is off for the mirror's lifetime (OFFLINE_ENV). `auto` goes online only
+when an API key is configured and the server (or the HTTPS proxy) answers within CONNECT_TIMEOUT_S,
+and says which it chose. Ending the run waits at most
 FINISH_TIMEOUT_S for W&B's uploads: the run's own record is complete by then.
 """
 
@@ -29,6 +31,10 @@ CONNECT_TIMEOUT_S = 3.0
 INIT_TIMEOUT_S = 30.0  # W&B's own start-up (its service process), online or not
 FINISH_TIMEOUT_S = 60.0
 DEFAULT_BASE_URL = "https://api.wandb.ai"
+# The wandb SDK sends usage telemetry and error reports unless the process runs offline as a whole
+# (WANDB_MODE, read when its process-wide settings are made) or error reporting is off: `mode =
+# "offline"` on one run does not stop them. Set while an offline mirror lives, then restored.
+OFFLINE_ENV = {"WANDB_MODE": "offline", "WANDB_ERROR_REPORTING": "false"}
 OFFLINE_FIX = 'set run.wandb.mode = "offline" and upload later with `wandb sync RUN_DIR/wandb/offline-run-*`'
 
 
@@ -82,6 +88,10 @@ class WandbMirror:
         wandb = require("wandb", "wandb", "[run.wandb]")
         self.mode, self.why = choose_mode(spec.mode)
         self.run_dir = run_dir
+        self._saved_env: dict[str, str | None] = {}
+        if self.mode == "offline":
+            self._saved_env = {k: os.environ.get(k) for k in OFFLINE_ENV}
+            os.environ.update(OFFLINE_ENV)
         try:
             self.run = wandb.init(
                 project=spec.project,
@@ -96,6 +106,7 @@ class WandbMirror:
                 settings=wandb.Settings(init_timeout=INIT_TIMEOUT_S, silent=True, console="off"),
             )
         except Exception as exc:  # W&B raises its own error types (CommError, UsageError, ...)
+            self._restore_env()
             raise UnilabError(
                 f"the W&B mirror could not start ({self.mode}): {type(exc).__name__}: {exc}",
                 fix=OFFLINE_FIX if self.mode == "online" else "check RUN_DIR/wandb/debug.log, or remove [run.wandb]",
@@ -125,4 +136,15 @@ class WandbMirror:
         worker = threading.Thread(target=end, name="wandb-finish", daemon=True)
         worker.start()
         worker.join(FINISH_TIMEOUT_S)
+        self._restore_env()
         return not worker.is_alive()
+
+    def _restore_env(self) -> None:
+        """The environment as it was before an offline mirror (the Python API runs rank 0 in the
+        caller's process, whose later W&B use is its own)."""
+        for k, v in self._saved_env.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        self._saved_env = {}
