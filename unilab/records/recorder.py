@@ -126,6 +126,7 @@ class RunRecorder:
                 f"tensorboard cannot be imported ({exc}), so the run could not write its curves",
                 fix="reinstall unilab's dependencies: bash tools/setup.sh",
             ) from None
+        _quiet_writer_thread_errors()
         self.tb = SummaryWriter(str(self.run_dir / "tensorboard"))
 
     def open_wandb(self) -> None:
@@ -364,3 +365,23 @@ class RunRecorder:
             self.tb.close()
             self.tb = None
         self.line.close()
+
+
+def _quiet_writer_thread_errors() -> None:
+    """TensorBoard writes its event file from a thread of its own; on a full or read-only disk that
+    thread dies with the OSError, which Python prints as a traceback, and the writer raises the same
+    error in the foreground at its next call, where the run reports it in one paragraph. The
+    traceback says nothing more, so it is not printed; any other thread's exception still is."""
+    import threading
+
+    previous = threading.excepthook
+    if getattr(previous, "unilab_quiet_writer", False):
+        return
+
+    def hook(args: threading.ExceptHookArgs) -> None:
+        if issubclass(args.exc_type, OSError) and type(args.thread).__name__ == "_AsyncWriterThread":
+            return
+        previous(args)
+
+    hook.unilab_quiet_writer = True  # type: ignore[attr-defined]
+    threading.excepthook = hook
