@@ -169,3 +169,50 @@ def test_evaluate_is_callable_beside_its_package() -> None:
 
     with pytest.raises(unilab.UnilabError, match="does not exist"):
         unilab.evaluate("no/such/run")
+
+
+INTERRUPTED_IMPORT = """
+import importlib.util, os, signal, sys, threading, time
+import unilab
+
+# Ctrl-C arrives while `import torch` runs its __init__, just after torch's C extension is loaded,
+# as a user's interrupt of a notebook cell can land at any moment of unilab.apply's start-up.
+TORCH_INIT = importlib.util.find_spec("torch").origin
+AFTER_C = 1 + max(i for i, ln in enumerate(open(TORCH_INIT), 1) if ln.strip().startswith("from torch._C import *"))
+fired = []
+
+
+def tracer(frame, event, arg):
+    if frame.f_code.co_filename != TORCH_INIT:
+        return None
+
+    def line(frame, event, arg):
+        if event == "line" and frame.f_lineno >= AFTER_C and not fired:
+            fired.append(frame.f_lineno)
+            os.kill(os.getpid(), signal.SIGINT)  # to the process, as a terminal or a kernel sends it
+        return line
+
+    return line
+
+
+if __name__ == "__main__":
+    threading.Thread(target=time.sleep, args=(600,), daemon=True).start()  # a notebook kernel has others
+    sys.settrace(tracer)
+    try:
+        unilab.apply("specs/cartpole.toml", smoke=True, quiet=True)
+        print("not interrupted")
+    except KeyboardInterrupt:
+        print("interrupted", bool(fired))
+    sys.settrace(None)
+    run = unilab.apply("specs/cartpole.toml", smoke=True, quiet=True)
+    print("again", run.manifest.status)
+"""
+
+
+def test_a_ctrl_c_during_start_up_leaves_the_interpreter_able_to_apply_again(tmp_path: Path) -> None:
+    shutil.copytree(ROOT / "specs", tmp_path / "specs")
+    (tmp_path / "k.py").write_text(INTERRUPTED_IMPORT)
+    r = subprocess.run([sys.executable, "k.py"], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    # The interrupt is still a KeyboardInterrupt, raised once torch is whole; the next apply runs.
+    assert r.stdout.splitlines() == ["interrupted True", "again succeeded"], r.stdout + r.stderr[-2000:]

@@ -81,6 +81,9 @@ def apply(
             return apply(
                 spec, overrides, resume=resume, checkpoint=checkpoint, replan=replan, progress=False, smoke=smoke
             )
+    from unilab.stop import import_uninterrupted
+
+    import_uninterrupted("numpy", "torch", "torch.utils.tensorboard", "unilab.run.apply")
     from unilab.run.apply import ApplyRequest, run_apply
     from unilab.run.resolve import resolve_apply, resolve_plan_object
 
@@ -147,6 +150,9 @@ def export(
 ) -> Path:
     """Write the run's policy (its newest checkpoint, or ``checkpoint``) with its observation
     normalizer as ONNX, as `unilab export` does (default ``RUN_DIR/policy.onnx``); returns the path."""
+    from unilab.stop import import_uninterrupted
+
+    import_uninterrupted("numpy", "torch", "onnx", "unilab.run.export")
     from unilab.run.export import export_onnx
 
     return export_onnx(

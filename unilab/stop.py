@@ -6,6 +6,7 @@ stays ignored."""
 
 from __future__ import annotations
 
+import importlib
 import signal
 import threading
 from collections.abc import Iterator
@@ -138,3 +139,25 @@ def signals_blocked(*signums: int) -> Iterator[None]:
         yield
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def import_uninterrupted(*modules: str) -> None:
+    """Import ``modules`` with the stop signals held until every one is in, then delivered as they
+    would have been. A KeyboardInterrupt inside `import torch` leaves torch half initialised in C,
+    and every later use in that interpreter fails or crashes it: a notebook that interrupts
+    `unilab.apply` during start-up must be able to call it again. In the main thread only (Python
+    runs signal handlers nowhere else); elsewhere the imports simply run."""
+    if threading.current_thread() is not threading.main_thread():
+        for m in modules:
+            importlib.import_module(m)
+        return
+    held: list[int] = []
+    old = {s: signal.signal(s, lambda signum, frame: held.append(signum)) for s in STOP_SIGNALS}
+    try:
+        for m in modules:
+            importlib.import_module(m)
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+    for sig in dict.fromkeys(held):  # each once, in the order they came, to the handlers from entry
+        signal.raise_signal(sig)

@@ -26,6 +26,9 @@ def evaluate(
     world, from its newest checkpoint (or ``checkpoint``); ``video`` films world 0's episode (the
     first ``video_episodes``) into an MP4. Returns the report `unilab eval --json` prints
     (schemas/eval.v1.json): ``report.episode_return.mean``, ``report.command_tracking``, ..."""
+    from unilab.stop import import_uninterrupted
+
+    import_uninterrupted("numpy", "torch", "mujoco", "unilab.evaluate.rollout")
     from unilab.evaluate.rollout import EvalRequest
     from unilab.evaluate.rollout import evaluate as run_eval
 
