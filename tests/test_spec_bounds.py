@@ -84,3 +84,12 @@ def test_an_absurd_value_is_refused_by_key_at_plan_time(override: str, key: str)
     )
     assert r.returncode == 1 and r.stderr.startswith("error: "), r.stderr
     assert key in r.stderr and "    fix" in r.stderr
+
+
+@pytest.mark.parametrize("project", ["team/project", "a:b", "50%", "what?"])
+def test_a_wandb_project_wandb_would_refuse_at_start_is_refused_at_plan_time(project: str) -> None:
+    r = run_unilab(
+        "plan", "specs/cartpole.toml", "--host-facts", str(FIXTURES / "hosts" / "cpu_laptop.json"),
+        "--set", f'run.wandb={{project="{project}", mode="offline"}}', cwd=ROOT,
+    )  # fmt: skip
+    assert r.returncode == 1 and "run.wandb.project: must be free of / \\ # ? % :" in r.stderr, r.stderr

@@ -78,6 +78,7 @@ def phrase(text: str) -> str:
     text = _APPLY_COMMAND.sub(lambda m: _call(m.group(1)), text)
     text = _SETS.sub(_overrides, text)
     text = text.replace("--set applies", "overrides apply")
+    text = re.sub(r"--checkpoint (NAME|FILE)\b", r"checkpoint=\1", text)
     text = re.sub(r"--set(?=[\s,;)`]|$)", "override", text)
     return text
 

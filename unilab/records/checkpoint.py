@@ -111,10 +111,17 @@ def run_plan_ids(run_dir: Path, plan_id: str) -> set[str]:
     return {plan_id, manifest.plan_id, *(s.plan_id for s in manifest.sessions)}
 
 
-def load_checkpoint(path: Path, *, plan_id: str | set[str] | None) -> dict[str, Any]:
-    """Load with weights_only=True (no arbitrary code from the file). Refuses a corrupt file, an
-    unknown format, and, when `plan_id` is given (one id or a run's ids), a checkpoint written by
-    another plan."""
+# The fix of a corrupt checkpoint for a run being resumed; eval and export, which read one of a
+# run's checkpoints without continuing the run, pass their own.
+RESUME_EARLIER_FIX = "resume from an earlier checkpoint (delete this file) or start a new run"
+
+
+def load_checkpoint(
+    path: Path, *, plan_id: str | set[str] | None, corrupt_fix: str = RESUME_EARLIER_FIX
+) -> dict[str, Any]:
+    """Load with weights_only=True (no arbitrary code from the file). Refuses a corrupt file (with
+    ``corrupt_fix``), an unknown format, and, when `plan_id` is given (one id or a run's ids), a
+    checkpoint written by another plan."""
     if not path.is_file():
         raise UnilabError(f"checkpoint {path} does not exist", fix="pass a run directory that holds checkpoints/")
     try:
@@ -140,7 +147,7 @@ def load_checkpoint(path: Path, *, plan_id: str | set[str] | None) -> dict[str, 
         first = _first_sentence((str(exc).strip().splitlines() or [type(exc).__name__])[0])
         raise UnilabError(
             f"checkpoint {path} is corrupt or unreadable: {first}",
-            fix="resume from an earlier checkpoint (delete this file) or start a new run",
+            fix=corrupt_fix,
         ) from None
     if not isinstance(blob, dict) or blob.get("format") != CHECKPOINT_FORMAT or "state" not in blob:
         raise UnilabError(

@@ -161,11 +161,55 @@ def write_manifest(path: Path, manifest: Manifest, events: EventLog | None) -> N
         events.info("manifest", manifest=data)
 
 
+def held_by_an_apply(run_dir: Path) -> bool | None:
+    """Whether some process holds the run directory's lock now (unilab.run.run_lock takes it for
+    as long as an apply runs); None when that cannot be read."""
+    import fcntl
+    import os
+
+    try:
+        fd = os.open(run_dir, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return None
+    finally:
+        os.close(fd)  # releases the shared lock taken to look
+    return False
+
+
+def never_started(run_dir: Path, *, locked_by_us: bool = False) -> UnilabError | None:
+    """The refusal for a run directory whose `unilab apply` stopped (or was killed) before the run
+    began: plan.toml, perhaps events.jsonl, but no manifest and no checkpoint. Every command that is
+    given one names it so, instead of asking for a checkpoint or a manifest it never had.
+    ``locked_by_us``: the caller holds the directory's lock (a resume), so a held lock means no start."""
+    if not (run_dir / "plan.toml").is_file() or (run_dir / "manifest.json").exists():
+        return None
+    if any((run_dir / "checkpoints").glob("*.pt")):
+        return None  # it ran
+    if not locked_by_us and held_by_an_apply(run_dir):
+        return None  # it is starting now
+    return UnilabError(
+        f"{run_dir} is a run that stopped before it started: it holds its plan"
+        + (" and events.jsonl" if (run_dir / "events.jsonl").is_file() else "")
+        + " but no manifest and no checkpoint, so nothing of it ran",
+        detail="its apply was stopped or killed during start-up (events.jsonl, if any, says where)",
+        fix=f"start it again with its plan: unilab apply {run_dir / 'plan.toml'} (a new run directory); then "
+        f"remove {run_dir}",
+    )
+
+
 def validate_manifest_file(path: Path) -> tuple[Manifest, ConsistencyReport]:
     """The manifest (``path`` is the file or its run directory), after its schema and its
     consistency (fields, and the run directory's plan and checkpoints when it is a run's
     manifest.json) are checked."""
     if path.is_dir():
+        if (unstarted := never_started(path)) is not None:
+            raise unstarted
         if not (path / "manifest.json").is_file():
             raise UnilabError(
                 f"{path} is a directory without manifest.json",

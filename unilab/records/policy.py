@@ -82,6 +82,10 @@ def run_checkpoint(run_dir: Path, name: Path | None, command: str) -> Path:
     ckpts = list_checkpoints(directory)
     if name is None:
         if not ckpts:
+            from unilab.records.manifest_io import never_started
+
+            if (unstarted := never_started(run_dir)) is not None:
+                raise unstarted
             raise UnilabError(f"{directory} holds no checkpoint", fix=f"{command} a run that wrote a checkpoint")
         return ckpts[-1]
     # By file name, or a path to one of them: only a checkpoint the run wrote (not its .sha256
@@ -104,7 +108,11 @@ def verified_checkpoint(run_dir: Path, plan: Plan, path: Path) -> tuple[dict[str
     against the sha256 the run recorded; returns the checkpoint and that digest."""
     from unilab.records.checkpoint import check_finite_weights, check_recorded_digest, load_checkpoint, run_plan_ids
 
-    blob = load_checkpoint(path, plan_id=run_plan_ids(run_dir, plan.plan_id))  # a corrupt file is named first
+    blob = load_checkpoint(  # a corrupt file is named first
+        path,
+        plan_id=run_plan_ids(run_dir, plan.plan_id),
+        corrupt_fix=f"use another of the run's checkpoints (--checkpoint NAME; they are in {run_dir / 'checkpoints'})",
+    )
     digest = check_recorded_digest(run_dir, path)
     check_finite_weights(
         blob["state"], what=f"checkpoint {path}", fix="use an earlier checkpoint of the run (--checkpoint NAME)"

@@ -39,11 +39,35 @@ def resolve_apply(
                 f"{resume} is not a unilab run directory (no plan.toml)",
                 fix="pass the directory `unilab apply` printed at the end of the run",
             )
+    if resume is not None and target == resume / "plan.toml":
+        _check_own_plan(resume)
     if replan and resume is None:
         raise UnilabError("--replan re-plans a run being resumed", fix="use it with --resume RUN_DIR, or drop it")
     if resume_dir is not None and overrides:
         return _extended(resume_dir, overrides, replan)
     return _resolve_target(target, overrides, resume_dir, replan)
+
+
+def _check_own_plan(run_dir: Path) -> None:
+    """The run's own plan.toml emptied or replaced: read as a spec or plan, its errors would speak of
+    specs, or of re-planning, not of the run."""
+    from unilab.inputfile import reading
+    from unilab.plan.render import is_plan_file
+
+    target = run_dir / "plan.toml"
+    try:
+        with reading(target, "plan"):
+            ok = is_plan_file(target)  # a plan with a flaw of its own (edited, older) is named by loading it
+    except UnilabError:
+        ok = False
+    if not ok:
+        raise UnilabError(
+            f"{target} is not the plan `unilab apply` wrote for run {run_dir} (it is empty, not TOML, or was replaced)",
+            detail="a run resumes with its own plan, whose id its checkpoints carry",
+            fix=f"restore {target} (a copy, or `unilab plan SPEC --out {target}` with the run's spec and host, "
+            f"which gives the same plan id), or start a new run from this one's policy: unilab apply SPEC "
+            f'--set run.init_from="{run_dir}"',
+        )
 
 
 def _smoke(target: Path | None, overrides: list[str], resume: Path | None) -> Plan:

@@ -54,7 +54,21 @@ def resolve_resume(plan: Plan, run_dir: Path, run_plan_id: str | None = None, ch
         )
     ckpts = list_checkpoints(run_dir / "checkpoints")
     if not ckpts:
+        from unilab.records.manifest_io import never_started
+
+        if (unstarted := never_started(run_dir, locked_by_us=True)) is not None:
+            raise unstarted
         raise UnilabError(f"{run_dir}/checkpoints holds no checkpoint to resume from", fix="start a new run")
+    if read_run_manifest(run_dir) is None:
+        # A run with checkpoints wrote its manifest before the first of them: it was deleted or damaged
+        # since. Resuming would start a new record and silently lose the sessions and digests it held.
+        gone = "missing" if not (run_dir / "manifest.json").exists() else "unreadable or invalid"
+        raise UnilabError(
+            f"{run_dir}/manifest.json is {gone}: the run's record of its sessions and checkpoint digests is gone",
+            detail="a resume continues a run's record; it would start a new one and the history would be lost",
+            fix=f"restore {run_dir}/manifest.json (`unilab manifest validate {run_dir}` checks it), or start a new "
+            f'run from this one\'s policy: unilab apply SPEC --set run.init_from="{run_dir}"',
+        )
     if checkpoint is not None:
         from unilab.records.policy import run_checkpoint
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from unilab.errors import UnilabError
 from unilab.manifest.models import ApplySession, Manifest
-from unilab.records.manifest_io import read_run_manifest
+from unilab.records.manifest_io import held_by_an_apply, read_run_manifest  # the lock check: eval asks it too
 
 
 def lock_run_dir(run_dir: Path) -> int | None:
@@ -38,23 +38,6 @@ def lock_run_dir(run_dir: Path) -> int | None:
             fix="wait for that run to finish, or stop it (Ctrl-C), then resume it once",
         ) from None
     return fd
-
-
-def held_by_an_apply(run_dir: Path) -> bool | None:
-    """Whether some process holds the run directory's lock now; None when that cannot be read."""
-    try:
-        fd = os.open(run_dir, os.O_RDONLY | os.O_DIRECTORY)
-    except OSError:
-        return None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    except OSError:
-        return None
-    finally:
-        os.close(fd)  # releases the shared lock taken to look
-    return False
 
 
 def killed_session(run_dir: Path, manifest: Manifest) -> ApplySession | None:

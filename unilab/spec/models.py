@@ -87,7 +87,9 @@ class WandbSpec(_Section):
     """`[run.wandb]`: mirror the run's scalars and its manifest to Weights & Biases (the `wandb`
     extra). TensorBoard is written either way."""
 
-    project: Annotated[str, Field(min_length=1, max_length=128)] = Field("unilab", description="W&B project.")
+    project: Annotated[str, Field(min_length=1, max_length=128)] = Field(
+        "unilab", description="W&B project (none of the characters / \\ # ? % :, which W&B refuses)."
+    )
     entity: Annotated[str, Field(min_length=1, max_length=128)] | None = Field(
         None, description="W&B entity (user or team); unset: the account's default."
     )
@@ -102,6 +104,16 @@ class WandbSpec(_Section):
     tags: list[Annotated[str, Field(min_length=1, max_length=64)]] = Field(
         default_factory=list, max_length=64, description="W&B tags of the run."
     )
+
+    @field_validator("project")
+    @classmethod
+    def _project_name(cls, v: str) -> str:
+        # W&B refuses these only when the run starts (wandb's Settings.validate_project): here, at plan time.
+        if bad := [c for c in "/\\#?%:" if c in v]:
+            raise ValueError(
+                f"must be free of / \\ # ? % :, which W&B refuses in a project name (it has {' '.join(bad)})"
+            )
+        return v
 
 
 class RunSpec(_Section):
