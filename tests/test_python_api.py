@@ -216,3 +216,18 @@ def test_a_ctrl_c_during_start_up_leaves_the_interpreter_able_to_apply_again(tmp
     assert r.returncode == 0, r.stderr[-3000:]
     # The interrupt is still a KeyboardInterrupt, raised once torch is whole; the next apply runs.
     assert r.stdout.splitlines() == ["interrupted True", "again succeeded"], r.stdout + r.stderr[-2000:]
+
+
+def test_a_script_without_the_main_guard_is_told_to_add_it(tmp_path: Path) -> None:
+    shutil.copytree(ROOT / "specs", tmp_path / "specs")
+    (tmp_path / "noguard.py").write_text(
+        "import unilab\n\ntry:\n"
+        "    unilab.apply('specs/cartpole.toml', smoke=True, quiet=True)\n"
+        "except unilab.UnilabError as e:\n"
+        "    print(e.render())\n"
+    )
+    r = subprocess.run([sys.executable, "noguard.py"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert 'outside an `if __name__ == "__main__":` guard' in r.stdout, r.stdout + r.stderr[-2000:]
+    assert 'fix: call unilab.apply (and evaluate) under `if __name__ == "__main__":`' in r.stdout
+    assert "freeze_support" not in r.stdout + r.stderr and "Traceback" not in r.stderr
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())

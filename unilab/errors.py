@@ -73,6 +73,15 @@ class UnilabError(Exception):
 # Exit codes of a run (unilab apply, each rank).
 EXIT_OK, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 130
 
+# The exit status of a child process that found itself re-running the user's script: `spawn`
+# starts each child by importing the script that called unilab.apply, and a call outside an
+# `if __name__ == "__main__":` guard runs again there (unilab.python_voice stops it).
+EXIT_UNGUARDED_MAIN = 86
+UNGUARDED_MAIN_FIX = (
+    'call unilab.apply (and evaluate) under `if __name__ == "__main__":` in a script: each of the run\'s '
+    "processes starts by importing the script, as torch's DataLoader workers do (docs/python.md, Processes)"
+)
+
 # The fix of a run's failure once it has a run directory (unilab.collect.collector_client.RunFailed);
 # here, in a module without torch, so that handling a failure never imports anything.
 RUN_FAILED_FIX = "read events.jsonl and the manifest in the run directory; resume with --resume RUN_DIR"

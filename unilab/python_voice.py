@@ -149,6 +149,26 @@ def _argument_error(fn: Callable[..., Any], exc: ValidationError, args: tuple, k
     return UnilabError(f"unilab.{fn.__name__}: {name}={what}: {name} takes {expected}", fix=help_)
 
 
+def _stop_if_importing_the_callers_script(name: str) -> None:
+    """In a child process that `spawn` is starting, which imports the caller's script first: a call
+    there means the script has no `__main__` guard. The child ends at once with EXIT_UNGUARDED_MAIN,
+    which its parent turns into the refusal that names the guard (instead of a second run, or
+    multiprocessing's page about freeze_support)."""
+    import multiprocessing.process
+
+    if getattr(multiprocessing.process.current_process(), "_inheriting", False):
+        import os
+        import sys
+
+        from unilab.errors import EXIT_UNGUARDED_MAIN, UNGUARDED_MAIN_FIX
+
+        sys.stderr.write(
+            f"error: unilab.{name} was called while a child process imported the script\nfix: {UNGUARDED_MAIN_FIX}\n"
+        )
+        sys.stderr.flush()
+        os._exit(EXIT_UNGUARDED_MAIN)
+
+
 def python_api(fn: Callable[_P, _R]) -> Callable[_P, _R]:
     """A function of the Python API: its arguments are checked against its annotations (a wrong type
     is a UnilabError naming the argument, not a TypeError from inside the package), and its
@@ -157,6 +177,7 @@ def python_api(fn: Callable[_P, _R]) -> Callable[_P, _R]:
 
     @wraps(fn)
     def call(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        _stop_if_importing_the_callers_script(fn.__name__)
         try:
             check(*args, **kwargs)
         except ValidationError as exc:

@@ -16,7 +16,7 @@ import torch.multiprocessing as tmp
 from unilab.collect import channel as ch
 from unilab.collect.collector_proc import CollectorConfig, collector_main
 from unilab.collect.timing import PHASES
-from unilab.errors import RUN_FAILED_FIX, UnilabError
+from unilab.errors import EXIT_UNGUARDED_MAIN, RUN_FAILED_FIX, UNGUARDED_MAIN_FIX, UnilabError
 from unilab.plan.inputs import planned_task
 from unilab.plan.models import Plan
 from unilab.stop import STOP_SIGNALS, signals_blocked
@@ -184,6 +184,13 @@ class CollectorClient:
         if self.proc is not None and not self.proc.is_alive():
             self._receive(0.5)  # an error message may arrive just after the process ends
             code = self.proc.exitcode
+            if code == EXIT_UNGUARDED_MAIN:
+                raise RunFailed(
+                    self.where,
+                    "the collector process stopped as it started: importing the script that called unilab.apply "
+                    'ran that call again, outside an `if __name__ == "__main__":` guard',
+                    fix=UNGUARDED_MAIN_FIX,
+                )
             how = f"was killed by {signal.Signals(-code).name}" if code and code < 0 else f"exited with code {code}"
             raise RunFailed(self.where, f"the collector process (pid {self.proc.pid}) {how}")
 
