@@ -126,3 +126,45 @@ def test_the_metadata_names_the_joints_the_actions_drive_and_the_pose_they_offse
         np.testing.assert_allclose(
             json.loads(meta["unilab.default_joint_pos"]), g1.default_pose_vector(pose), atol=1e-6
         )
+
+
+def test_torchscript_export_runs_as_the_onnx_one_with_the_same_metadata(tmp_path: Path) -> None:
+    """`--format torchscript` writes RUN_DIR/policy.pt: the same actions as the ONNX export on the same
+    observations, and the same deployment metadata (as the extra file unilab_metadata.json)."""
+    import json
+    import warnings
+
+    import onnxruntime as ort
+
+    r = subprocess.run(
+        [sys.executable, "-m", "unilab", "apply", str(SPECS / "g1.toml"), "--smoke", "--quiet",
+         "--set", f'run.output_dir="{tmp_path / "runs"}"'],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr[-2000:]
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    for fmt in ("onnx", "torchscript"):
+        e = subprocess.run(
+            [sys.executable, "-m", "unilab", "export", str(run_dir), "--format", fmt], capture_output=True, text=True
+        )
+        assert e.returncode == 0 and e.stderr == "", e.stderr
+    sess = ort.InferenceSession(str(run_dir / "policy.onnx"))
+    obs_dim = sess.get_inputs()[0].shape[1]
+    obs = np.random.default_rng(0).normal(size=(7, obs_dim)).astype(np.float32)
+    extra = {"unilab_metadata.json": ""}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # torch 2.13 marks TorchScript deprecated
+        module = torch.jit.load(str(run_dir / "policy.pt"), _extra_files=extra)
+    got = module(torch.from_numpy(obs)).numpy()
+    want = sess.run(None, {"obs": obs})[0]
+    assert got.shape == want.shape == (7, 12) and np.abs(got - want).max() < 1e-5
+    onnx_meta = sess.get_modelmeta().custom_metadata_map
+    assert json.loads(extra["unilab_metadata.json"]) == onnx_meta
+    assert json.loads(onnx_meta["unilab.action_joints"])[0] == "left_hip_pitch_joint"
+
+
+def test_an_export_format_it_does_not_know_is_refused() -> None:
+    r = subprocess.run(
+        [sys.executable, "-m", "unilab", "export", "runs/x", "--format", "tflite"], capture_output=True, text=True
+    )
+    assert r.returncode == 1 and "invalid choice: 'tflite'" in r.stderr

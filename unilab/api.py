@@ -21,6 +21,7 @@ import sys
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from unilab.errors import UnilabError
 from unilab.evaluate.call import evaluate as evaluate  # re-exported: unilab.evaluate calls it
@@ -147,14 +148,16 @@ def export(
     out: str | os.PathLike[str] | None = None,
     *,
     checkpoint: str | os.PathLike[str] | None = None,
+    format: Literal["onnx", "torchscript"] = "onnx",  # as the CLI's --format
 ) -> Path:
     """Write the run's policy (its newest checkpoint, or ``checkpoint``) with its observation
-    normalizer as ONNX, as `unilab export` does (default ``RUN_DIR/policy.onnx``); returns the path."""
+    normalizer as ONNX or TorchScript, as `unilab export` does (default ``RUN_DIR/policy.onnx`` or
+    ``policy.pt``); returns the path."""
     from unilab.stop import import_uninterrupted
 
     import_uninterrupted("numpy", "torch", "onnx", "unilab.run.export")
-    from unilab.run.export import export_onnx
+    from unilab.run.export import export_policy
 
-    return export_onnx(
-        Path(run_dir), None if out is None else Path(out), None if checkpoint is None else Path(checkpoint)
+    return export_policy(
+        Path(run_dir), None if out is None else Path(out), None if checkpoint is None else Path(checkpoint), format
     )

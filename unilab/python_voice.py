@@ -113,6 +113,7 @@ EXPECTED = {
     "seed": "an int",
     "workers": "an int",
     "video_episodes": "an int",
+    "format": "'onnx' or 'torchscript'",
 }
 _CALL_ERRORS = (
     "unexpected_keyword_argument",

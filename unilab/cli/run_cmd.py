@@ -101,9 +101,9 @@ def _validate_manifest(args: argparse.Namespace, shown) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from unilab.run.export import export_onnx
+    from unilab.run.export import export_policy
 
-    out = export_onnx(args.run_dir, args.out, args.checkpoint)
+    out = export_policy(args.run_dir, args.out, args.checkpoint, args.format)
     print(f"exported the actor with its observation normalizer to {out}")
     return 0
 
@@ -183,19 +183,24 @@ def add_parsers(sub: argparse._SubParsersAction, spec_opts) -> None:
         "export",
         help="export a run's policy for deployment",
         description="Write the actor of RUN_DIR's newest checkpoint (or --checkpoint), with its observation "
-        "normalizer, "
-        "as an ONNX model: input `obs` [batch, obs_dim], output `action` [batch, act_dim] in [-1, 1]; "
-        "its metadata holds the control period and, for the G1, the joint names, standing pose and "
+        "normalizer, as an ONNX model (or a TorchScript module, --format torchscript): input `obs` [batch, "
+        "obs_dim], output `action` [batch, act_dim] in [-1, 1]; its metadata (TorchScript: the extra file "
+        "unilab_metadata.json) holds the control period and, for the G1, the joint names, standing pose and "
         "action scale (joint targets = default_joint_pos + action_scale * action).",
     )
     add_run_dir_arg(sp)
-    sp.add_argument("--format", choices=("onnx",), default="onnx")
+    sp.add_argument(
+        "--format",
+        choices=("onnx", "torchscript"),
+        default="onnx",
+        help="onnx (default, RUN_DIR/policy.onnx) or torchscript (RUN_DIR/policy.pt, for torch.jit.load and libtorch)",
+    )
     sp.add_argument(
         "--out",
         type=path_arg,
         metavar="FILE",
-        help="written atomically (default: RUN_DIR/policy.onnx); inside RUN_DIR only a previous export "
-        "(*.onnx) may be replaced",
+        help="written atomically (default: RUN_DIR/policy.onnx or policy.pt); inside RUN_DIR only a previous "
+        "export (*.onnx, *.pt) may be replaced",
     )
     add_checkpoint_arg(sp)
     sp.set_defaults(func=cmd_export)

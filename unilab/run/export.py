@@ -1,8 +1,11 @@
-"""`unilab export RUN_DIR --format onnx`: the deterministic actor with the observation normalizer
-folded in, for deployment. Input `obs` [batch, obs_dim] raw observations as the task produces them;
-output `action` [batch, act_dim] in [-1, 1]: SAC and FlashSAC give tanh of the Gaussian mean, TD3 its
-deterministic actor; PPO
-gives rsl-rl's Gaussian mean clipped to [-1, 1], as the runtime clipped its actions (unilab.run.vecenv)."""
+"""`unilab export RUN_DIR`: the deterministic actor with the observation normalizer folded in, for
+deployment, as ONNX (`--format onnx`, the default) or TorchScript (`--format torchscript`, the
+`policy.pt` Isaac Lab's play script writes, which libtorch and `torch.jit.load` run). Input `obs`
+[batch, obs_dim] raw observations as the task produces them; output `action` [batch, act_dim] in
+[-1, 1]: SAC and FlashSAC give tanh of the Gaussian mean, TD3 its deterministic actor; PPO gives
+rsl-rl's Gaussian mean clipped to [-1, 1], as the runtime clipped its actions (unilab.run.vecenv).
+Both carry the same deployment metadata: ONNX as model properties, TorchScript as the extra file
+`unilab_metadata.json` (a JSON object of the same keys and string values)."""
 
 from __future__ import annotations
 
@@ -35,11 +38,17 @@ def observation_metadata(state: dict[str, Any], obs_dim: int) -> dict[str, str]:
     return {"unilab.observation_layout": json.dumps(layout)}
 
 
-def check_export_out(run_dir: Path, out: Path) -> None:
+# Each format: the default file name in RUN_DIR, and the extension a previous export of it has.
+FORMATS = {"onnx": "policy.onnx", "torchscript": "policy.pt"}
+TORCHSCRIPT_METADATA = "unilab_metadata.json"
+
+
+def check_export_out(run_dir: Path, out: Path, fmt: str = "onnx") -> None:
     """Refuse an --out that cannot be written or would destroy something: a directory, a missing
-    parent, or an existing file of the run directory other than a previous export (*.onnx)."""
-    check_out_path(out, "policy.onnx")
-    if out.exists() and out.suffix.lower() != ".onnx":
+    parent, or an existing file of the run directory other than a previous export (*.onnx, *.pt)."""
+    default = FORMATS[fmt]
+    check_out_path(out, default)
+    if out.exists() and out.suffix.lower() not in {Path(f).suffix for f in FORMATS.values()}:
         try:
             inside = out.resolve().is_relative_to(run_dir.resolve())
         except OSError:
@@ -47,7 +56,7 @@ def check_export_out(run_dir: Path, out: Path) -> None:
         if inside:
             raise UnilabError(
                 f"--out {out} is a file of the run directory {run_dir}: exporting there would overwrite it",
-                fix="choose a new file name ending in .onnx (default: RUN_DIR/policy.onnx)",
+                fix=f"choose a new file name ending in {Path(default).suffix} (default: RUN_DIR/{default})",
             )
 
 
@@ -132,13 +141,15 @@ def _finish_model(model_bytes: bytes, obs_dim: int, act_dim: int, metadata: dict
     return model.SerializeToString()
 
 
-def export_onnx(run_dir: Path, out: Path | None, checkpoint: Path | None = None) -> Path:
+def export_policy(run_dir: Path, out: Path | None, checkpoint: Path | None = None, fmt: str = "onnx") -> Path:
     """The policy of the run's newest checkpoint (or ``checkpoint``: a file name in
-    RUN_DIR/checkpoints or a path to one) as ONNX, with its observation normalizer."""
+    RUN_DIR/checkpoints or a path to one), with its observation normalizer, as ``fmt`` (FORMATS)."""
+    if fmt not in FORMATS:
+        raise UnilabError(f"export format {fmt!r} is not one of {', '.join(FORMATS)}", fix="use --format onnx")
     plan = read_run_plan(run_dir)  # a missing or unreadable run directory is named first
-    out = out or run_dir / "policy.onnx"
+    out = out or run_dir / FORMATS[fmt]
     try:
-        check_export_out(run_dir, out)  # before building the model: refuse early
+        check_export_out(run_dir, out, fmt)  # before building the model: refuse early
     except OSError as exc:
         raise UnilabError(
             f"cannot use --out {exc.filename or out}: {exc.strerror or exc}", fix="check the path and its permissions"
@@ -146,6 +157,32 @@ def export_onnx(run_dir: Path, out: Path | None, checkpoint: Path | None = None)
     state = verified_checkpoint(run_dir, plan, run_checkpoint(run_dir, checkpoint, "export"))[0]["state"]
     policy, obs_dim = policy_from_state(plan, state)
     example = torch.zeros(1, obs_dim)
+    with torch.no_grad():
+        act_dim = int(policy(example).shape[-1])
+    from unilab.plan.inputs import applied_from
+
+    meta = deployment_metadata(plan, applied_from(run_dir)) | observation_metadata(state, obs_dim)
+    data = (_onnx_bytes if fmt == "onnx" else _torchscript_bytes)(policy, example, act_dim, meta)
+    write_atomic(
+        out,
+        lambda f: f.write(data),
+        "ONNX model" if fmt == "onnx" else "TorchScript module",
+        fix=f"check that {out.parent} is writable and has free space, or choose another --out",
+    )
+    if "unilab.joints" in meta:
+        print(
+            f"warning: {out} lacks the joint names, standing pose and action scale: {meta['unilab.joints']} "
+            "(export from the directory the run was applied in, with its robot files as they were)",
+            file=sys.stderr,
+        )
+    return out
+
+
+def export_onnx(run_dir: Path, out: Path | None, checkpoint: Path | None = None) -> Path:
+    return export_policy(run_dir, out, checkpoint, "onnx")
+
+
+def _onnx_bytes(policy: torch.nn.Module, example: torch.Tensor, act_dim: int, meta: dict[str, str]) -> bytes:
     buf = io.BytesIO()
     try:
         torch.onnx.export(
@@ -162,22 +199,26 @@ def export_onnx(run_dir: Path, out: Path | None, checkpoint: Path | None = None)
             f"ONNX export failed: {type(exc).__name__}: {str(exc).splitlines()[0][:300]}",
             fix="report this with the run's plan.toml",
         ) from None
-    with torch.no_grad():
-        act_dim = int(policy(example).shape[-1])
-    from unilab.plan.inputs import applied_from
+    return _finish_model(buf.getvalue(), int(example.shape[-1]), act_dim, meta)
 
-    meta = deployment_metadata(plan, applied_from(run_dir)) | observation_metadata(state, obs_dim)
-    data = _finish_model(buf.getvalue(), obs_dim, act_dim, meta)
-    write_atomic(
-        out,
-        lambda f: f.write(data),
-        "ONNX model",
-        fix=f"check that {out.parent} is writable and has free space, or choose another --out",
-    )
-    if "unilab.joints" in meta:
-        print(
-            f"warning: {out} lacks the joint names, standing pose and action scale: {meta['unilab.joints']} "
-            "(export from the directory the run was applied in, with its robot files as they were)",
-            file=sys.stderr,
-        )
-    return out
+
+def _torchscript_bytes(policy: torch.nn.Module, example: torch.Tensor, act_dim: int, meta: dict[str, str]) -> bytes:
+    """The policy traced (its forward has no data-dependent branch) and frozen, the metadata as an
+    extra file. torch 2.13 marks TorchScript deprecated in favour of torch.export; libtorch and
+    `torch.jit.load` still run it, and deployments that expect `policy.pt` read this format."""
+    import json
+    import warnings
+
+    buf = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        try:
+            traced = torch.jit.trace(policy.eval(), example, check_trace=False)
+            frozen = torch.jit.freeze(traced)
+            torch.jit.save(frozen, buf, _extra_files={TORCHSCRIPT_METADATA: json.dumps(meta)})
+        except Exception as exc:
+            raise UnilabError(
+                f"TorchScript export failed: {type(exc).__name__}: {str(exc).splitlines()[0][:300]}",
+                fix="export as ONNX (--format onnx), and report this with the run's plan.toml",
+            ) from None
+    return buf.getvalue()
