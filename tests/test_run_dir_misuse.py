@@ -84,3 +84,24 @@ def test_a_run_that_stopped_before_it_started_is_named_so(finished: Path, tmp_pa
     assert f"{run} is a run that stopped before it started" in r.stderr
     assert f"fix: start it again with its plan: unilab apply {run}/plan.toml" in r.stderr
     assert sorted(p.name for p in run.iterdir()) == ["events.jsonl", "plan.toml"]
+
+
+def test_a_run_that_updated_nothing_says_why() -> None:
+    """A run whose transitions never reached the replay (every world's physics diverging) ends at its
+    budget with no update: the summary names the cause instead of reporting a success alone."""
+    from types import SimpleNamespace
+
+    from unilab.run.rank_run import _why_no_updates
+
+    def manifest(**counters: int) -> SimpleNamespace:
+        base = {"updates": 0, "env_steps": 6400, "transitions_produced": 6400, "transitions_stored": 6400}
+        return SimpleNamespace(
+            status="succeeded", counters=SimpleNamespace(**{**base, "nonfinite_resets": 0, **counters})
+        )
+
+    diverged = _why_no_updates(manifest(transitions_stored=0, nonfinite_resets=6400))
+    assert diverged is not None and "6,400 of its 6,400 transitions were not stored" in diverged
+    assert "physics diverged" in diverged
+    assert _why_no_updates(manifest(updates=3)) is None
+    assert _why_no_updates(manifest(env_steps=0)) is None
+    assert "never updated" in (_why_no_updates(manifest()) or "")

@@ -281,6 +281,22 @@ def _finish(rec: RunRecorder, events: EventLog, status: str, first_error: FirstE
     events.close()
 
 
+def _why_no_updates(m: Any) -> str | None:
+    """Why a run that collected env steps made no update, from its counters; None when it updated
+    (or was stopped before the plan's first update was due: the plan rules guarantee one otherwise)."""
+    c = m.counters
+    if c.updates > 0 or c.env_steps == 0 or m.status != "succeeded":
+        return None
+    if c.transitions_produced and c.transitions_stored < c.transitions_produced:
+        lost = c.transitions_produced - c.transitions_stored
+        return (
+            f"{lost:,} of its {c.transitions_produced:,} transitions were not stored ({c.nonfinite_resets:,} worlds "
+            "reset for a non-finite state), so the replay never held a batch: the physics diverged; check "
+            "task and sim values (docs/spec.md) and the run's physics warnings"
+        )
+    return f"it collected {c.env_steps:,} env steps and its learner never updated; events.jsonl has the run's log"
+
+
 def summarize(rec: RunRecorder, status: str) -> None:
     m = rec.manifest(status)
     # The counters span the whole run, the timing this session: a resumed run says so.
@@ -308,6 +324,8 @@ def summarize(rec: RunRecorder, status: str) -> None:
         else:  # the video extra is not installed: offer what works, and how to film
             print(f"next: unilab eval {rec.run_dir}   (score the policy; to film it: {install_command('video')})")
     print(f"run directory: {rec.run_dir}")
+    if (why := _why_no_updates(m)) is not None:  # even with --quiet: the run trained nothing
+        print(f"warning: the run made no policy update: {why}", file=sys.stderr)
     for kind, n in m.backend.physics_warnings.items():
         fix = physics_warning_fix(kind, rec.plan.sim.njmax, rec.plan.sim.nconmax)
         if fix:  # physics ran without some constraints or contacts: say so even with --quiet
