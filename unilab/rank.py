@@ -40,6 +40,11 @@ def main(argv: list[str] | None = None) -> int:
                 "unilab.rank runs under torchrun (RANK and WORLD_SIZE are not set)",
                 fix="use `unilab apply PLAN.toml` on one node, or launch with torchrun",
             )
+        from unilab.lifetime import die_with_parent
+
+        # A rank ends with its torchrun agent: killed alone (kill -9 of the agent), it would leave
+        # the rank training on with nobody to report it, for as long as its collectives succeed.
+        die_with_parent(os.getppid())
         from unilab.plan.inputs import check_init_from
         from unilab.plan.render import load_plan
         from unilab.run.launch import check_world_size, rank_entry

@@ -12,6 +12,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from unilab.collect.collector_client import RunFailed
 from unilab.dist import BufferSync, GradSync, broadcast_parameters
 from unilab.errors import UnilabError
 from unilab.learn.replay import Batch
@@ -98,3 +99,38 @@ def finish_barrier(group: Any, grace_s: float) -> None:
             fix="see that rank's first error in the run's events.jsonl or the launcher's output; "
             "a rank stuck in a slow step or killed by the OS ends the run this way",
         ) from exc
+
+
+# What gloo says when the rank at the other end of a connection is gone (its process or its node).
+_PEER_GONE = ("Connection reset by peer", "Connection closed by peer", "Broken pipe", "Connection refused", "EOF")
+
+
+def lost_rank_error(exc: BaseException, rank: int, world_size: int, group: Any = None) -> RunFailed | None:
+    """The failure of a collective because another rank is gone, as the run's error naming that
+    rank (``rank`` is this one); None for any other failure. Two ranks: the other one. More: the
+    ranks a short monitored barrier finds missing, or all the others when even that cannot say."""
+    text = str(exc)
+    if not isinstance(exc, RuntimeError) or not any(k in text for k in _PEER_GONE):
+        return None
+    others = [r for r in range(world_size) if r != rank]
+    lost = others if world_size == 2 else _missing_ranks(group, others)
+    names = ", ".join(str(r) for r in lost)
+    return RunFailed(
+        f"rank{lost[0]}" if len(lost) == 1 else "ranks",
+        f"rank {names} {'was' if len(lost) == 1 else 'were'} lost (its process or its node died): rank {rank} "
+        f"found the connection gone in a collective",
+        detail=f"gloo: {text.strip().splitlines()[0][:300]}",
+        fix="see why that rank or node ended (its launcher's output, the OS log); then resume the run on a "
+        "full set of nodes with --resume RUN_DIR",
+    )
+
+
+def _missing_ranks(group: Any, others: list[int]) -> list[int]:
+    import re
+
+    try:
+        dist.monitored_barrier(group=group, timeout=timedelta(seconds=10), wait_all_ranks=True)
+    except RuntimeError as exc:
+        named = [int(r) for r in re.findall(r"\d+", str(exc).split("failed to pass", 1)[0])]
+        return [r for r in named if r in others] or others
+    return others

@@ -245,6 +245,14 @@ def run_rank(job: RankJob, stop: StopFlag) -> int:
         first_error = FirstError(where=f"rank{rank}.learner", message=exc.summary)
         raise
     except Exception as exc:
+        lost = None
+        if dp is not None:
+            from unilab.run.dp import lost_rank_error
+
+            lost = lost_rank_error(exc, rank, world, dp.control)
+        if lost is not None:  # another rank is gone: name it, not this rank's broken collective
+            first_error = FirstError(where=lost.where, message=lost.message)
+            raise lost from None
         first_error = FirstError(where=f"rank{rank}.learner", message=f"{type(exc).__name__}: {exc}")
         raise
     finally:
