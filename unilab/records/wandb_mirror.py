@@ -128,15 +128,22 @@ class WandbMirror:
         """Attach the final manifest and end the W&B run, waiting at most FINISH_TIMEOUT_S (an
         upload on a failing network retries for long); False when it did not end in time."""
 
+        errors: list[BaseException] = []
+
         def end() -> None:
-            if manifest is not None and manifest.is_file():
-                self.run.save(str(manifest), base_path=str(self.run_dir), policy="now")
-            self.run.finish(exit_code=1 if failed else 0)
+            try:
+                if manifest is not None and manifest.is_file():
+                    self.run.save(str(manifest), base_path=str(self.run_dir), policy="now")
+                self.run.finish(exit_code=1 if failed else 0)
+            except Exception as exc:  # a full disk, a W&B error: said by the caller, not as a thread traceback
+                errors.append(exc)
 
         worker = threading.Thread(target=end, name="wandb-finish", daemon=True)
         worker.start()
         worker.join(FINISH_TIMEOUT_S)
         self._restore_env()
+        if errors:
+            raise errors[0]
         return not worker.is_alive()
 
     def _restore_env(self) -> None:
