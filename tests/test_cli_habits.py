@@ -181,3 +181,11 @@ def test_tab_completes_commands_spec_keys_and_run_directories(smoke_run: Path, t
     runs = smoke_run.parent
     assert str(smoke_run) in _complete(f"unilab eval {runs}/", ROOT, tmp_path)
     assert str(smoke_run) in _complete(f"unilab apply --resume {runs}/", ROOT, tmp_path)
+
+
+def test_an_options_value_that_looks_like_an_override_is_left_alone(tmp_path: Path) -> None:
+    """`--out run.name=x.toml` names the file to write, whatever it looks like."""
+    out = tmp_path / "run.name=x.toml"
+    r = run_unilab("plan", "specs/cartpole.toml", "--host-facts", HOST, "--out", str(out), cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    assert out.is_file()

@@ -8,6 +8,7 @@ Standard library only: it runs before any command is imported.
 
 from __future__ import annotations
 
+import argparse
 import re
 import shlex
 from pathlib import Path
@@ -35,9 +36,10 @@ def _value_follows(tokens: list[str], i: int) -> bool:
     return i + 1 < len(tokens) and not tokens[i + 1].startswith("-") and not _is_path(tokens[i + 1])
 
 
-def check(argv: list[str]) -> None:
+def check(argv: list[str], value_options: frozenset[str] = frozenset()) -> None:
     """Raise a UnilabError with the corrected command when argv holds an override in another
-    tool's form; return quietly otherwise (argparse then parses argv as usual)."""
+    tool's form; return quietly otherwise (argparse then parses argv as usual). ``value_options``:
+    the command's options that take a value (`--out FILE`), whose value is never an override."""
     command = next((i for i, t in enumerate(argv) if not t.startswith("-")), None)
     if command is None or argv[command] not in COMMANDS_WITH_SET:
         return
@@ -49,6 +51,10 @@ def check(argv: list[str]) -> None:
         if t == "--":  # what follows is positional by the user's own say
             fixed.extend(tokens[i:])
             break
+        if t in value_options and t != "--set" and i + 1 < len(tokens):  # `--out a.b=c.toml` names a file
+            fixed += [t, tokens[i + 1]]
+            i += 2
+            continue
         if t == "--set" and i + 1 < len(tokens):
             value = tokens[i + 1]
             if "=" not in value and _value_follows(tokens, i + 1):  # `--set task.num_envs 128`
@@ -87,3 +93,15 @@ def check(argv: list[str]) -> None:
         f"{given}: unilab takes spec overrides as --set KEY=VALUE (TOML value syntax, one key per --set)",
         fix=shlex.join(["unilab", *fixed]),
     )
+
+
+def value_options(parser: argparse.ArgumentParser) -> frozenset[str]:
+    """Every option of ``parser``'s commands that takes a value."""
+    out: set[str] = set()
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                out |= value_options(sub)
+        elif action.option_strings and action.nargs != 0:
+            out.update(o for o in action.option_strings if o.startswith("--"))
+    return frozenset(out)

@@ -423,7 +423,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         from unilab.cli import habits
 
-        habits.check(sys.argv[1:] if argv is None else list(argv))
+        habits.check(sys.argv[1:] if argv is None else list(argv), habits.value_options(parser))
         try:
             args = parser.parse_args(argv)
         except SystemExit as exc:  # --help (exit 0) and usage errors, already printed by argparse
