@@ -48,7 +48,10 @@ def check_export_out(run_dir: Path, out: Path, fmt: str = "onnx") -> None:
     parent, or an existing file of the run directory other than a previous export (*.onnx, *.pt)."""
     default = FORMATS[fmt]
     check_out_path(out, default)
-    if out.exists() and out.suffix.lower() not in {Path(f).suffix for f in FORMATS.values()}:
+    previous_export = (
+        out.suffix.lower() in {Path(f).suffix for f in FORMATS.values()} and out.parent.name != "checkpoints"
+    )
+    if out.exists() and not previous_export:
         try:
             inside = out.resolve().is_relative_to(run_dir.resolve())
         except OSError:
