@@ -33,6 +33,20 @@ DP = [
 ]
 
 
+def _saved_plan(tmp_path: Path) -> Path:
+    """The two-rank CPU plan both nodes run, saved as docs/data-parallel.md saves it."""
+    plan = tmp_path / "plan.toml"
+    sets = [a for s in DP for a in ("--set", s)]
+    p = subprocess.run(
+        [sys.executable, "-m", "unilab", "plan", str(ROOT / "specs/g1_dp2_cpu.toml"), *sets, "--out", str(plan)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
+    assert p.returncode == 0, p.stderr
+    return plan
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -96,15 +110,7 @@ def _wait_for(path_glob: str, root: Path, timeout: float) -> Path:
 
 
 def test_two_nodes_train_and_a_lost_node_ends_the_run_cleanly_and_it_resumes(tmp_path: Path) -> None:
-    plan = tmp_path / "plan.toml"
-    sets = [a for s in DP for a in ("--set", s)]
-    p = subprocess.run(
-        [sys.executable, "-m", "unilab", "plan", str(ROOT / "specs/g1_dp2_cpu.toml"), *sets, "--out", str(plan)],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-    )
-    assert p.returncode == 0, p.stderr
+    plan = _saved_plan(tmp_path)
     run_dir, mark = tmp_path / "run", uuid.uuid4().hex
     port = _free_port()
     nodes = [_node(tmp_path, plan, port, mark, "--run-dir", str(run_dir)) for _ in range(2)]
@@ -148,15 +154,7 @@ def test_two_nodes_train_and_a_lost_node_ends_the_run_cleanly_and_it_resumes(tmp
 def test_a_rank_whose_agent_alone_is_killed_ends_with_it(tmp_path: Path) -> None:
     """kill -9 of one node's torchrun agent, not of its rank: the rank must not train on with nobody
     above it; it ends with its agent, and the other node's rank names it lost."""
-    plan = tmp_path / "plan.toml"
-    sets = [a for s in DP for a in ("--set", s)]
-    p = subprocess.run(
-        [sys.executable, "-m", "unilab", "plan", str(ROOT / "specs/g1_dp2_cpu.toml"), *sets, "--out", str(plan)],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-    )
-    assert p.returncode == 0, p.stderr
+    plan = _saved_plan(tmp_path)
     run_dir, mark = tmp_path / "run", uuid.uuid4().hex
     nodes = [_node(tmp_path, plan, _port := _free_port(), mark, "--run-dir", str(run_dir))]
     nodes.append(_node(tmp_path, plan, _port, mark, "--run-dir", str(run_dir)))

@@ -63,39 +63,26 @@ def complete_set(prefix: str, **_: Any) -> list[str]:
     return [f"{k}=" for k in keys if k.startswith(prefix)]
 
 
-def complete_run_dir(prefix: str, **_: Any) -> list[str]:
-    """Run directories (a plan.toml inside), and the directories on the way to them."""
-    base = Path(prefix).parent if prefix and not prefix.endswith("/") else Path(prefix or ".")
-    try:
-        entries = sorted(p for p in base.iterdir() if p.is_dir())
-    except OSError:
-        return []
-    out = []
-    for p in entries:
-        text = str(p) if prefix.startswith("./") or str(base) != "." else p.name
-        if not text.startswith(prefix) or p.name.startswith("."):
-            continue
-        out.append(text if (p / "plan.toml").is_file() else text + "/")
-    return out
-
-
-def complete_spec(prefix: str, **_: Any) -> list[str]:
-    """Spec and plan files (.toml), and directories to find them in."""
+def _entries(prefix: str) -> list[tuple[Path, str]]:
+    """The visible entries of the directory ``prefix`` is being typed in, with the text each
+    completes to (relative as typed), that extend ``prefix``."""
     base = Path(prefix).parent if prefix and not prefix.endswith("/") else Path(prefix or ".")
     try:
         entries = sorted(base.iterdir())
     except OSError:
         return []
-    out = []
-    for p in entries:
-        text = str(p) if str(base) != "." or prefix.startswith("./") else p.name
-        if not text.startswith(prefix) or p.name.startswith("."):
-            continue
-        if p.is_dir():
-            out.append(text + "/")
-        elif p.suffix == ".toml":
-            out.append(text)
-    return out
+    shown = [(p, str(p) if str(base) != "." or prefix.startswith("./") else p.name) for p in entries]
+    return [(p, text) for p, text in shown if text.startswith(prefix) and not p.name.startswith(".")]
+
+
+def complete_run_dir(prefix: str, **_: Any) -> list[str]:
+    """Run directories (a plan.toml inside), and the directories on the way to them."""
+    return [text if (p / "plan.toml").is_file() else text + "/" for p, text in _entries(prefix) if p.is_dir()]
+
+
+def complete_spec(prefix: str, **_: Any) -> list[str]:
+    """Spec and plan files (.toml), and directories to find them in."""
+    return [text + "/" if p.is_dir() else text for p, text in _entries(prefix) if p.is_dir() or p.suffix == ".toml"]
 
 
 def attach(parser: argparse.ArgumentParser) -> None:

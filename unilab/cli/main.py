@@ -42,14 +42,9 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     if args.out is not None:
         check_out_file(args.out, inputs, "plan")  # before compiling: refuse early
     if args.smoke:
-        from unilab.plan.render import is_plan_file
-        from unilab.plan.smoke import smoke_plan
+        from unilab.plan.smoke import refuse_saved_plan, smoke_plan
 
-        if args.spec.is_file() and is_plan_file(args.spec):
-            raise UnilabError(
-                f"{args.spec} is a saved plan; --smoke re-plans a spec with a short budget",
-                fix="pass the spec the plan was made from: unilab plan SPEC --smoke",
-            )
+        refuse_saved_plan(args.spec, "plan")
         plan = smoke_plan(lambda o: plan_from_path(args.spec, o, args.host_facts), args.set)
     else:
         plan = plan_from_path(args.spec, args.set, args.host_facts)

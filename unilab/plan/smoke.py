@@ -11,6 +11,7 @@ for a real run's.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 from unilab.algos.registry import algo_def
 from unilab.errors import UnilabError
@@ -35,6 +36,19 @@ def smoke_overrides(plan: Plan) -> list[str]:
         return ["algo.warmup_env_steps=0", f"run.total_env_steps={world * n * syncs}", *name]
     unit = algo_def(algo).syncs_per_unit(algo)
     return [f"run.total_env_steps={world * n * unit * SMOKE_ROLLOUTS}", *name]
+
+
+def refuse_saved_plan(target: Path, command: str) -> None:
+    """A smoke run re-plans a spec: a saved plan (``target``) has no spec to re-plan."""
+    from unilab.inputfile import reading
+    from unilab.plan.render import is_plan_file
+
+    with reading(target, "spec or plan"):
+        if target.is_file() and is_plan_file(target):
+            raise UnilabError(
+                f"{target} is a saved plan; --smoke re-plans a spec with a short budget",
+                fix=f"pass the spec the plan was made from: unilab {command} SPEC --smoke",
+            )
 
 
 def smoke_plan(compile_with: Callable[[list[str]], Plan], overrides: Sequence[str], flag: str = "--smoke") -> Plan:

@@ -181,10 +181,6 @@ def export_policy(run_dir: Path, out: Path | None, checkpoint: Path | None = Non
     return out
 
 
-def export_onnx(run_dir: Path, out: Path | None, checkpoint: Path | None = None) -> Path:
-    return export_policy(run_dir, out, checkpoint, "onnx")
-
-
 def _onnx_bytes(policy: torch.nn.Module, example: torch.Tensor, act_dim: int, meta: dict[str, str]) -> bytes:
     buf = io.BytesIO()
     try:

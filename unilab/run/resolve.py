@@ -71,9 +71,7 @@ def _check_own_plan(run_dir: Path) -> None:
 
 
 def _smoke(target: Path | None, overrides: list[str], resume: Path | None) -> Plan:
-    from unilab.inputfile import reading
-    from unilab.plan.render import is_plan_file
-    from unilab.plan.smoke import smoke_plan
+    from unilab.plan.smoke import refuse_saved_plan, smoke_plan
 
     if resume is not None:
         raise UnilabError(
@@ -82,12 +80,7 @@ def _smoke(target: Path | None, overrides: list[str], resume: Path | None) -> Pl
         )
     if target is None:
         raise UnilabError("--smoke needs a SPEC", fix="unilab apply specs/g1.toml --smoke")
-    with reading(target, "spec or plan"):
-        if target.is_file() and is_plan_file(target):
-            raise UnilabError(
-                f"{target} is a saved plan; --smoke re-plans a spec with a short budget",
-                fix="pass the spec the plan was made from: unilab apply SPEC --smoke",
-            )
+    refuse_saved_plan(target, "apply")
     return smoke_plan(lambda o: _resolve_target(target, o)[0], overrides)
 
 
