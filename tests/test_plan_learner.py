@@ -77,6 +77,32 @@ def test_wide_off_policy_learner_takes_a_thread_per_physical_core_and_the_whole_
     assert plan.learner is not None and "whole block" in plan.learner.threads_reason
 
 
+RECIPE_SAC = {"name": "sac", "hidden_dims": [256, 256]}  # the walking recipe's networks
+
+
+@pytest.mark.parametrize(
+    ("facts", "algo", "layout", "says"),
+    [
+        # AMX: the whole block from 256 units.
+        ("cpu_amx", WIDE_SAC, (2, [0, 1], [1]), "1.7x the env steps/s"),
+        ("cpu_amx", RECIPE_SAC, (2, [0, 1], [1]), "1.7x the env steps/s"),
+        # AVX512-BF16 without AMX and AVX2 only: the whole block from 512 units, a CPU apart under.
+        ("cpu_zen4", WIDE_SAC, (2, [0, 1], [1]), "1.52x the env steps/s"),
+        ("cpu_zen4", RECIPE_SAC, (1, [0], [1]), "1,499 against 1,363 env steps/s"),
+        ("cpu_laptop", WIDE_SAC, (2, [0, 1], [1]), "1.52x the env steps/s"),
+        ("cpu_laptop", RECIPE_SAC, (1, [0], [1]), "1,499 against 1,363 env steps/s"),
+        # Every kind: one thread on a CPU of its own for small networks.
+        ("cpu_laptop", {"name": "sac", "hidden_dims": [64, 64]}, (1, [0], [1]), "splitting each operation"),
+        ("cpu_zen4", {"name": "sac", "hidden_dims": [64, 64]}, (1, [0], [1]), "splitting each operation"),
+    ],
+)
+def test_auto_threads_follow_the_cpu_kind_and_the_sizes(facts: str, algo: dict, layout: tuple, says: str) -> None:
+    plan = _plan(facts, algo=algo)
+    r = plan.ranks[0]
+    assert (r.torch_threads, r.learner_cpu_ids, r.collector_cpu_ids) == layout
+    assert plan.learner is not None and says in plan.learner.threads_reason
+
+
 def test_smt_siblings_count_once() -> None:
     r = _plan("cpu_smt4", algo=WIDE_SAC).ranks[0]
     assert r.torch_threads == 2  # 4 logical CPUs on 2 physical cores

@@ -14,8 +14,10 @@ its own;
 actions;
 (3) a real `unilab apply` of the spec: its steady-state env steps/s and updates/s, taken from the
 last 50% of its `iteration` events (after warm-up, with updates running).
-Last lines: apply_vs_learner=<(3) updates/s / (1) updates/s> (target >= 0.9: the run goes as fast
-as its learner) and apply_vs_collector=<(3) env steps/s / (2) env steps/s>.
+Last lines: apply_vs_collector=<(3) env steps/s / (2) env steps/s>, apply_vs_learner=<(3) updates/s /
+(1) updates/s>, and apply_vs_slower=<(3) env steps/s / the slower side's alone>, the learner's counted
+in env steps through the updates it owes per env step (target >= 0.9: the run goes as fast as its
+slower side allows).
 """
 
 from __future__ import annotations
@@ -179,8 +181,14 @@ def main() -> int:
     guess = min(col, learner / per_step * plan.task.num_envs) if per_step else col
     sps, ups, run_dir = apply_run(args.spec, overrides, args.seconds, guess)
     print(f"apply (steady state, last 50% of samples): {sps:,.0f} env steps/s, {ups:,.1f} updates/s  [{run_dir}]")
+    # Which side alone is slower, in env steps/s: the learner's rate in env steps is its updates/s
+    # over the updates it owes per env step. The run can go no faster than that side.
+    learner_sps = learner / per_step * plan.task.num_envs if per_step else float("inf")
+    slower = "learner" if learner_sps < col else "collector"
+    print(f"slower side alone: the {slower} ({min(learner_sps, col):,.0f} env steps/s)")
     print(f"apply_vs_collector={sps / col:.3f}")
     print(f"apply_vs_learner={ups / learner:.3f}")
+    print(f"apply_vs_slower={sps / min(learner_sps, col):.3f}")
     return 0
 
 

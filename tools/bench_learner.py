@@ -21,7 +21,7 @@ process-wide, so the reference runs with it too.
 
 Last lines, per algorithm:
     <algo>: learner_vs_reference=<planned unilab / reference, 1 thread> same_threads=<... / reference, same threads>
-Targets: sac >= 3.0 on a CPU with AMX, >= 2.0 on AVX2 only; flashsac >= 2.0.
+Targets: sac >= 3.0 on a CPU with AMX, >= 2.0 on one with AVX512-BF16, >= 1.5 on AVX2 only; flashsac >= 2.0.
 """
 
 from __future__ import annotations

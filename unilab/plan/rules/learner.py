@@ -9,14 +9,15 @@ faster in bfloat16 on one thread (40.7 against 27.6 updates/s) and its 1024x768x
 faster, so `auto` takes bfloat16 on either kind of bf16 unit. Not on CUDA: no GPU run of unilab has
 been measured.
 
-Threads. An off-policy learner on the CPU usually bounds the run. On a CPU with AMX `auto` gives
-it one intra-op thread per physical core of the rank's CPU block (SMT siblings share one core's
-matrix units) and the whole block, the collector's CPUs included; the rank uses them only while the
-collector waits for its action (unilab.run.offpolicy.LearnerThreads), so a run the collector bounds
-keeps the collector's pace. On the 2-vCPU Xeon that ran 1.7x the env steps/s of one learner thread on
-a CPU apart. Elsewhere it keeps the layout measured on an AVX2-only host,
-half the block on CPUs apart from the collector's; and one thread for small networks, where
-threading each operation costs more than it saves (docs/performance.md has the figures).
+Threads. An off-policy learner on the CPU usually bounds the run. `auto` gives it one intra-op
+thread per physical core of the rank's CPU block (SMT siblings share one core's matrix units) and
+the whole block, the collector's CPUs included; the rank uses them only while the collector waits
+for its action (unilab.run.offpolicy.LearnerThreads), so a run the collector bounds keeps the
+collector's pace. On the 2-vCPU AMX Xeon that ran 1.7x the env steps/s of one learner thread on a
+CPU apart, on a 2-core AVX2 EPYC 1.52x at the matched SAC config's 768-wide critic. Without AMX and
+under 512 units it keeps half the block on CPUs apart from the collector's: there the whole block
+ran 9 % slower end to end. One thread for small networks (under 256), where threading each
+operation costs more than it saves (docs/performance.md has the figures).
 """
 
 from __future__ import annotations
@@ -31,6 +32,13 @@ from unilab.plan.rules.registry import Rule, rule
 # The widest hidden layer below which `auto` keeps float32 and one learner thread: at 64x64 SAC
 # ran faster in float32 and on one thread; at 256x256 bfloat16 and two threads were no slower.
 AUTO_BF16_MIN_WIDTH = 256
+# The widest hidden layer from which a learner without AMX takes the whole CPU block while the
+# collector waits. At 768 (the matched SAC config, 8 updates per vector step) one update outlasts
+# the physics step many times over, so the collector waits most of the time and the learner's
+# second thread pays; at 256 (the walking recipe, 2 updates per vector step) each update is shorter
+# than the physics step, the learner seldom finds the collector waiting, and its idle threads cost
+# the collector more than they give (docs/performance.md, AVX2 VM 2026-12-04).
+WHOLE_BLOCK_MIN_WIDTH = 512
 
 
 def bf16_blocker(ctx: Context) -> str | None:
@@ -169,19 +177,24 @@ def resolve_threads(ctx: Context, block: list[int], kind: str) -> ThreadDecision
             f"one: at hidden layers of {widest} and less, splitting each operation costs more than it saves "
             "(the check task's 64x64 SAC ran 150 updates/s on one thread, 130 on two)"
         )
-    elif not ctx.facts.cpu.has("amx_bf16"):
+    elif not ctx.facts.cpu.has("amx_bf16") and widest < WHOLE_BLOCK_MIN_WIDTH:
         threads = half
         why = (
-            "half the rank's CPUs: without AMX a learner on CPUs of its own ran 19-25 % faster end to end than "
-            "one sharing the physics workers' (docs/performance.md); a learner on the whole block is measured "
-            "only on AMX CPUs"
+            f"half the rank's CPUs: without AMX, at hidden layers under {WHOLE_BLOCK_MIN_WIDTH} a learner on CPUs of "
+            "its own ran faster end to end than one on the whole block while the collector waits (256x256 SAC, "
+            "2 updates per vector step, AVX2 EPYC: 1,499 against 1,363 env steps/s; docs/performance.md)"
         )
     else:
         threads = cores
+        measured = (
+            "this layout ran 1.7x the env steps/s of one thread on a CPU apart with AMX"
+            if ctx.facts.cpu.has("amx_bf16")
+            else f"at hidden layers of {WHOLE_BLOCK_MIN_WIDTH} and more this layout ran 1.52x the env steps/s of "
+            "one thread on a CPU apart on an AVX2 EPYC"
+        )
         why = (
             f"one per physical core of the rank's {len(block)} CPUs ({cores}), used while the collector waits "
-            "for its action: an off-policy learner with AMX still bounds most runs, and this layout ran 1.7x "
-            "the env steps/s of one thread on a CPU apart (docs/performance.md)"
+            f"for its action: a wide off-policy learner bounds most runs, and {measured} (docs/performance.md)"
         )
     if threads <= len(block) - keep:
         # CPUs of its own: the physics workers keep the rest of the block.
