@@ -100,7 +100,15 @@ def deployment_metadata(plan: Plan, applied_from: Path | None = None) -> dict[st
         if mjcf is None:
             meta["unilab.joints"] = f"not embedded: the run's robot MJCF {task.robot.source} is not here as it ran"
             return meta
-    layout = RobotLayout.from_model(load_model(mjcf, plan.sim.timestep), task.default_pose)
+    model = load_model(mjcf, plan.sim.timestep)
+    layout = RobotLayout.from_model(model, task.default_pose)
+    meta |= _physics_metadata(plan, mjcf, layout)
+    # The joints' passive dynamics the policy was trained with (a deployment on another model
+    # compares its own: sim2sim prints what differs).
+    dofs = layout.qvel_adr
+    meta["unilab.joint_armature"] = _json_list(model.dof_armature[dofs])
+    meta["unilab.joint_damping"] = _json_list(model.dof_damping[dofs])
+    meta["unilab.joint_frictionloss"] = _json_list(model.dof_frictionloss[dofs])
     meta["unilab.joint_names"] = json.dumps(list(layout.joint_names))
     meta["unilab.default_joint_pos"] = json.dumps([round(float(v), 6) for v in layout.default_joint_pos])
     scale = joint_action_scale(layout, task.action_scale)
@@ -118,6 +126,49 @@ def deployment_metadata(plan: Plan, applied_from: Path | None = None) -> dict[st
     meta["unilab.joint_kd"] = _json_list(layout.kd)
     meta["unilab.effort_limit"] = _json_list(layout.effort_limit)
     meta["unilab.target_range"] = json.dumps([json.loads(_json_list(r)) for r in layout.ctrl_range])
+    return meta
+
+
+def _physics_metadata(plan: Plan, mjcf: Path | None, layout: Any) -> dict[str, str]:
+    """What a runner outside unilab needs to play the policy as training did: the model as the
+    run composed it (MJCF text: unilab's G1 has no mesh files), the physics step, the base's
+    standing height, and for a velocity policy how its episodes were drawn and ended
+    (docs/deploy.md names every key)."""
+    import json
+
+    from unilab.robot import g1
+    from unilab.robot.model import build_model_xml
+    from unilab.tasks import g1_walk
+
+    meta = {
+        "unilab.mjcf": build_model_xml(mjcf, plan.sim.timestep),
+        "unilab.physics": json.dumps(
+            {
+                "timestep": plan.sim.timestep,
+                "decimation": plan.sim.decimation,
+                "base_body": g1.BASE_BODY,
+                "standing_base_height": round(float(layout.default_qpos[layout.base_qpos_adr + 2]), 6),
+            }
+        ),
+    }
+    task = plan.task
+    if isinstance(task, G1WalkPlan):
+        c = task.commands
+        meta["unilab.velocity_task"] = json.dumps(
+            {
+                "episode_length_s": task.episode_length_s,
+                "lin_vel_x": list(c.lin_vel_x),
+                "lin_vel_y": list(c.lin_vel_y),
+                "ang_vel_z": list(c.ang_vel_z),
+                "standing_share": c.standing_share,
+                "resample_s": c.resample_s,
+                "gait_period_s": task.gait_period_s,
+                "fall_height": g1_walk.FALL_HEIGHT,
+                "fall_tilt": g1_walk.FALL_TILT,
+                "reset_joint_noise": g1_walk.RESET_JOINT_NOISE,
+                "reset_base_velocity_noise": g1_walk.RESET_VEL_NOISE,
+            }
+        )
     return meta
 
 

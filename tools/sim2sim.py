@@ -1,0 +1,560 @@
+"""Play an exported unilab velocity policy in plain MuJoCo: no unilab, no torch.
+
+    python tools/sim2sim.py POLICY.onnx [--mjcf FILE] [--episodes N] [--seed S] [--json]
+
+Needs only mujoco, numpy and onnxruntime. Everything else is read from the ONNX file's metadata
+(`unilab export` writes it; docs/deploy.md names every key): the observation layout, the joints in
+the policy's order with their standing pose, action scale, PD gains and limits, the control
+period, how episodes start, how commands are drawn and when an episode ends. Without --mjcf the
+policy plays on the model it was trained on, which the metadata carries. With --mjcf it plays on
+another G1 model (MuJoCo Menagerie's, mjlab's): its joints are matched to the policy's by name,
+it keeps its own actuators where they are position servos on those joints and otherwise gets the
+policy's PD loop as position actuators, and it runs under the simulation options the policy was
+trained with. What differs between the two models (joint order, gains, armature, damping,
+friction) is printed; docs/deploy.md has the details and figures.
+
+Per episode and in all it prints the length, how it ended (a fall or the time limit) and the
+command-tracking errors beside a robot standing still under the same commands, the figures
+`unilab eval` prints: per step, over the first episode of each world, the ending step left out.
+Its random draws (start pose, commands) are numpy's, not unilab's, so the same seed gives the same
+statistics, not the same episodes.
+
+Exit status: 0 when it ran, 2 on bad input (one paragraph on stderr).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import mujoco
+import numpy as np
+
+OBS_TERMS = (
+    "base_lin_vel",
+    "base_ang_vel",
+    "projected_gravity",
+    "velocity_command",
+    "gait_phase",
+    "joint_pos_rel",
+    "joint_vel_rel",
+    "last_action",
+)
+REQUIRED = (
+    "unilab.observation_layout",
+    "unilab.joint_names",
+    "unilab.default_joint_pos",
+    "unilab.action_scale",
+    "unilab.action_joints",
+    "unilab.joint_kp",
+    "unilab.joint_kd",
+    "unilab.effort_limit",
+    "unilab.target_range",
+    "unilab.physics",
+    "unilab.velocity_task",
+)
+
+
+class DeployError(Exception):
+    def __init__(self, what: str, fix: str) -> None:
+        super().__init__(what)
+        self.fix = fix
+
+
+# ---------------------------------------------------------------------------------- the policy
+class Policy:
+    """The ONNX policy and its metadata: observations in, actions in [-1, 1] out."""
+
+    def __init__(self, path: Path) -> None:
+        import onnxruntime as ort
+
+        if not path.is_file():
+            raise DeployError(f"{path} is not a file", "pass the policy.onnx that `unilab export RUN_DIR` wrote")
+        try:
+            options = ort.SessionOptions()
+            options.intra_op_num_threads = 1  # one observation at a time: threads cost more than they save
+            self.session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        except Exception as e:  # onnxruntime raises its own exception types for every kind of bad file
+            raise DeployError(
+                f"{path} is not an ONNX model onnxruntime can load ({type(e).__name__}: {str(e).splitlines()[0]})",
+                "pass the policy.onnx that `unilab export RUN_DIR` wrote",
+            ) from None
+        meta = dict(self.session.get_modelmeta().custom_metadata_map)
+        if "unilab.task" not in meta:
+            raise DeployError(
+                f"{path} has no unilab metadata: it was not written by `unilab export`",
+                "export the run with `unilab export RUN_DIR` and pass that file",
+            )
+        if meta["unilab.task"] != "g1_walk":
+            raise DeployError(
+                f"{path} is a {meta['unilab.task']} policy; sim2sim plays velocity policies (g1_walk)",
+                "export a g1_walk run",
+            )
+        missing = [k for k in REQUIRED if k not in meta]
+        not_embedded = [k for k in REQUIRED if k in meta and meta[k].startswith(("not ", "not:"))]
+        if missing or not_embedded:
+            what = ", ".join(missing + not_embedded)
+            raise DeployError(
+                f"{path} lacks metadata sim2sim needs ({what}): it was exported by an older unilab, or its run's "
+                "robot MJCF was not at hand when it was exported",
+                "export the run again with this unilab (`unilab export RUN_DIR --out NEW.onnx`), from where it ran",
+            )
+        self.meta = meta
+        self.input = self.session.get_inputs()[0].name
+        layout = json.loads(meta["unilab.observation_layout"])
+        self.layout = [(name, int(a), int(b)) for name, (a, b) in layout.items()]
+        unknown = [n for n, _, _ in self.layout if n not in OBS_TERMS]
+        if unknown:
+            raise DeployError(
+                f"the policy observes {', '.join(unknown)}, which sim2sim does not compute (it computes "
+                f"{', '.join(OBS_TERMS)})",
+                "train the policy with g1_walk's observations, or add the term to tools/sim2sim.py",
+            )
+        self.obs_dim = self.layout[-1][2]
+        self.joint_names: list[str] = json.loads(meta["unilab.joint_names"])
+        self.action_joints: list[str] = json.loads(meta["unilab.action_joints"])
+        self.default_joint_pos = np.array(json.loads(meta["unilab.default_joint_pos"]))
+        self.action_scale = np.array(json.loads(meta["unilab.action_scale"]))
+        self.kp = _floats(meta["unilab.joint_kp"])
+        self.kd = _floats(meta["unilab.joint_kd"])
+        self.effort = _floats(meta["unilab.effort_limit"])
+        ranges = json.loads(meta["unilab.target_range"])
+        self.target_lo = np.array([-np.inf if r[0] is None else r[0] for r in ranges])
+        self.target_hi = np.array([np.inf if r[1] is None else r[1] for r in ranges])
+        self.physics = json.loads(meta["unilab.physics"])
+        self.task = json.loads(meta["unilab.velocity_task"])
+        self.passive = {
+            k: _floats(meta[f"unilab.joint_{k}"])
+            for k in ("armature", "damping", "frictionloss")
+            if f"unilab.joint_{k}" in meta
+        }
+        self.control_dt = float(self.physics["timestep"]) * int(self.physics["decimation"])
+
+    def __call__(self, obs: np.ndarray) -> np.ndarray:
+        return self.session.run(None, {self.input: obs.astype(np.float32)[None]})[0][0].astype(np.float64)
+
+
+def _floats(text: str) -> np.ndarray:
+    return np.array([np.inf if v is None else float(v) for v in json.loads(text)])
+
+
+# ---------------------------------------------------------------------------------- the robot
+@dataclass
+class Robot:
+    """A MuJoCo model with the policy's joints located in it by name."""
+
+    model: mujoco.MjModel
+    qpos_adr: np.ndarray  # per policy joint
+    qvel_adr: np.ndarray
+    actuators: np.ndarray  # position servos on the policy's joints, in its order
+    base_qpos: int
+    base_qvel: int
+    default_qpos: np.ndarray
+    joint_lo: np.ndarray
+    joint_hi: np.ndarray
+    notes: list[str] = field(default_factory=list)
+
+
+PHYSICS_OPTIONS = ("timestep", "integrator", "cone", "solver", "iterations", "ls_iterations", "tolerance", "impratio")
+
+
+def load_robot(policy: Policy, mjcf: Path | None) -> Robot:
+    notes: list[str] = []
+    trained = mujoco.MjModel.from_xml_string(policy.meta["unilab.mjcf"])
+    if mjcf is None:
+        model = trained
+        source = "the model the policy was trained on (from the file's metadata)"
+    else:
+        model = _load_mjcf(policy, mjcf, notes)
+        source = str(mjcf)
+        # The simulation settings the policy was trained under (the robot's own properties stay the model's).
+        for name in PHYSICS_OPTIONS:
+            here, then = getattr(model.opt, name), getattr(trained.opt, name)
+            if here != then:
+                was, now = _option(name, here), _option(name, then)
+                notes.append(f"physics option {name}: the model's {was} replaced by the trained {now}")
+                setattr(model.opt, name, then)
+
+    ids = [mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_JOINT, n) for n in policy.joint_names]
+    missing = [n for n, j in zip(policy.joint_names, ids, strict=True) if j < 0]
+    if missing:
+        raise DeployError(
+            f"{source} has no joint named {', '.join(missing[:6])}{' ...' if len(missing) > 6 else ''} "
+            f"({len(missing)} of the policy's {len(ids)} joints are missing): the policy drives a 29-joint G1 by "
+            "its joint names",
+            "pass a G1 MJCF whose joints carry the names the policy lists (docs/deploy.md: unilab.joint_names)",
+        )
+    ids_a = np.array(ids)
+    hinge = model.jnt_type[ids_a] == mujoco.mjtJoint.mjJNT_HINGE
+    if not hinge.all():
+        bad = [policy.joint_names[i] for i in np.flatnonzero(~hinge)]
+        raise DeployError(f"joints {', '.join(bad)} of {source} are not hinge joints", "pass a G1 MJCF")
+    free = np.flatnonzero(model.jnt_type == mujoco.mjtJoint.mjJNT_FREE)
+    if len(free) != 1:
+        raise DeployError(f"{source} has {len(free)} free joints; a floating-base G1 has one", "pass a G1 MJCF")
+
+    order = np.argsort(model.jnt_qposadr[ids_a])
+    if not (order == np.arange(len(ids))).all():
+        notes.append("joint order: the model's differs from the policy's (matched by name)")
+    robot = Robot(
+        model=model,
+        qpos_adr=model.jnt_qposadr[ids_a].astype(int),
+        qvel_adr=model.jnt_dofadr[ids_a].astype(int),
+        actuators=_servos_or_refuse(model, ids_a, source),
+        base_qpos=int(model.jnt_qposadr[free[0]]),
+        base_qvel=int(model.jnt_dofadr[free[0]]),
+        default_qpos=model.qpos0.copy(),
+        joint_lo=np.where(model.jnt_limited[ids_a].astype(bool), model.jnt_range[ids_a, 0], -np.inf),
+        joint_hi=np.where(model.jnt_limited[ids_a].astype(bool), model.jnt_range[ids_a, 1], np.inf),
+        notes=notes,
+    )
+    q = robot.default_qpos
+    q[robot.qpos_adr] = np.clip(policy.default_joint_pos, robot.joint_lo, robot.joint_hi)
+    q[robot.base_qpos : robot.base_qpos + 7] = [0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0]
+    q[robot.base_qpos + 2] = (
+        float(policy.physics["standing_base_height"]) if mjcf is None else _standing_height(model, q, robot.base_qpos)
+    )
+    notes.extend(_differences(policy, robot))
+    return robot
+
+
+def _option(name: str, value: Any) -> str:
+    enums = {"integrator": mujoco.mjtIntegrator, "cone": mujoco.mjtCone, "solver": mujoco.mjtSolver}
+    return enums[name](int(value)).name if name in enums else f"{value:g}"
+
+
+def use_trained_joint_dynamics(policy: Policy, robot: Robot) -> list[str]:
+    """--trained-joint-dynamics: the joints' armature, damping and friction loss set to the trained
+    model's, to tell that part of a sim-to-sim gap apart from the rest (masses, geometry, contacts)."""
+    done = []
+    for k, trained in policy.passive.items():
+        getattr(robot.model, f"dof_{k}")[robot.qvel_adr] = trained
+        done.append(k)
+    return [f"joint {', '.join(done)} set to the trained model's (--trained-joint-dynamics)"] if done else []
+
+
+def _load_mjcf(policy: Policy, path: Path, notes: list[str]) -> mujoco.MjModel:
+    """The MJCF, with a floor where it has none and, where its joints lack position servos, the
+    policy's PD loop added as position actuators (kp, kd, effort and target limits from the
+    metadata), so that MuJoCo integrates it as it did in training."""
+    if not path.is_file():
+        raise DeployError(f"--mjcf {path} is not a file", "pass a G1 MJCF file (with its mesh files beside it)")
+    try:
+        spec = mujoco.MjSpec.from_file(str(path))
+        model = spec.compile()
+    except Exception as e:  # MuJoCo reports every parse and compile failure as one exception type per binding
+        raise DeployError(
+            f"--mjcf {path} does not load in MuJoCo {mujoco.__version__}: {str(e).splitlines()[0]}",
+            "pass a G1 MJCF that `python -m mujoco.viewer --mjcf FILE` opens",
+        ) from None
+    changed = False
+    if not any(model.geom_type[g] == mujoco.mjtGeom.mjGEOM_PLANE for g in range(model.ngeom)):
+        spec.worldbody.add_geom(name="sim2sim_floor", type=mujoco.mjtGeom.mjGEOM_PLANE, size=[0.0, 0.0, 0.05])
+        notes.append("the model has no floor: added a plane at z = 0")
+        changed = True
+    ids = [mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_JOINT, n) for n in policy.joint_names]
+    if all(j >= 0 for j in ids) and _position_servos(model, np.array(ids)) is None:
+        for i, name in enumerate(policy.joint_names):
+            a = spec.add_actuator(name=f"sim2sim_{name}", target=name, trntype=mujoco.mjtTrn.mjTRN_JOINT)
+            a.set_to_position(kp=float(policy.kp[i]), kv=float(policy.kd[i]))
+            if np.isfinite(policy.effort[i]):
+                a.forcelimited = mujoco.mjtLimited.mjLIMITED_TRUE
+                a.forcerange = [-float(policy.effort[i]), float(policy.effort[i])]
+            if np.isfinite(policy.target_lo[i]) and np.isfinite(policy.target_hi[i]):
+                a.ctrllimited = mujoco.mjtLimited.mjLIMITED_TRUE
+                a.ctrlrange = [float(policy.target_lo[i]), float(policy.target_hi[i])]
+        notes.append(
+            "actuators: the model has no position servo on every policy joint; added the policy's PD loop as "
+            "position actuators (kp, kd, effort and target limits from the metadata)"
+        )
+        changed = True
+    return spec.compile() if changed else model
+
+
+def _position_servos(model: mujoco.MjModel, joint_ids: np.ndarray) -> np.ndarray | None:
+    """The model's position actuators (gain kp, bias -kp q - kd qdot) on the policy's joints, in
+    its order, or None when any joint has none: then the runner applies the policy's PD loop."""
+    found = []
+    for j in joint_ids:
+        acts = [
+            a
+            for a in range(model.nu)
+            if model.actuator_trntype[a] == mujoco.mjtTrn.mjTRN_JOINT
+            and model.actuator_trnid[a, 0] == j
+            and model.actuator_biastype[a] == mujoco.mjtBias.mjBIAS_AFFINE
+            and model.actuator_gainprm[a, 0] > 0
+            and math.isclose(model.actuator_biasprm[a, 1], -model.actuator_gainprm[a, 0])
+        ]
+        if len(acts) != 1:
+            return None
+        found.append(acts[0])
+    return np.array(found)
+
+
+def _servos_or_refuse(model: mujoco.MjModel, joint_ids: np.ndarray, source: str) -> np.ndarray:
+    servos = _position_servos(model, joint_ids)
+    if servos is None:  # the trained model has them, and _load_mjcf adds them to any other
+        raise DeployError(f"{source} has no position servo on every policy joint", "pass a G1 MJCF")
+    return servos
+
+
+def _standing_height(model: mujoco.MjModel, qpos: np.ndarray, base: int) -> float:
+    """Base height at which the robot's lowest colliding point touches z = 0 (its axis-aligned
+    bounds, from MuJoCo's geom_aabb)."""
+    data = mujoco.MjData(model)
+    data.qpos[:] = qpos
+    mujoco.mj_kinematics(model, data)
+    lowest = np.inf
+    for g in range(model.ngeom):
+        if model.geom_bodyid[g] == 0 or not (model.geom_contype[g] or model.geom_conaffinity[g]):
+            continue
+        center, half = model.geom_aabb[g, :3], model.geom_aabb[g, 3:]
+        rot = data.geom_xmat[g].reshape(3, 3)
+        z = data.geom_xpos[g, 2] + rot[2] @ center - np.abs(rot[2]) @ half
+        lowest = min(lowest, float(z))
+    if not np.isfinite(lowest):
+        raise DeployError(
+            "the model has no body geom that collides with the floor", "pass a G1 MJCF with collision geoms"
+        )
+    return float(qpos[base + 2] - lowest)
+
+
+def _differences(policy: Policy, robot: Robot) -> list[str]:
+    """What the model does differently from what the policy was trained with, joint by joint."""
+    m, out, a = robot.model, [], robot.actuators
+    out += _compare("kp", m.actuator_gainprm[a, 0], policy.kp, policy.joint_names)
+    out += _compare("kd", -m.actuator_biasprm[a, 2], policy.kd, policy.joint_names)
+    effort = np.where(m.actuator_forcelimited[a].astype(bool), m.actuator_forcerange[a, 1], np.inf)
+    out += _compare("effort limit", effort, policy.effort, policy.joint_names)
+    for k, trained in policy.passive.items():
+        here = getattr(m, f"dof_{k}")[robot.qvel_adr]
+        out += _compare(k, here, trained, policy.joint_names)
+    return out
+
+
+def _compare(what: str, model: np.ndarray, trained: np.ndarray, names: list[str]) -> list[str]:
+    both_inf = np.isinf(model) & np.isinf(trained)
+    diff = ~both_inf & ~np.isclose(model, trained, rtol=1e-3, atol=1e-6)
+    if not diff.any():
+        return []
+    shown = ", ".join(f"{names[i]} {model[i]:.4g} (trained {trained[i]:.4g})" for i in np.flatnonzero(diff)[:4])
+    more = f", and {int(diff.sum()) - 4} more" if diff.sum() > 4 else ""
+    return [f"{what}: differs on {int(diff.sum())} of {len(names)} joints: {shown}{more}"]
+
+
+# ---------------------------------------------------------------------------------- episodes
+@dataclass
+class Episode:
+    length: int
+    ended: str  # "time_limit" | "fall"
+    err_sums: np.ndarray  # |v_xy - cmd_xy|, |w_z - cmd_yaw|, |cmd_xy|, |cmd_yaw| summed over counted steps
+    steps: int  # counted steps
+
+
+class VelocityEpisodes:
+    """g1_walk's episode, step by step as unilab's collector runs it: act, physics for one control
+    period, terminations, commands and the gait clock, observation."""
+
+    def __init__(self, policy: Policy, robot: Robot) -> None:
+        self.p, self.r = policy, robot
+        self.data = mujoco.MjData(robot.model)
+        t = policy.task
+        self.max_steps = max(1, round(float(t["episode_length_s"]) / policy.control_dt))
+        self.resample_steps = 0 if t["resample_s"] == 0 else max(1, round(float(t["resample_s"]) / policy.control_dt))
+        period = t.get("gait_period_s")
+        self.phase_step = 0.0 if period is None else policy.control_dt / float(period)
+        self.act_idx = np.array([policy.joint_names.index(n) for n in policy.action_joints])
+
+    def draw_command(self, rng: np.random.Generator) -> np.ndarray:
+        t = self.p.task
+        lo = np.array([t["lin_vel_x"][0], t["lin_vel_y"][0], t["ang_vel_z"][0]])
+        hi = np.array([t["lin_vel_x"][1], t["lin_vel_y"][1], t["ang_vel_z"][1]])
+        cmd = lo + rng.random(3) * (hi - lo)
+        if rng.random() < float(t["standing_share"]):
+            cmd[:] = 0.0
+        return cmd
+
+    def reset(self, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        """g1_walk's reset: the standing pose turned by a random yaw, joint and base velocity noise,
+        a command drawn. Returns the observation and the command."""
+        p, r, d, m = self.p, self.r, self.data, self.r.model
+        t = p.task
+        mujoco.mj_resetData(m, d)
+        d.qpos[:] = r.default_qpos
+        half_yaw = rng.uniform(-0.5 * math.pi, 0.5 * math.pi)
+        b = r.base_qpos
+        d.qpos[b + 3 : b + 7] = [math.cos(half_yaw), 0.0, 0.0, math.sin(half_yaw)]
+        noise = float(t["reset_joint_noise"])
+        joints = p.default_joint_pos + rng.uniform(-noise, noise, len(p.joint_names))
+        d.qpos[r.qpos_adr] = np.clip(joints, r.joint_lo, r.joint_hi)
+        v = float(t["reset_base_velocity_noise"])
+        d.qvel[r.base_qvel : r.base_qvel + 6] = rng.uniform(-v, v, 6)
+        mujoco.mj_forward(m, d)
+        cmd = self.draw_command(rng)
+        self.phase, self.actions = 0.0, np.zeros(len(p.action_joints))
+        return self.observe(cmd), cmd
+
+    def step(self, obs: np.ndarray, cmd: np.ndarray) -> None:
+        """The policy's action on `obs`, then one control period of physics."""
+        self.actions = np.clip(self.p(obs), -1.0, 1.0)
+        self._physics(self.actions)
+
+    def run(self, rng: np.random.Generator) -> Episode:
+        p, r, d = self.p, self.r, self.data
+        t = p.task
+        obs, cmd = self.reset(rng)
+        sums, counted = np.zeros(4), 0
+        fall_height, fall_gz = float(t["fall_height"]), -math.cos(float(t["fall_tilt"]))
+        for step in range(1, self.max_steps + 1):
+            self.step(obs, cmd)
+            rot = self.base_rotation()
+            lin_b = rot.T @ d.qvel[r.base_qvel : r.base_qvel + 3]
+            yaw_rate = d.qvel[r.base_qvel + 5]
+            fell = d.qpos[r.base_qpos + 2] < fall_height or -rot[2, 2] > fall_gz
+            timed_out = step >= self.max_steps
+            if self.resample_steps and step % self.resample_steps == 0:
+                cmd = self.draw_command(rng)
+            self.phase = (self.phase + self.phase_step) % 1.0
+            if fell or timed_out:
+                return Episode(step, "fall" if fell else "time_limit", sums, counted)
+            sums += [
+                np.linalg.norm(cmd[:2] - lin_b[:2]),
+                abs(cmd[2] - yaw_rate),
+                np.linalg.norm(cmd[:2]),
+                abs(cmd[2]),
+            ]
+            counted += 1
+            obs = self.observe(cmd)
+        raise AssertionError("unreachable: the last step times out")
+
+    def base_rotation(self) -> np.ndarray:
+        """The base's orientation from qpos: after mj_step, d.xmat still holds the kinematics of the
+        step's start (MuJoCo computes positions before it integrates), unilab reads the new state."""
+        rot = np.zeros(9)
+        b = self.r.base_qpos
+        mujoco.mju_quat2Mat(rot, self.data.qpos[b + 3 : b + 7])
+        return rot.reshape(3, 3)
+
+    def observe(self, cmd: np.ndarray) -> np.ndarray:
+        """The policy's observation of the current state, in its layout."""
+        p, r, d = self.p, self.r, self.data
+        phase, actions = self.phase, self.actions
+        rot = self.base_rotation()
+        values = {
+            "base_lin_vel": rot.T @ d.qvel[r.base_qvel : r.base_qvel + 3],
+            "base_ang_vel": d.qvel[r.base_qvel + 3 : r.base_qvel + 6],
+            "projected_gravity": -rot[2],  # the world's -z in the base frame: R^T (0, 0, -1)
+            "velocity_command": cmd,
+            "gait_phase": np.array([math.sin(2 * math.pi * phase), math.cos(2 * math.pi * phase)]),
+            "joint_pos_rel": d.qpos[r.qpos_adr] - p.default_joint_pos,
+            "joint_vel_rel": d.qvel[r.qvel_adr],
+            "last_action": actions,
+        }
+        obs = np.zeros(p.obs_dim)
+        for name, a, b in p.layout:
+            if len(values[name]) != b - a:
+                raise DeployError(
+                    f"the policy's {name} has {b - a} entries, the model gives {len(values[name])}",
+                    "pass a G1 MJCF with the policy's joints",
+                )
+            obs[a:b] = values[name]
+        return obs
+
+    def _physics(self, actions: np.ndarray) -> None:
+        p, r, d, m = self.p, self.r, self.data, self.r.model
+        target = p.default_joint_pos.copy()
+        target[self.act_idx] += p.action_scale[self.act_idx] * actions
+        target = np.clip(target, p.target_lo, p.target_hi)
+        d.ctrl[r.actuators] = target
+        mujoco.mj_step(m, d, nstep=int(p.physics["decimation"]))
+
+
+# ---------------------------------------------------------------------------------- report
+def summary(episodes: list[Episode]) -> dict[str, Any]:
+    sums = sum((e.err_sums for e in episodes), np.zeros(4))
+    steps = sum(e.steps for e in episodes)
+    per = sums / max(steps, 1)
+    return {
+        "episodes": len(episodes),
+        "to_time_limit": sum(e.ended == "time_limit" for e in episodes),
+        "falls": sum(e.ended == "fall" for e in episodes),
+        "mean_length_steps": float(np.mean([e.length for e in episodes])),
+        "lin_vel_xy_error": float(per[0]),
+        "yaw_rate_error": float(per[1]),
+        "standing_lin_vel_xy_error": float(per[2]),
+        "standing_yaw_rate_error": float(per[3]),
+        "lin_vs_standing": float(per[0] / per[2]) if per[2] > 0 else None,
+        "yaw_vs_standing": float(per[1] / per[3]) if per[3] > 0 else None,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("policy", type=Path, help="an ONNX file from `unilab export`")
+    ap.add_argument("--mjcf", type=Path, help="a G1 MJCF to play on (default: the model the policy was trained on)")
+    ap.add_argument("--episodes", type=int, default=16)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--trained-joint-dynamics",
+        action="store_true",
+        help="with --mjcf: give the model's joints the trained armature, damping and friction loss",
+    )
+    ap.add_argument("--json", action="store_true", help="one JSON object on stdout instead of the text")
+    args = ap.parse_args(argv)
+    try:
+        if args.episodes < 1:
+            raise DeployError(f"--episodes {args.episodes}: needs at least one", "pass --episodes 1 or more")
+        policy = Policy(args.policy)
+        robot = load_robot(policy, args.mjcf)
+        if args.trained_joint_dynamics:
+            robot.notes += use_trained_joint_dynamics(policy, robot)
+        runner = VelocityEpisodes(policy, robot)
+        episodes = []
+        for i in range(args.episodes):
+            episodes.append(runner.run(np.random.default_rng([args.seed, i])))
+            e = episodes[-1]
+            if not args.json:
+                line = f"episode {i:3d}: {e.length:5d} steps ({e.length * policy.control_dt:5.2f} s), {e.ended:10s}"
+                if e.steps:
+                    err = e.err_sums / e.steps
+                    line += (
+                        f"  |v_xy - cmd| {err[0]:.3f} m/s (standing {err[2]:.3f}),"
+                        f" |w_z - cmd| {err[1]:.3f} rad/s (standing {err[3]:.3f})"
+                    )
+                print(line, flush=True)
+    except DeployError as e:
+        print(f"sim2sim: error: {e}\n  fix: {e.fix}", file=sys.stderr)
+        return 2
+    s = summary(episodes)
+    model = "the trained-on model (metadata)" if args.mjcf is None else str(args.mjcf)
+    if args.json:
+        print(
+            json.dumps(
+                {"policy": str(args.policy), "mjcf": model, "seed": args.seed, "differences": robot.notes, **s},
+                indent=2,
+            )
+        )
+        return 0
+    print(f"\nmodel: {model}")
+    for note in robot.notes:
+        print(f"  differs: {note}")
+    print(
+        f"{s['episodes']} episodes (seed {args.seed}): {s['to_time_limit']} to the time limit, {s['falls']} fell; "
+        f"mean length {s['mean_length_steps']:.1f} steps ({s['mean_length_steps'] * policy.control_dt:.2f} s)"
+    )
+    lin, yaw = s["lin_vs_standing"], s["yaw_vs_standing"]
+    print(
+        f"command tracking: |v_xy - cmd| {s['lin_vel_xy_error']:.3f} m/s, |w_z - cmd| {s['yaw_rate_error']:.3f} rad/s; "
+        f"standing still {s['standing_lin_vel_xy_error']:.3f} m/s, {s['standing_yaw_rate_error']:.3f} rad/s"
+        + (f" ({lin:.2f}x and {yaw:.2f}x standing's)" if lin is not None and yaw is not None else "")
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
