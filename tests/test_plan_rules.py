@@ -479,6 +479,20 @@ CASES = [
     ),
     Case("task.reward-weights", "cpu_laptop", {"task__reward_weights": {"alive": 1.0, "base_height": 0.0}}, False),
     Case(
+        "task.privileged-observations",
+        "cpu_laptop",
+        {"task__privileged_observations": ["base_lin_vel"], "algo": {"name": "td3"}},
+        False,
+    ),
+    Case(
+        "task.privileged-observations",
+        "cpu_laptop",
+        {"task__privileged_observations": ["projected_gravity"], "algo": {"name": "ppo"}},
+        True,
+        "PPO runs through rsl-rl-lib",
+        fix="use a replay learner",
+    ),
+    Case(
         "task.push-interval",
         "cpu_laptop",
         {"task__name": "g1_motion_tracking", "task__motion": "builtin:g1_squat", "task__push_interval_s": 3.0},

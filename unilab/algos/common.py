@@ -3,22 +3,45 @@ learner, and the deployable policy of a checkpoint (export and eval read it here
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Literal
 
 import torch
 from torch import nn
 
 from unilab.algos.registry import algo_def
+from unilab.errors import UnilabError
 
 
 def make_learner(
-    algo: Any, obs_dim: int, act_dim: int, device: torch.device, seed: int, precision: str = "float32"
+    algo: Any,
+    obs_dim: int,
+    act_dim: int,
+    device: torch.device,
+    seed: int,
+    precision: str = "float32",
+    actor_cols: list[int] | None = None,
 ) -> Any:
-    """The plan's replay learner; `precision` is the plan's `learner.precision.effective`."""
+    """The plan's replay learner; `precision` is the plan's `learner.precision.effective`,
+    `actor_cols` the observation's columns its actor reads (`actor_columns`)."""
     from unilab.learn.precision import DTYPES
 
     cls = algo_def(algo).learner_class()
-    return cls(obs_dim, act_dim, algo, device, seed, compute_dtype=DTYPES[precision])
+    return cls(obs_dim, act_dim, algo, device, seed, compute_dtype=DTYPES[precision], actor_cols=actor_cols)
+
+
+def actor_columns(task: Any, obs_terms: Sequence[tuple[str, int]]) -> list[int] | None:
+    """The columns of the observation (its terms' names and sizes, in order, as the collector
+    reports them) the actor reads: all but `task.privileged_observations`'; None when there are none."""
+    privileged = set(getattr(task, "privileged_observations", None) or ())
+    if not privileged:
+        return None
+    cols, start = [], 0
+    for name, dim in obs_terms:
+        if str(name) not in privileged:
+            cols.extend(range(start, start + int(dim)))
+        start += int(dim)
+    return cols
 
 
 class DeployPolicy(nn.Module):
@@ -41,11 +64,14 @@ class DeployPolicy(nn.Module):
 
 
 def replay_policy(plan: Any, state: dict[str, Any]) -> tuple[nn.Module, int]:
-    """A replay learner's checkpoint state -> its deployable policy and observation size."""
+    """A replay learner's checkpoint state -> its deployable policy and the size of the observation
+    it takes: the actor's columns alone where the task keeps privileged observations for the critic
+    (`policy_columns` says which)."""
     from unilab.learn.normalizer import ObsNormalizer
 
     obs_dim, act_dim = int(state["obs_dim"]), int(state["act_dim"])
-    learner = make_learner(plan.algo, obs_dim, act_dim, torch.device("cpu"), 0)
+    cols = policy_columns(plan, state)
+    learner = make_learner(plan.algo, obs_dim, act_dim, torch.device("cpu"), 0, actor_cols=cols)
     # The actor alone: the rest of a GPU run's learner state (its CUDA generator states, for one)
     # does not load into a CPU learner, and the deployed policy needs none of it.
     learner.actor.load_state_dict(state["learner"]["actor"])
@@ -56,7 +82,25 @@ def replay_policy(plan: Any, state: dict[str, Any]) -> tuple[nn.Module, int]:
         mean, inv_std, clip = norm.mean, 1.0 / norm.std, norm.clip
     else:
         mean, inv_std, clip = torch.zeros(obs_dim), torch.ones(obs_dim), None
-    return DeployPolicy(learner.deterministic_actor(), mean, inv_std, clip).eval(), obs_dim
+    if cols is not None:
+        mean, inv_std = mean[cols], inv_std[cols]
+    policy = DeployPolicy(learner.deterministic_actor(), mean, inv_std, clip).eval()
+    return policy, learner.actor_obs_dim
+
+
+def policy_columns(plan: Any, state: dict[str, Any]) -> list[int] | None:
+    """The columns of the task's observation a run's deployed policy takes (None: all), from the
+    plan and the observation layout its checkpoint recorded."""
+    if not getattr(plan.task, "privileged_observations", None):
+        return None
+    terms = state.get("obs_terms") or []
+    if not terms:
+        raise UnilabError(
+            "the checkpoint does not record its observation layout, which a run with "
+            "task.privileged_observations needs to find the actor's columns",
+            fix="evaluate or export it with the unilab that wrote it",
+        )
+    return actor_columns(plan.task, [(str(n), int(d)) for n, d in terms])
 
 
 def planned_precision(plan: Any) -> Literal["float32", "bfloat16"]:

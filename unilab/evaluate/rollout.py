@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import torch
@@ -441,7 +441,7 @@ def evaluate(req: EvalRequest) -> EvalReport:
                 fix="evaluate it with the unilab that wrote it (the version and commit its run's manifest names); "
                 "`unilab export` still exports it, with the observation layout it was trained on",
             )
-            played = _play(c, policy, req.progress, recorder)
+            played = _play(c, _on_task_observation(policy, plan, blob["state"]), req.progress, recorder)
             reward_names = list(c.task.reward_names)
             max_steps = c.task.max_episode_steps
         video = None
@@ -480,6 +480,18 @@ def evaluate(req: EvalRequest) -> EvalReport:
         wall_s=round(played.wall_s, 3),
         video=video,
     )
+
+
+def _on_task_observation(policy: Any, plan: Plan, state: dict[str, Any]) -> Any:
+    """The deployed policy fed from the task's whole observation: it takes the actor's columns alone
+    where the run kept privileged observations for its critic (task.privileged_observations)."""
+    from unilab.algos.common import policy_columns
+
+    cols = policy_columns(plan, state)
+    if cols is None:
+        return policy
+    index = torch.tensor(cols, dtype=torch.long)
+    return lambda obs: policy(obs.index_select(1, index))
 
 
 def _open_renderer(task: TaskSpec, sim: SimSpec, base: Path) -> VideoRenderer:

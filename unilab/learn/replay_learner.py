@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import copy
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 import torch
@@ -21,6 +21,20 @@ from torch import nn
 from unilab.errors import UnilabError
 from unilab.learn.optim import MaskedAdam, grad_norm_and_clip, polyak_, set_grads
 from unilab.learn.precision import WorkingCopy
+
+
+class ActorInputs(nn.Module):
+    """An actor that reads its own columns of the task's observation (`task.privileged_observations`:
+    the critic reads them all). The columns are not saved: the run's plan and observation layout
+    give them, and the deployed policy is the inner actor on its columns alone."""
+
+    def __init__(self, actor: nn.Module, cols: Sequence[int]) -> None:
+        super().__init__()
+        self.actor = actor
+        self.register_buffer("cols", torch.tensor(list(cols), dtype=torch.long), persistent=False)
+
+    def forward(self, obs: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+        return self.actor(obs.index_select(-1, self.cols), *args, **kwargs)
 
 
 def seeded(seed: int, *build: Callable[[], nn.Module]) -> list[nn.Module]:
@@ -57,16 +71,25 @@ class ReplayLearner(ABC):
         *,
         compute_dtype: torch.dtype = torch.float32,
         compile_mode: str | None = None,
+        actor_cols: Sequence[int] | None = None,
     ) -> None:
         """`seed` fixes the initial weights (without touching the caller's global RNG) and the
         learner's own noise generators. `compute_dtype` is the precision of the update's network
         calls (float32 or the plan's bfloat16); parameters, optimizer state, losses and `act` stay
         float32. `compile_mode` wraps the two loss functions in torch.compile (forward and
-        backward), measured slower than eager on CPU (tools/bench_learner.py --compile)."""
+        backward), measured slower than eager on CPU (tools/bench_learner.py --compile).
+        `actor_cols`: the observation's columns the actor reads (None: all of them; the critic
+        always reads all)."""
         if obs_dim < 1 or act_dim < 1:
             raise UnilabError(f"{self.title} needs positive observation and action sizes, got {obs_dim} and {act_dim}")
         self.cfg = cfg
         self.obs_dim, self.act_dim = obs_dim, act_dim
+        self.actor_cols = list(actor_cols) if actor_cols is not None else None
+        if self.actor_cols is not None and not (self.actor_cols and all(0 <= c < obs_dim for c in self.actor_cols)):
+            raise UnilabError(
+                f"the actor's observation columns {self.actor_cols} do not fit an observation of {obs_dim}"
+            )
+        self.actor_obs_dim = len(self.actor_cols) if self.actor_cols is not None else obs_dim
         self.device = torch.device(device)
         self.compute_dtype = compute_dtype
         self._build(seed)
@@ -91,6 +114,16 @@ class ReplayLearner(ABC):
         if compile_mode is not None:
             self._critic_loss = torch.compile(self._critic_loss_eager, mode=compile_mode, dynamic=False)
             self._actor_loss = torch.compile(self._actor_loss_eager, mode=compile_mode, dynamic=False)
+
+    def _observing(self, actor: nn.Module) -> nn.Module:
+        """`actor` (built for `actor_obs_dim` inputs) as the update and `act` call it: on the whole
+        observation, of which it reads its own columns."""
+        return actor if self.actor_cols is None else ActorInputs(actor, self.actor_cols).to(self.device)
+
+    @property
+    def bare_actor(self) -> nn.Module:
+        """The actor on its own columns alone: what a deployment feeds (export, eval)."""
+        return self.actor.actor if isinstance(self.actor, ActorInputs) else self.actor
 
     @abstractmethod
     def _build(self, seed: int) -> None:

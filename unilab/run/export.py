@@ -22,12 +22,13 @@ from unilab.plan.models import G1MotionTrackingPlan, G1WalkPlan, Plan
 from unilab.records.policy import policy_from_state, read_run_plan, run_checkpoint, verified_checkpoint
 
 
-def observation_metadata(state: dict[str, Any], obs_dim: int) -> dict[str, str]:
+def observation_metadata(state: dict[str, Any], obs_dim: int, privileged: tuple[str, ...] = ()) -> dict[str, str]:
     """The observation layout the run's collector reported (term name -> [first, end) columns,
-    in order), as ONNX metadata. Checkpoints written before the layout was recorded lack it."""
+    in order), as ONNX metadata: the actor's terms alone, without the `privileged` ones only its
+    critic saw. Checkpoints written before the layout was recorded lack it."""
     import json
 
-    terms = state.get("obs_terms") or []
+    terms = [(n, d) for n, d in state.get("obs_terms") or [] if str(n) not in privileged]
     layout: dict[str, list[int]] = {}
     start = 0
     for name, dim in terms:
@@ -215,7 +216,8 @@ def export_policy(run_dir: Path, out: Path | None, checkpoint: Path | None = Non
         act_dim = int(policy(example).shape[-1])
     from unilab.plan.inputs import applied_from
 
-    meta = deployment_metadata(plan, applied_from(run_dir)) | observation_metadata(state, obs_dim)
+    privileged = tuple(getattr(plan.task, "privileged_observations", None) or ())
+    meta = deployment_metadata(plan, applied_from(run_dir)) | observation_metadata(state, obs_dim, privileged)
     data = (_onnx_bytes if fmt == "onnx" else _torchscript_bytes)(policy, example, act_dim, meta)
     write_atomic(
         out,

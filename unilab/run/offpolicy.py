@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from unilab.algos.common import make_learner, planned_precision, replay_n_step
+from unilab.algos.common import actor_columns, make_learner, planned_precision, replay_n_step
 from unilab.collect import channel as ch
 from unilab.dist import param_digest
 from unilab.errors import UnilabError
@@ -87,7 +87,15 @@ class OffPolicyRank(RankLoop):
         n = self.n
         # Same seed on every rank: with data parallel the replicas must start identical anyway
         # (rank 0's parameters are broadcast), and their exploration differs through the envs.
-        learner = make_learner(algo, hello.obs_dim, hello.act_dim, self.device, p.run.seed, planned_precision(p))
+        learner = make_learner(
+            algo,
+            hello.obs_dim,
+            hello.act_dim,
+            self.device,
+            p.run.seed,
+            planned_precision(p),
+            actor_columns(p.task, hello.obs_terms),
+        )
         normalizer = ObsNormalizer(hello.obs_dim, self.device)
         self.replay = ReplayBuffer(
             algo.buffer_size,

@@ -234,6 +234,15 @@ class G1TaskSpec(TaskSpecBase):
         "and holosoma train their velocity tasks from).",
     )
     observation_noise: bool = Field(False, description="Add uniform noise to observations.")
+    privileged_observations: (
+        Annotated[tuple[Annotated[str, Field(min_length=1, max_length=64)], ...], Strict(False)] | None
+    ) = Field(
+        None,
+        description="Observation terms only the critic sees: the actor, and the policy `unilab export` writes, do "
+        'without them (asymmetric actor-critic). `["base_lin_vel"]` trains a policy a real G1 can run: the robot '
+        "measures its angular velocity, gravity direction and joints, not its base's linear velocity (docs/tasks.md). "
+        "Replay learners (SAC, TD3, FlashSAC); unset: actor and critic see the whole observation.",
+    )
     domain_randomization: bool = Field(False, description="Randomize floor friction and added base mass at reset.")
     push_interval_s: Annotated[float, Field(gt=0, le=MAX_SECONDS)] | None = Field(
         None, description="Push the robot base every this many seconds (an interval event); unset: no pushes."
@@ -245,6 +254,11 @@ class G1TaskSpec(TaskSpecBase):
         "clipped), so this bounds how far a target moves from the standing pose; the joint range clamps it "
         "further.",
     )
+
+    @field_validator("privileged_observations")
+    @classmethod
+    def _none_is_empty(cls, v: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        return v or None  # `[]` plans as unset: the same plan, the same plan id
 
     @field_validator("robot_mjcf")
     @classmethod

@@ -197,6 +197,17 @@ def reads_acceleration_sensors(task: TaskSpecBase) -> bool:
     return False
 
 
+def observation_names(task: TaskSpecBase) -> tuple[str, ...]:
+    """The task's observation terms, in the order its observation concatenates them."""
+    if isinstance(task, CartpoleSpec):
+        return tuple(CARTPOLE_OBSERVATIONS)
+    if isinstance(task, G1WalkSpec):
+        return _walk_observations(task)
+    if isinstance(task, G1MotionTrackingSpec):
+        return _TRACK_OBSERVATIONS
+    raise ValueError(f"unknown task {task.name!r}")
+
+
 def declared_terms(task: TaskSpecBase) -> list[TermDecl]:
     """The exact term inventory (names, kinds, graph-safety flags, order) the runtime task builds."""
     if isinstance(task, CartpoleSpec):

@@ -222,10 +222,10 @@ class FlashSacLearner(ReplayLearner):
         ha, hc = cfg.actor_hidden_dims[0], cfg.critic_hidden_dims[0]
         actor, critic = seeded(
             seed,
-            lambda: FlashActor(obs_dim, act_dim, ha, cfg.num_blocks, cfg.expansion),
+            lambda: FlashActor(self.actor_obs_dim, act_dim, ha, cfg.num_blocks, cfg.expansion),
             lambda: FlashCritic(obs_dim, act_dim, hc, cfg.num_blocks, cfg.expansion, cfg.num_atoms),
         )
-        self.actor = actor.to(self.device)
+        self.actor = self._observing(actor.to(self.device))
         self.critic = critic.to(self.device)
         yes = torch.ones((), dtype=torch.bool, device=self.device)
         _project_all(self.actor, yes)
@@ -346,7 +346,7 @@ class FlashSacLearner(ReplayLearner):
     # ------------------------------------------------------------------ what the runtime asks
     def deterministic_actor(self) -> nn.Module:
         """Normalized observations -> the deterministic action in [-1, 1] (export, eval)."""
-        return squashed_gaussian.MeanAction(self.actor, False)
+        return squashed_gaussian.MeanAction(self.bare_actor, False)
 
     def _learned_tensors(self) -> list[torch.Tensor]:
         return [self.log_alpha]

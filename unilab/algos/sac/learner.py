@@ -179,10 +179,10 @@ class SacLearner(TwinCriticFit, ReplayLearner):
         self.target_entropy = float(-act_dim if cfg.target_entropy == "auto" else cfg.target_entropy)
         actor, critic = seeded(
             seed,
-            lambda: Actor(obs_dim, act_dim, tuple(cfg.actor_hidden_dims), cfg.layer_norm, cfg.activation),
+            lambda: Actor(self.actor_obs_dim, act_dim, tuple(cfg.actor_hidden_dims), cfg.layer_norm, cfg.activation),
             lambda: TwinCritic.for_spec(obs_dim, act_dim, cfg),
         )
-        self.actor = actor.to(self.device)
+        self.actor = self._observing(actor.to(self.device))
         self.critic = critic.to(self.device)
         self.log_alpha = torch.tensor(math.log(cfg.alpha_init), device=self.device, requires_grad=True)
         self.alpha_opt = MaskedAdam([self.log_alpha], cfg.alpha_lr)
@@ -286,7 +286,7 @@ class SacLearner(TwinCriticFit, ReplayLearner):
     # ------------------------------------------------------------------ what the runtime asks
     def deterministic_actor(self) -> nn.Module:
         """Normalized observations -> the deterministic action in [-1, 1] (export, eval)."""
-        return squashed_gaussian.MeanAction(self.actor)
+        return squashed_gaussian.MeanAction(self.bare_actor)
 
     def _learned_tensors(self) -> list[torch.Tensor]:
         return [self.log_alpha]

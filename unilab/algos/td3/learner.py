@@ -79,10 +79,12 @@ class Td3Learner(TwinCriticFit, ReplayLearner):
         self.distributional = distributional(cfg)
         actor, critic = seeded(
             seed,
-            lambda: DeterministicActor(obs_dim, act_dim, tuple(cfg.actor_hidden_dims), cfg.layer_norm, cfg.activation),
+            lambda: DeterministicActor(
+                self.actor_obs_dim, act_dim, tuple(cfg.actor_hidden_dims), cfg.layer_norm, cfg.activation
+            ),
             lambda: TwinCritic.for_spec(obs_dim, act_dim, cfg),
         )
-        self.actor = actor.to(self.device)
+        self.actor = self._observing(actor.to(self.device))
         self.critic = critic.to(self.device)
         self.actor_target = copy.deepcopy(self.actor).requires_grad_(False)
         self._actor_target_params = list(self.actor_target.parameters())
@@ -200,7 +202,7 @@ class Td3Learner(TwinCriticFit, ReplayLearner):
     # ------------------------------------------------------------------ what the runtime reads
     def deterministic_actor(self) -> nn.Module:
         """Normalized observations [B, obs_dim] -> actions [B, act_dim] in [-1, 1]: the float32 actor."""
-        return self.actor
+        return self.bare_actor
 
     # ------------------------------------------------------------------ checkpoints
     def networks(self) -> dict[str, nn.Module]:

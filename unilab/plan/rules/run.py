@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from unilab.algos.registry import algo_def
 from unilab.errors import Diagnostic, UnilabError
 from unilab.extras import install_command
@@ -69,6 +71,18 @@ def run_init_from(r: Rule, ctx: Context) -> list[Diagnostic]:
                 )
                 + f", {without}",
                 f"algo.{carried}",
+            )
+        )
+    mine_p = getattr(ours.task, "privileged_observations", None)
+    saved_p = getattr(theirs.task, "privileged_observations", None)
+    if (mine_p or ()) != (saved_p or ()):
+        # The actor's input is the observation less these terms: another set does not fit its first layer.
+        out.append(
+            r.diag(
+                f"task.privileged_observations is {json.dumps(list(mine_p or ()))} here, "
+                f"{json.dumps(list(saved_p or ()))} in {where}: the saved actor reads other observation columns",
+                f"set task.privileged_observations = {json.dumps(list(saved_p or ()))}, {without}",
+                "task.privileged_observations",
             )
         )
     for key in d.network_keys(ours.algo):

@@ -5,12 +5,12 @@ from __future__ import annotations
 import difflib
 from typing import Any
 
-from unilab.algos.registry import algo_def
+from unilab.algos.registry import algo_def, names
 from unilab.errors import Diagnostic, UnilabError
 from unilab.plan.context import Context
 from unilab.plan.rules.registry import Rule, rule
 from unilab.spec.models import FlashSacSpec, G1TaskSpec, PpoSpec, ReplayAlgoSpec
-from unilab.tasks.declarations import default_reward_weights, has_gait_clock
+from unilab.tasks.declarations import default_reward_weights, has_gait_clock, observation_names
 from unilab.tasks.timing import control_dt, nearest_whole_step_seconds, seconds_text, whole_steps
 
 
@@ -74,6 +74,43 @@ def task_reward_weights(r: Rule, ctx: Context) -> list[Diagnostic]:
                 f"{t.name} has no reward term {name!r}{meant}",
                 f"use one of its terms: {', '.join(terms)}",
                 f"task.reward_weights.{name}",
+            )
+        )
+    return out
+
+
+@rule(
+    "task.privileged-observations",
+    "task.privileged_observations",
+    "Each name in task.privileged_observations is one of the task's observation terms, the actor keeps at least "
+    "one, and the algorithm is one of unilab's own replay learners (their actor and critic take separate inputs).",
+)
+def task_privileged_observations(r: Rule, ctx: Context) -> list[Diagnostic]:
+    t = ctx.spec.task
+    asked = getattr(t, "privileged_observations", None) or ()
+    if not asked:
+        return []
+    terms = observation_names(t)
+    out = []
+    for name in asked:
+        if name not in terms:
+            near = difflib.get_close_matches(name, terms, n=1, cutoff=0.6)
+            meant = f" (did you mean {near[0]!r}?)" if near else ""
+            out.append(
+                r.diag(f"{t.name} has no observation term {name!r}{meant}", f"use its terms: {', '.join(terms)}")
+            )
+    if len(set(asked)) != len(asked):
+        out.append(r.diag("a term is named twice", "name each term once"))
+    if not out and set(terms) <= set(asked):
+        out.append(r.diag("every observation term is privileged: the actor would see nothing", "leave the actor one"))
+    d = algo_def(ctx.spec.algo)
+    if d.external_runner is not None or not d.uses_replay:
+        out.append(
+            r.diag(
+                f"{d.title} runs through {d.external_runner or 'its own runner'}, whose actor and critic see the "
+                "same observation here",
+                f"use a replay learner (algo.name: {', '.join(names('offpolicy'))}), or leave "
+                "task.privileged_observations unset",
             )
         )
     return out
