@@ -118,7 +118,7 @@ def test_a_model_without_servos_in_another_joint_order_plays_as_the_trained_one(
     assert played["mean_length_steps"] == pytest.approx(trained["mean_length_steps"], rel=0.02)
 
 
-@pytest.mark.parametrize("case", ["missing", "not_onnx", "no_metadata", "joints", "mjcf_broken"])
+@pytest.mark.parametrize("case", ["missing", "not_onnx", "no_metadata", "joints", "mjcf_broken", "seed"])
 def test_bad_input_gets_one_paragraph_and_exit_status_2(case: str, walk_run: Path, tmp_path: Path) -> None:
     policy = walk_run / "policy.onnx"
     if case == "missing":
@@ -139,6 +139,8 @@ def test_bad_input_gets_one_paragraph_and_exit_status_2(case: str, walk_run: Pat
         xml = _sim2sim().Policy(policy).meta["unilab.mjcf"].replace('"left_knee_joint"', '"knee_l"')
         (tmp_path / "renamed.xml").write_text(xml)
         args, says = [str(policy), "--mjcf", str(tmp_path / "renamed.xml")], "has no joint named left_knee_joint"
+    elif case == "seed":
+        args, says = [str(policy), "--seed", "-1"], "seeds are whole numbers from 0"
     else:
         (tmp_path / "broken.xml").write_text("<mujoco><worldbody><body></mujoco>")
         args, says = [str(policy), "--mjcf", str(tmp_path / "broken.xml")], "does not load in MuJoCo"

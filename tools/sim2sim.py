@@ -116,6 +116,12 @@ class Policy:
                 "train the policy with g1_walk's observations, or add the term to tools/sim2sim.py",
             )
         self.obs_dim = self.layout[-1][2]
+        width = self.session.get_inputs()[0].shape[-1]
+        if width != self.obs_dim:
+            raise DeployError(
+                f"{path} takes observations of {width} entries, its unilab.observation_layout lays out {self.obs_dim}",
+                "export the run again with `unilab export RUN_DIR` (the file was changed after export)",
+            )
         self.joint_names: list[str] = json.loads(meta["unilab.joint_names"])
         self.action_joints: list[str] = json.loads(meta["unilab.action_joints"])
         self.default_joint_pos = np.array(json.loads(meta["unilab.default_joint_pos"]))
@@ -509,6 +515,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.episodes < 1:
             raise DeployError(f"--episodes {args.episodes}: needs at least one", "pass --episodes 1 or more")
+        if args.seed < 0:
+            raise DeployError(f"--seed {args.seed}: seeds are whole numbers from 0", "pass --seed 0 or more")
         policy = Policy(args.policy)
         robot = load_robot(policy, args.mjcf)
         if args.trained_joint_dynamics:
