@@ -43,19 +43,14 @@ class LearnerThreads:
     collected at a third of its rate with two threads held throughout; docs/performance.md)."""
 
     def __init__(self, planned: int, learner_cpus: list[int], collector_cpus: list[int]) -> None:
-        own = sorted(set(learner_cpus) - set(collector_cpus))
+        own = len(set(learner_cpus) - set(collector_cpus))
         self.shared = planned > 1 and bool(set(learner_cpus) & set(collector_cpus))
-        self.all, self.own = planned, max(1, min(len(own), planned))
-        # The update's own thread keeps to the learner's CPUs while the collector steps, too: free
-        # to run on the whole block, the scheduler put it on the collector's CPU as often as not,
-        # which cost the physics more than the shared updates gained (docs/performance.md).
-        self.cpus_all, self.cpus_own = list(learner_cpus), own or list(learner_cpus)
+        self.all, self.own = planned, max(1, min(own, planned))
         self.now = planned
 
     def set(self, collector_waiting: bool, prog: Progress) -> None:
         n = self.all if collector_waiting else self.own
         if n != self.now:
-            os.sched_setaffinity(0, self.cpus_all if collector_waiting else self.cpus_own)
             torch.set_num_threads(n)
             self.now = n
         if collector_waiting:
