@@ -73,7 +73,7 @@ def test_the_runner_sees_and_steps_what_unilabs_collector_does(walk_run: Path) -
         for _ in range(25):  # half a second: a gait-clock phase and the policy's own actions
             action = np.clip(policy(obs), -1.0, 1.0)
             obs = c.step(torch.from_numpy(action[None]).float())[0][0].double().numpy()
-            runner.step(mine, cmd)
+            runner.step(mine)
             runner.phase = (runner.phase + runner.phase_step) % 1.0
             mine = runner.observe(cmd)
             # float32 observations and actions on unilab's side, float64 here

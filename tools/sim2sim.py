@@ -405,7 +405,7 @@ class VelocityEpisodes:
         self.phase, self.actions = 0.0, np.zeros(len(p.action_joints))
         return self.observe(cmd), cmd
 
-    def step(self, obs: np.ndarray, cmd: np.ndarray) -> None:
+    def step(self, obs: np.ndarray) -> None:
         """The policy's action on `obs`, then one control period of physics."""
         self.actions = np.clip(self.p(obs), -1.0, 1.0)
         self._physics(self.actions)
@@ -417,7 +417,7 @@ class VelocityEpisodes:
         sums, counted = np.zeros(4), 0
         fall_height, fall_gz = float(t["fall_height"]), -math.cos(float(t["fall_tilt"]))
         for step in range(1, self.max_steps + 1):
-            self.step(obs, cmd)
+            self.step(obs)
             rot = self.base_rotation()
             lin_b = rot.T @ d.qvel[r.base_qvel : r.base_qvel + 3]
             yaw_rate = d.qvel[r.base_qvel + 5]
