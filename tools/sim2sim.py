@@ -16,8 +16,8 @@ friction) is printed; docs/deploy.md has the details and figures.
 Per episode and in all it prints the length, how it ended (a fall or the time limit) and the
 command-tracking errors beside a robot standing still under the same commands, the figures
 `unilab eval` prints: per step, over the first episode of each world, the ending step left out.
-Its random draws (start pose, commands) are numpy's, not unilab's, so the same seed gives the same
-statistics, not the same episodes.
+Its random draws (start pose, commands) are numpy's, not unilab's, so a seed does not replay
+`unilab eval`'s episodes; over enough episodes the figures agree (docs/deploy.md).
 
 Exit status: 0 when it ran, 2 on bad input (one paragraph on stderr).
 """
