@@ -118,7 +118,9 @@ def test_a_model_without_servos_in_another_joint_order_plays_as_the_trained_one(
     assert played["mean_length_steps"] == pytest.approx(trained["mean_length_steps"], rel=0.02)
 
 
-@pytest.mark.parametrize("case", ["missing", "not_onnx", "no_metadata", "joints", "mjcf_broken", "seed"])
+@pytest.mark.parametrize(
+    "case", ["missing", "not_onnx", "no_metadata", "joints", "mjcf_broken", "seed", "embedded_model_meshes_gone"]
+)
 def test_bad_input_gets_one_paragraph_and_exit_status_2(case: str, walk_run: Path, tmp_path: Path) -> None:
     policy = walk_run / "policy.onnx"
     if case == "missing":
@@ -141,6 +143,15 @@ def test_bad_input_gets_one_paragraph_and_exit_status_2(case: str, walk_run: Pat
         args, says = [str(policy), "--mjcf", str(tmp_path / "renamed.xml")], "has no joint named left_knee_joint"
     elif case == "seed":
         args, says = [str(policy), "--seed", "-1"], "seeds are whole numbers from 0"
+    elif case == "embedded_model_meshes_gone":  # a user's robot whose mesh files moved since the export
+        import onnx
+
+        model = onnx.load(str(policy))
+        (prop,) = [p for p in model.metadata_props if p.key == "unilab.mjcf"]
+        mesh = f'<asset><mesh name="gone" file="{tmp_path / "gone.stl"}"/></asset><worldbody>'
+        prop.value = prop.value.replace("<worldbody>", mesh, 1)
+        onnx.save(model, str(tmp_path / "moved.onnx"))
+        args, says = [str(tmp_path / "moved.onnx")], "the model in the file's metadata does not load here"
     else:
         (tmp_path / "broken.xml").write_text("<mujoco><worldbody><body></mujoco>")
         args, says = [str(policy), "--mjcf", str(tmp_path / "broken.xml")], "does not load in MuJoCo"

@@ -171,7 +171,13 @@ PHYSICS_OPTIONS = ("timestep", "integrator", "cone", "solver", "iterations", "ls
 
 def load_robot(policy: Policy, mjcf: Path | None) -> Robot:
     notes: list[str] = []
-    trained = mujoco.MjModel.from_xml_string(policy.meta["unilab.mjcf"])
+    try:
+        trained = mujoco.MjModel.from_xml_string(policy.meta["unilab.mjcf"])
+    except Exception as e:  # a user's robot whose mesh files are not where the run had them
+        raise DeployError(
+            f"the model in the file's metadata does not load here: {str(e).splitlines()[0]}",
+            "pass the robot's MJCF with --mjcf (its mesh files beside it)",
+        ) from None
     if mjcf is None:
         model = trained
         source = "the model the policy was trained on (from the file's metadata)"
