@@ -159,3 +159,15 @@ def test_bad_input_gets_one_paragraph_and_exit_status_2(case: str, walk_run: Pat
     assert r.returncode == 2, r.stderr
     assert r.stderr.startswith("sim2sim: error: ") and says in r.stderr and "\n  fix: " in r.stderr
     assert "Traceback" not in r.stderr and r.stdout == ""
+
+
+def test_the_worked_example_in_the_deploy_docs_runs_on_an_export(walk_run: Path) -> None:
+    import re
+
+    text = (ROOT / "docs" / "deploy.md").read_text()
+    match = re.search(r"A worked example.*?```python\n(.*?)```", text, re.S)
+    assert match is not None
+    scope: dict[str, object] = {}
+    exec(match.group(1).replace('"policy.onnx"', repr(str(walk_run / "policy.onnx"))), scope)
+    target = scope["target"]
+    assert isinstance(target, np.ndarray) and target.shape == (29,) and np.isfinite(target).all()
