@@ -83,7 +83,7 @@ def deployment_metadata(plan: Plan, applied_from: Path | None = None) -> dict[st
     from unilab.errors import RobotModelError
     from unilab.plan.inputs import resolve_input_path
     from unilab.robot.inspect import mjcf_matches
-    from unilab.robot.model import RobotLayout, load_model
+    from unilab.robot.model import RobotLayout, build_model_xml, model_from_xml
     from unilab.tasks.base import joint_action_scale
 
     mjcf = None
@@ -101,9 +101,10 @@ def deployment_metadata(plan: Plan, applied_from: Path | None = None) -> dict[st
         if mjcf is None:
             meta["unilab.joints"] = f"not embedded: the run's robot MJCF {task.robot.source} is not here as it ran"
             return meta
-    model = load_model(mjcf, plan.sim.timestep)
+    xml = build_model_xml(mjcf, plan.sim.timestep)  # composed once: compiled here, embedded for sim2sim
+    model = model_from_xml(xml, mjcf)
     layout = RobotLayout.from_model(model, task.default_pose)
-    meta |= _physics_metadata(plan, mjcf, layout)
+    meta |= _physics_metadata(plan, xml, layout)
     # The joints' passive dynamics the policy was trained with (a deployment on another model
     # compares its own: sim2sim prints what differs).
     dofs = layout.qvel_adr
@@ -130,7 +131,7 @@ def deployment_metadata(plan: Plan, applied_from: Path | None = None) -> dict[st
     return meta
 
 
-def _physics_metadata(plan: Plan, mjcf: Path | None, layout: Any) -> dict[str, str]:
+def _physics_metadata(plan: Plan, xml: str, layout: Any) -> dict[str, str]:
     """What a runner outside unilab needs to play the policy as training did: the model as the
     run composed it (MJCF text: unilab's G1 has no mesh files), the physics step, the base's
     standing height, and for a velocity policy how its episodes were drawn and ended
@@ -138,11 +139,10 @@ def _physics_metadata(plan: Plan, mjcf: Path | None, layout: Any) -> dict[str, s
     import json
 
     from unilab.robot import g1
-    from unilab.robot.model import build_model_xml
     from unilab.tasks import g1_walk
 
     meta = {
-        "unilab.mjcf": build_model_xml(mjcf, plan.sim.timestep),
+        "unilab.mjcf": xml,
         "unilab.physics": json.dumps(
             {
                 "timestep": plan.sim.timestep,

@@ -14,6 +14,11 @@ from unilab.tasks.declarations import default_reward_weights, has_gait_clock, ob
 from unilab.tasks.timing import control_dt, nearest_whole_step_seconds, seconds_text, whole_steps
 
 
+def _did_you_mean(name: str, known: list[str] | tuple[str, ...]) -> str:
+    near = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+    return f" (did you mean {near[0]!r}?)" if near else ""
+
+
 def _from_error(r: Rule, exc: UnilabError, key: str) -> Diagnostic:
     cond = exc.summary + (f" ({exc.detail})" if exc.detail else "")
     return r.diag(cond, exc.fix or f"correct {key}", key)
@@ -67,11 +72,9 @@ def task_reward_weights(r: Rule, ctx: Context) -> list[Diagnostic]:
     for name in t.reward_weights or {}:
         if name in terms:
             continue
-        near = difflib.get_close_matches(name, terms, n=1, cutoff=0.6)
-        meant = f" (did you mean {near[0]!r}?)" if near else ""
         out.append(
             r.diag(
-                f"{t.name} has no reward term {name!r}{meant}",
+                f"{t.name} has no reward term {name!r}{_did_you_mean(name, terms)}",
                 f"use one of its terms: {', '.join(terms)}",
                 f"task.reward_weights.{name}",
             )
@@ -94,8 +97,7 @@ def task_privileged_observations(r: Rule, ctx: Context) -> list[Diagnostic]:
     out = []
     for name in asked:
         if name not in terms:
-            near = difflib.get_close_matches(name, terms, n=1, cutoff=0.6)
-            meant = f" (did you mean {near[0]!r}?)" if near else ""
+            meant = _did_you_mean(name, terms)
             out.append(
                 r.diag(f"{t.name} has no observation term {name!r}{meant}", f"use its terms: {', '.join(terms)}")
             )
