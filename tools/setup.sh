@@ -2,7 +2,7 @@
 # Create .venv and install unilab into it (docs/install.md).
 #
 #   bash tools/setup.sh                  the CPU runtime: plan, apply, eval, export
-#   bash tools/setup.sh video gpu        with extras: gpu video profile onnx wandb, all, or test
+#   bash tools/setup.sh video gpu        with extras: gpu video profile onnx wandb play, all, or test
 #   bash tools/setup.sh test             everything the test suite needs (every extra)
 #
 # The torch build is chosen, not guessed: UNILAB_TORCH=cpu takes PyTorch's CPU wheel (about 200 MB),
@@ -18,7 +18,7 @@ step=""
 trap 'rc=$?; [ $rc -ne 0 ] && [ -n "$step" ] && echo "setup.sh: failed while $step (exit $rc); see the messages above" >&2' EXIT
 fail() { step=""; echo "setup.sh: $1" >&2; exit 1; }
 
-known="gpu video profile onnx wandb all test"
+known="gpu video profile onnx wandb play all test"
 extras=""
 for arg in "$@"; do
   case " $known " in
@@ -121,6 +121,23 @@ else
     .venv/bin/python -m pip install --quiet $reinstall --constraint "$lock" "$torch_pin"
   fi
 fi
+
+# The test extra's browser test (tests/test_play.py) drives headless Chromium through its driver:
+# installed here with the system's package manager when this runs as root on Debian or Ubuntu.
+case ",$extras," in
+  *,test,*)
+    if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then
+      if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+        step="installing chromium and chromium-driver with apt-get (the browser test)"
+        echo "installing chromium and chromium-driver (apt-get) for the browser test"
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium chromium-driver >/dev/null ||
+          { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium chromium-driver >/dev/null; }
+      else
+        echo "note: tests/test_play.py needs chromium and chromedriver on PATH (Debian/Ubuntu: sudo apt-get install chromium chromium-driver)"
+      fi
+    fi
+    ;;
+esac
 
 step="installing unilab${extras:+[$extras]} and its dependencies at the versions uv.lock fixes"
 .venv/bin/python -m pip install --quiet --constraint "$lock" -e ".${extras:+[$extras]}"

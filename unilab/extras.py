@@ -18,6 +18,7 @@ EXTRAS: dict[str, tuple[str, tuple[str, ...]]] = {
     "profile": ("`unilab profile`'s profile.png and tools/bench_learning.py's plots", ("matplotlib",)),
     "onnx": ("running an exported policy (onnxruntime)", ("onnxruntime",)),
     "wandb": ("`[run.wandb]` (a Weights & Biases mirror of the run)", ("wandb",)),
+    "play": ("`unilab play` (the browser viewer)", ("viser", "trimesh")),
 }
 
 

@@ -219,10 +219,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"unilab {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
-    from unilab.cli import completion, eval_cmd, mps_cmd, profile_cmd, run_cmd
+    from unilab.cli import completion, eval_cmd, mps_cmd, play_cmd, profile_cmd, run_cmd
 
     run_cmd.add_parsers(sub, _spec_opts)  # apply (the main job), manifest, export
     eval_cmd.add_parser(sub)
+    play_cmd.add_parser(sub)
     _add_plan_parsers(sub)  # plan, diff
     _add_info_parsers(sub)  # host, schema, rules
     mps_cmd.add_parser(sub)

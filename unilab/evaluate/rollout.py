@@ -47,7 +47,7 @@ class EvalRequest:
     video_episodes: int | None = None  # the episodes of worlds 0..video_episodes-1; None: 1 with --video
 
 
-def _input_base(plan: Plan, run_dir: Path) -> Path:
+def input_base(plan: Plan, run_dir: Path) -> Path:
     """The directory the plan's relative input paths (robot MJCF, motion) resolve against: this
     one, else the one the run was applied in, whichever holds the files as the run had them."""
     from unilab.plan.inputs import applied_from, check_planned_inputs, planned_input_paths
@@ -418,7 +418,7 @@ def evaluate(req: EvalRequest) -> EvalReport:
     path = run_checkpoint(run_dir, req.checkpoint, "eval")
     blob, digest = verified_checkpoint(run_dir, plan, path)
     policy, _ = policy_from_state(plan, blob["state"])
-    base = _input_base(plan, run_dir)
+    base = input_base(plan, run_dir)
 
     n = req.episodes
     task = planned_task(plan.task).model_copy(update={"num_envs": n})
@@ -441,7 +441,7 @@ def evaluate(req: EvalRequest) -> EvalReport:
                 fix="evaluate it with the unilab that wrote it (the version and commit its run's manifest names); "
                 "`unilab export` still exports it, with the observation layout it was trained on",
             )
-            played = _play(c, _on_task_observation(policy, plan, blob["state"]), req.progress, recorder)
+            played = _play(c, on_task_observation(policy, plan, blob["state"]), req.progress, recorder)
             reward_names = list(c.task.reward_names)
             max_steps = c.task.max_episode_steps
         video = None
@@ -482,7 +482,7 @@ def evaluate(req: EvalRequest) -> EvalReport:
     )
 
 
-def _on_task_observation(policy: Any, plan: Plan, state: dict[str, Any]) -> Any:
+def on_task_observation(policy: Any, plan: Plan, state: dict[str, Any]) -> Any:
     """The deployed policy fed from the task's whole observation: it takes the actor's columns alone
     where the run kept privileged observations for its critic (task.privileged_observations)."""
     from unilab.algos.common import policy_columns

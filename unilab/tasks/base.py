@@ -443,6 +443,30 @@ class Task(ABC, Generic[SpecT]):
         heading frame, for drawing it (`unilab eval --video`); None for a task without one."""
         return None
 
+    # ------------------------------------------------------------------ live control (`unilab play`)
+    def velocity_command_ranges(self) -> tuple[tuple[float, float], ...] | None:
+        """The (lo, hi) of the velocity command's components (vx, vy, yaw rate) the task draws from,
+        for a viewer's sliders; None for a task without a velocity command."""
+        return None
+
+    def hold_velocity_command(self, command: Sequence[float] | None) -> None:
+        """Command every world ``command`` (vx, vy, yaw rate) from now on, in place of the task's
+        draws; None lets the draws go on. Only a task with `velocity_command_ranges` takes one."""
+        raise UnilabError(f"the task {self.name} takes no velocity command")
+
+    def motion_clip(self) -> tuple[int, float] | None:
+        """(frames, fps) of the reference clip a tracking task follows; None for a task without one."""
+        return None
+
+    def clip_frame(self, world: int) -> int | None:
+        """The clip frame ``world`` tracks now; None for a task without a clip."""
+        return None
+
+    def hold_clip_start(self, frame: int | None) -> None:
+        """Start every episode from now on at clip frame ``frame`` in place of a random one; None
+        lets the draws go on. Only a task with a `motion_clip` takes one."""
+        raise UnilabError(f"the task {self.name} tracks no motion clip")
+
     def after_reset(self, mask: torch.Tensor, state: PhysicsState) -> None:
         """Called once the backend has reset the masked worlds."""
         self.read_state(state)

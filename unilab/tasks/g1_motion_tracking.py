@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from unilab.errors import MotionFileError
+from unilab.errors import MotionFileError, UnilabError
 from unilab.spec.models import G1MotionTrackingSpec
 from unilab.tasks import quat as Q
 from unilab.tasks.base import Task
@@ -53,6 +53,7 @@ class G1MotionTrackingTask(Task[G1MotionTrackingSpec]):
                 fix="export the motion with the same robot model (see docs/tasks.md)",
             )
         self.motion = motion
+        self._held_start: int | None = None  # `hold_clip_start`
         super().__init__(spec, backend, layout, step_dt=step_dt, seed=seed)
 
     def build_terms(self) -> None:
@@ -180,9 +181,22 @@ class G1MotionTrackingTask(Task[G1MotionTrackingSpec]):
         qpos[:, self._base_pos] = self.m_body_pos[f, b]
         qpos[:, self._base_quat] = self.m_body_quat[f, b]
 
+    def motion_clip(self) -> tuple[int, float]:
+        return self.num_frames, self.fps
+
+    def clip_frame(self, world: int) -> int:
+        return int(self.motion_frame[world])
+
+    def hold_clip_start(self, frame: int | None) -> None:
+        if frame is not None and not 0 <= frame < self.num_frames - 1:
+            raise UnilabError(f"clip frame {frame} is out of range: the clip has {self.num_frames} frames")
+        self._held_start = frame
+
     def resample_phase(self, mask: torch.Tensor) -> None:
-        # Any frame that leaves at least one step before the clip ends.
+        # Any frame that leaves at least one step before the clip ends (or a viewer's choice).
         new = (self.rand(self.num_envs) * (self.num_frames - 1)).long()
+        if self._held_start is not None:
+            new.fill_(self._held_start)
         torch.where(mask, new, self.motion_frame, out=self.motion_frame)
         torch.where(mask, new.to(torch.float32) / self.fps, self._phase_time, out=self._phase_time)
         self._gather_reference()

@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Sequence
 
 import torch
 
+from unilab.errors import UnilabError
 from unilab.robot import g1
 from unilab.spec.models import G1WalkSpec
 from unilab.tasks.base import Task
@@ -53,6 +55,7 @@ class G1WalkTask(Task[G1WalkSpec]):
     def build_terms(self) -> None:
         n, dev = self.num_envs, self.device
         self.velocity_command = torch.zeros(n, 3, device=dev)
+        self._held_command: torch.Tensor | None = None  # `hold_velocity_command`
         self._build_feet_buffers()
         # Constants as 0-dim tensors (Task.const): cheaper operands than Python numbers.
         self._c_zero = self.const(0.0)
@@ -272,7 +275,23 @@ class G1WalkTask(Task[G1WalkSpec]):
         self.feet_contact.masked_fill_(rows, True)
 
     # ------------------------------------------------------------------ commands, events
+    def velocity_command_ranges(self) -> tuple[tuple[float, float], ...]:
+        c = self.spec.commands
+        return (tuple(c.lin_vel_x), tuple(c.lin_vel_y), tuple(c.ang_vel_z))  # type: ignore[return-value]
+
+    def hold_velocity_command(self, command: Sequence[float] | None) -> None:
+        if command is None:
+            self._held_command = None
+            return
+        if len(command) != 3:
+            raise UnilabError(f"a velocity command has 3 components (vx, vy, yaw rate), not {len(command)}")
+        self._held_command = torch.tensor([float(v) for v in command], device=self.device)
+        self.velocity_command.copy_(self._held_command.expand_as(self.velocity_command))
+
     def resample_command(self, mask: torch.Tensor) -> None:
+        if self._held_command is not None:  # a viewer's command stands in for the draws
+            self.velocity_command.copy_(self._held_command.expand_as(self.velocity_command))
+            return
         new = self._cmd_draw.uniform_(generator=self.generator)  # as self.rand(n, 3) draws
         torch.addcmul(self._cmd_lo, new, self._cmd_span, out=new)
         if self.spec.commands.standing_share > 0:  # a share asks to stand still (mjlab's standing envs)
