@@ -114,7 +114,7 @@ class Viewer:
         self._ghost: list[Any] = []
         if self.session.clip is not None:
             for b in self._meshes:
-                ghost = tinted(b.mesh.copy(), (200, 200, 255, int(255 * GHOST_ALPHA)))
+                ghost = tinted(b.mesh.copy(), (77, 217, 102, int(255 * GHOST_ALPHA)))  # eval --video's green
                 self._ghost.append(scene.add_mesh_trimesh(f"/reference/{b.name}", ghost, cast_shadow=False))
         self._arrows: Any = None
         if self.session.command_ranges is not None:
