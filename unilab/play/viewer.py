@@ -259,10 +259,10 @@ class Viewer:
             )
         if snap.command is not None and snap.velocity is not None:
             c = snap.command[0]
-            v = snap.velocity_mean if snap.velocity_mean is not None else snap.velocity[0]
+            v, which = _base_velocity(snap)
             lines.append(
                 f"command vx {c[0]:+.2f} vy {c[1]:+.2f} m/s, yaw {c[2]:+.2f} rad/s  \n"
-                f"base (1 s mean) vx {v[0]:+.2f} vy {v[1]:+.2f} m/s, yaw {v[2]:+.2f} rad/s"
+                f"{which} vx {v[0]:+.2f} vy {v[1]:+.2f} m/s, yaw {v[2]:+.2f} rad/s"
             )
         if snap.clip_frame is not None and s.clip is not None:
             lines.append(f"clip time {snap.clip_frame / s.clip[1]:.2f} s of {(s.clip[0] - 1) / s.clip[1]:.2f} s")
@@ -301,16 +301,22 @@ def say(text: str) -> None:
     sys.stdout.flush()
 
 
+def _base_velocity(snap: Snapshot) -> tuple[np.ndarray, str]:
+    """World 0's base velocity over the last second, or this step's at an episode's start."""
+    if snap.velocity_mean is not None:
+        return snap.velocity_mean, "base (1 s mean)"
+    assert snap.velocity is not None  # the callers checked
+    return snap.velocity[0], "base (now)"
+
+
 def console_status(snap: Snapshot, realtime: float, paused: bool, control_dt: float) -> str:
     text = f"t {snap.steps * control_dt:7.1f} s  " + ("paused" if paused else f"{realtime:4.2f}x real time")
     text += f"  episode {snap.episode} step {snap.episode_length} return {snap.episode_return:.2f}"
     if snap.command is not None and snap.velocity is not None:
         c = snap.command[0]
-        v = snap.velocity_mean if snap.velocity_mean is not None else snap.velocity[0]
-        text += (
-            f"  command vx {c[0]:+.2f} vy {c[1]:+.2f} wz {c[2]:+.2f}  "
-            f"base (1 s mean) vx {v[0]:+.2f} vy {v[1]:+.2f} wz {v[2]:+.2f}"
-        )
+        v, which = _base_velocity(snap)
+        text += f"  command vx {c[0]:+.2f} vy {c[1]:+.2f} wz {c[2]:+.2f}"
+        text += f"  {which} vx {v[0]:+.2f} vy {v[1]:+.2f} wz {v[2]:+.2f}"
     return text
 
 
