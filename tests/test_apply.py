@@ -397,6 +397,18 @@ def _wait_for_checkpoint(tmp_path: Path, timeout: float = 120) -> Path:
     raise AssertionError("no checkpoint appeared")
 
 
+def _manifest_with_a_checkpoint(run_dir: Path, timeout: float = 60) -> dict:
+    """The run's manifest once it lists a checkpoint: the file is in place a moment before the
+    manifest records it."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        m = json.loads((run_dir / "manifest.json").read_text())
+        if m["checkpoints"]:
+            return m
+        time.sleep(0.1)
+    raise AssertionError("the manifest never listed the checkpoint")
+
+
 def test_sigterm_while_the_run_starts_leaves_no_run_directory(tmp_path: Path) -> None:
     """Between the plan file and the manifest (imports, the collector's start) a SIGTERM ends the
     apply as a Ctrl-C there does: nothing ran, so no directory with only a plan is left behind."""
@@ -487,7 +499,7 @@ def test_a_killed_apply_is_named_and_its_run_resumes_on_a_changed_host(tmp_path:
     mark = uuid.uuid4().hex
     proc = apply_in_background(tmp_path, spec, mark, total_env_steps=4800)
     run_dir = _wait_for_checkpoint(tmp_path)
-    first = json.loads((run_dir / "manifest.json").read_text())
+    first = _manifest_with_a_checkpoint(run_dir)
     assert [(s["pid"], s["ended"]) for s in first["sessions"]] == [(proc.pid, "running")]
     proc.kill()
     proc.communicate(timeout=30)

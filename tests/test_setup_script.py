@@ -62,7 +62,7 @@ def test_a_missing_venv_module_is_named_with_the_package_to_install(tmp_path: Pa
 def test_an_unknown_extra_is_refused_with_the_list(tmp_path: Path) -> None:
     r = _setup(tmp_path, "videos", version="3.12")
     assert r.returncode == 1
-    assert "unknown extra 'videos'; the extras are: gpu video profile onnx wandb all test" in r.stderr
+    assert "unknown extra 'videos'; the extras are: gpu video profile onnx wandb play all test" in r.stderr
 
 
 def test_a_named_python_that_is_too_old_is_refused_not_skipped(tmp_path: Path) -> None:
