@@ -157,8 +157,9 @@ def test_a_run_without_checkpoints_is_refused(walk_run: Path, tmp_path: Path) ->
     _refused(r, "holds no checkpoint")
 
 
-def test_bad_worlds_and_a_missing_viewer_are_refused(walk_run: Path, tmp_path: Path) -> None:
+def test_bad_worlds_a_bad_host_and_a_missing_viewer_are_refused(walk_run: Path, tmp_path: Path) -> None:
     _refused(run_unilab("play", str(walk_run), "--worlds", "0"), "--worlds 0 is out of range")
+    _refused(run_unilab("play", str(walk_run), "--host", "no-such-host.invalid"), "cannot serve on it")
     shim = tmp_path / "shim" / "viser"
     shim.mkdir(parents=True)
     (shim / "__init__.py").write_text("raise ImportError('viser is not installed here')\n")

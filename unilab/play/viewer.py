@@ -9,6 +9,7 @@ never touched from two threads.
 from __future__ import annotations
 
 import contextlib
+import errno
 import io
 import math
 import socket
@@ -40,27 +41,42 @@ def check_port(host: str, port: int) -> None:
     """Refuse a port another program serves on, before the viewer starts (viser would move to the next)."""
     if not 1 <= port <= 65535:
         raise UnilabError(f"--port {port} is out of range", fix="pass --port between 1 and 65535")
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        try:
-            s.bind((host, port))
-        except OSError as exc:
-            raise UnilabError(
-                f"port {port} on {host} is in use ({exc.strerror or exc})",
-                fix=f"pass a free port with --port (e.g. --port {port + 1 if port < 65535 else 8080}), "
-                f"or stop what serves on {port}",
-            ) from None
+    if not _bindable(host, port):
+        raise UnilabError(
+            f"port {port} on {host} is in use",
+            fix=f"pass a free port with --port (e.g. --port {port + 1 if port < 65535 else 8080}), "
+            f"or stop what serves on {port}",
+        )
 
 
 def free_port(host: str, start: int) -> int:
     """The first port from ``start`` nothing serves on."""
     for port in range(start, min(start + 100, 65536)):
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            try:
-                s.bind((host, port))
-                return port
-            except OSError:
-                continue
+        if _bindable(host, port):
+            return port
     raise UnilabError(f"no free port among {start}..{start + 99} on {host}", fix="pass a free port with --port")
+
+
+def _bindable(host: str, port: int) -> bool:
+    """Whether a server may listen on host:port now: False when the port is taken; a host this
+    machine cannot serve on is refused."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((host, port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                return False
+            if exc.errno == errno.EACCES:
+                raise UnilabError(
+                    f"port {port} on {host} may not be served by this user ({exc.strerror})",
+                    fix="pass a port from 1024 up with --port",
+                ) from None
+            raise UnilabError(
+                f"--host {host}: this machine cannot serve on it ({exc.strerror or exc})",
+                fix="pass one of this machine's IPv4 addresses, 127.0.0.1 (this machine only) or 0.0.0.0 (every "
+                "interface)",
+            ) from None
+    return True
 
 
 @dataclass
