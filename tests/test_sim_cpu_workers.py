@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -224,3 +225,57 @@ def test_diagnostics_report_workers_and_mujoco_warnings(tmp_path, monkeypatch):
             assert diag["workers"] == workers and diag["worker_pids"] == b.worker_pids()
             assert diag["mujoco_warnings"]["badctrl"] >= 4
     assert not (tmp_path / "MUJOCO_LOG.TXT").exists()  # counted, not written into the user's directory
+
+
+_STEPPER = textwrap.dedent(
+    """
+    import sys, time, torch
+    from tests.sim_models import small_humanoid_xml
+    from unilab.sim.mujoco_cpu import MujocoCpuBackend
+    b = MujocoCpuBackend(small_humanoid_xml(), 4, 4, None, workers=2, step_timeout_s=2.0)
+    ctrl = torch.zeros(4, b.dims.nu)
+    print("ready", *b.worker_pids(), flush=True)
+    end = time.monotonic() + float(sys.argv[1])
+    while time.monotonic() < end:
+        b.step(ctrl)
+    b.close()
+    print("done", flush=True)
+    """
+)
+
+
+def _stepper(seconds: float) -> tuple[subprocess.Popen[str], list[int]]:
+    """A process stepping a two-worker backend (a 2 s step timeout) for ``seconds``, in its own group."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _STEPPER, str(seconds)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parent.parent,
+        start_new_session=True,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    first = proc.stdout.readline().split()
+    assert first[:1] == ["ready"], proc.stderr.read() if proc.stderr else first
+    return proc, [int(p) for p in first[1:]]
+
+
+def test_a_suspended_job_goes_on_stepping_when_it_is_continued():
+    # Ctrl-Z (or SIGSTOP of the job) stops the learner and its workers together for longer than
+    # the step timeout: that is not a hung worker, and the run must go on after `fg`.
+    proc, _ = _stepper(12.0)
+    time.sleep(2.0)
+    os.killpg(proc.pid, signal.SIGSTOP)
+    time.sleep(8.0)  # four step timeouts
+    os.killpg(proc.pid, signal.SIGCONT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0 and out.strip() == "done", err
+
+
+def test_a_worker_stopped_alone_is_still_reported_after_the_step_timeout():
+    proc, workers = _stepper(30.0)
+    time.sleep(1.0)
+    os.kill(workers[1], signal.SIGSTOP)
+    try:
+        _, err = proc.communicate(timeout=60)
+    finally:
+        with contextlib.suppress(ProcessLookupError):  # the failed backend shut its workers down
+            os.kill(workers[1], signal.SIGCONT)
+    assert proc.returncode != 0 and "did not finish step within 2 s" in err, err

@@ -53,6 +53,9 @@ from unilab.sim.mjmodel import load_mj_model, model_dims
 from unilab.sim.state_layout import STATE_FIELDS, StateLayout
 from unilab.sim.world_params import WorldParamTargets, not_built_with_world_params
 
+WAIT_SLICE_S = 1.0  # the step wait polls the workers' replies at least this often
+SUSPENDED_GAP_S = 5.0  # a poll this much longer than asked: this process was stopped, not its workers slow
+
 
 @dataclass
 class _Worker:
@@ -260,7 +263,13 @@ class MujocoCpuBackend:
                         fix="check CPU load and the physics model; raise step_timeout_s for very large slices",
                     )
                 )
-            events = self._poll.poll(max(1, int(remaining * 1000)))
+            # Waited in slices: a slice that took far longer than asked means this process was
+            # suspended (Ctrl-Z, SIGSTOP of the job), its workers with it; that time is not theirs.
+            asked = min(remaining, WAIT_SLICE_S)
+            before = time.monotonic()
+            events = self._poll.poll(max(1, int(asked * 1000)))
+            if (slept := time.monotonic() - before) > asked + SUSPENDED_GAP_S:
+                deadline += slept - asked
             # Replies first: a worker that reported an error and exited has both fds ready.
             events.sort(key=lambda e: self._fd_owner[e[0]][0] != "done")
             for fd, _ in events:
