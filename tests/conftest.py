@@ -57,6 +57,29 @@ def spec_data(**dotted: Any) -> dict[str, Any]:
     return data
 
 
+def load_tool(name: str) -> Any:
+    """tools/NAME.py imported as module NAME (the tools are scripts, not a package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, ROOT / "tools" / f"{name}.py")
+    if spec is None or spec.loader is None:
+        raise ImportError(f"tools/{name}.py cannot be loaded")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # its dataclasses resolve their annotations through it
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="session")
+def g1_smoke_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A g1_walk run of the shipped spec at smoke length, shared by the tests that only read it."""
+    out = tmp_path_factory.mktemp("g1_smoke")
+    r = run_unilab("apply", str(SPECS / "g1.toml"), "--smoke", "--quiet", "--set", f'run.output_dir="{out}"')
+    assert r.returncode == 0, r.stderr
+    (run_dir,) = out.iterdir()
+    return run_dir
+
+
 @pytest.fixture
 def facts():
     return host

@@ -5,16 +5,14 @@ tools/bench_learning.py. The collector's own figures: tests/test_collector.py; e
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 import torch
 
-from tests.conftest import ROOT, SPECS
+from tests.conftest import SPECS, load_tool
 from tests.conftest import run_unilab as unilab
 from unilab.collect.collector_client import CollectorStats
 from unilab.learn.critic_bias import StartValueBias
@@ -126,12 +124,7 @@ def test_a_runs_events_and_curves_carry_its_learning_health(tmp_path: Path) -> N
 
 
 def _bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_learning", ROOT / "tools" / "bench_learning.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("bench_learning", module)
-    spec.loader.exec_module(module)
-    return module
+    return load_tool("bench_learning")
 
 
 def _walk_report(swing: float, lin: float) -> dict:

@@ -8,11 +8,9 @@ refusals check one paragraph and a non-zero exit for each bad input."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shutil
 import socket
-import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -20,28 +18,18 @@ import numpy as np
 import pytest
 import torch
 
-from tests.conftest import ROOT, SPECS, run_unilab
+from tests.conftest import ROOT, load_tool, run_unilab
 
 pytestmark = pytest.mark.slow
 
 
 def _tool() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("play_screenshot", ROOT / "tools" / "play_screenshot.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["play_screenshot"] = module  # its dataclasses resolve their annotations through it
-    spec.loader.exec_module(module)
-    return module
+    return load_tool("play_screenshot")
 
 
 @pytest.fixture(scope="module")
-def walk_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A g1_walk run of the shipped spec, smoke length."""
-    out = tmp_path_factory.mktemp("play")
-    r = run_unilab("apply", str(SPECS / "g1.toml"), "--smoke", "--quiet", "--set", f'run.output_dir="{out}"')
-    assert r.returncode == 0, r.stderr
-    (run_dir,) = out.iterdir()
-    return run_dir
+def walk_run(g1_smoke_run: Path) -> Path:
+    return g1_smoke_run
 
 
 def test_the_viewer_serves_the_page_and_takes_the_forward_slider_from_the_keyboard(

@@ -7,7 +7,6 @@ policy's PD loop; bad input of every kind the runner reads gets one paragraph an
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -18,30 +17,21 @@ import mujoco
 import numpy as np
 import pytest
 
-from tests.conftest import ROOT, SPECS, run_unilab
+from tests.conftest import ROOT, load_tool, run_unilab
 
 SIM2SIM = ROOT / "tools" / "sim2sim.py"
 
 
 def _sim2sim() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("sim2sim", SIM2SIM)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["sim2sim"] = module  # its dataclasses resolve their annotations through it
-    spec.loader.exec_module(module)
-    return module
+    return load_tool("sim2sim")
 
 
 @pytest.fixture(scope="module")
-def walk_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def walk_run(g1_smoke_run: Path) -> Path:
     """A g1_walk run of the shipped spec (smoke length) and its policy.onnx."""
-    out = tmp_path_factory.mktemp("sim2sim")
-    r = run_unilab("apply", str(SPECS / "g1.toml"), "--smoke", "--quiet", "--set", f'run.output_dir="{out}"')
-    assert r.returncode == 0, r.stderr
-    (run_dir,) = out.iterdir()
-    e = run_unilab("export", str(run_dir))
+    e = run_unilab("export", str(g1_smoke_run))
     assert e.returncode == 0, e.stderr
-    return run_dir
+    return g1_smoke_run
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:

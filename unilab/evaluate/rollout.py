@@ -73,6 +73,58 @@ def input_base(plan: Plan, run_dir: Path) -> Path:
     )
 
 
+@dataclass(frozen=True)
+class RunPolicy:
+    """A run's checkpoint, verified against the digest the run recorded, and its deterministic
+    policy fed from the task's whole observation: what `unilab eval` and `unilab play` play."""
+
+    plan: Plan
+    checkpoint: Path
+    state: dict[str, Any]  # the checkpoint's policy state
+    env_steps: int  # trained
+    digest: str
+    policy: Callable[[torch.Tensor], torch.Tensor]
+    base: Path  # the directory the plan's input files resolve against
+
+    def task(self, worlds: int) -> Any:
+        """The run's task plan for ``worlds`` worlds, its input files as the plan recorded them."""
+        from unilab.plan.inputs import planned_task
+
+        return planned_task(self.plan.task).model_copy(update={"num_envs": worlds})
+
+    def sim(self) -> Any:
+        """The run's physics on CPU MuJoCo, whatever backend it trained on."""
+        return self.plan.sim.model_copy(update={"backend": "mujoco"})
+
+    def check_fits(self, c: Collector, fix: str) -> None:
+        from unilab.records.checkpoint import check_policy_fits
+
+        check_policy_fits(
+            self.state, c.obs_dim, c.action_dim, c.obs_terms, what=f"checkpoint {self.checkpoint.name}", fix=fix
+        )
+
+
+def load_run_policy(run_dir: Path, checkpoint: Path | None, command: str) -> RunPolicy:
+    """RUN_DIR's newest checkpoint (or ``checkpoint``), verified; ``command`` names the `unilab`
+    command in the fixes. A missing or unreadable run directory is named first."""
+    from unilab.records.checkpoint import env_steps_of
+    from unilab.records.policy import policy_from_state, read_run_plan, run_checkpoint, verified_checkpoint
+
+    plan = read_run_plan(run_dir, command)
+    path = run_checkpoint(run_dir, checkpoint, command)
+    blob, digest = verified_checkpoint(run_dir, plan, path)
+    policy, _ = policy_from_state(plan, blob["state"])
+    return RunPolicy(
+        plan=plan,
+        checkpoint=path,
+        state=blob["state"],
+        env_steps=int(blob.get("env_steps", env_steps_of(path) or 0)),
+        digest=digest,
+        policy=on_task_observation(policy, plan, blob["state"]),
+        base=input_base(plan, run_dir),
+    )
+
+
 def _stat(values: torch.Tensor) -> Stat:
     v = values.to(torch.float64)
     return Stat(mean=float(v.mean()), std=float(v.std(unbiased=False)), min=float(v.min()), max=float(v.max()))
@@ -408,21 +460,14 @@ def evaluate(req: EvalRequest) -> EvalReport:
 
         load_mujoco_for_rendering()  # before the imports below bring MuJoCo in with no platform chosen
     from unilab.collect.build import build_collector
-    from unilab.plan.inputs import planned_task
-    from unilab.records.checkpoint import check_policy_fits, env_steps_of
-    from unilab.records.policy import policy_from_state, read_run_plan, run_checkpoint, verified_checkpoint
     from unilab.sim.mujoco_cpu import MujocoCpuBackend
 
     run_dir = req.run_dir
-    plan = read_run_plan(run_dir, "eval")  # a missing or unreadable run directory is named first
-    path = run_checkpoint(run_dir, req.checkpoint, "eval")
-    blob, digest = verified_checkpoint(run_dir, plan, path)
-    policy, _ = policy_from_state(plan, blob["state"])
-    base = input_base(plan, run_dir)
+    run = load_run_policy(run_dir, req.checkpoint, "eval")
+    plan, path, base = run.plan, run.checkpoint, run.base
 
     n = req.episodes
-    task = planned_task(plan.task).model_copy(update={"num_envs": n})
-    sim = plan.sim.model_copy(update={"backend": "mujoco"})
+    task, sim = run.task(n), run.sim()
     renderer = recorder = None
     if filmed:
         from unilab.evaluate.video import ClipRecorder, frame_stride
@@ -432,16 +477,12 @@ def evaluate(req: EvalRequest) -> EvalReport:
     torch.set_num_threads(1)  # the physics workers take the CPUs; tiny policy batches gain nothing
     try:
         with build_collector(task, sim, spec_dir=base, num_envs=n, workers=workers, seed=req.seed, timing=False) as c:
-            check_policy_fits(
-                blob["state"],
-                c.obs_dim,
-                c.action_dim,
-                c.obs_terms,
-                what=f"checkpoint {path.name}",
+            run.check_fits(
+                c,
                 fix="evaluate it with the unilab that wrote it (the version and commit its run's manifest names); "
                 "`unilab export` still exports it, with the observation layout it was trained on",
             )
-            played = _play(c, on_task_observation(policy, plan, blob["state"]), req.progress, recorder)
+            played = _play(c, run.policy, req.progress, recorder)
             reward_names = list(c.task.reward_names)
             max_steps = c.task.max_episode_steps
         video = None
@@ -457,8 +498,8 @@ def evaluate(req: EvalRequest) -> EvalReport:
         task=plan.task.name,
         algo=plan.algo.name,
         checkpoint=path.name,
-        checkpoint_env_steps=int(blob.get("env_steps", env_steps_of(path) or 0)),
-        checkpoint_sha256=digest,
+        checkpoint_env_steps=run.env_steps,
+        checkpoint_sha256=run.digest,
         backend="mujoco",
         workers=workers,
         seed=req.seed,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
@@ -63,7 +63,6 @@ class Snapshot:
     episode_return: float
     episode_length: int
     last_end: EpisodeEnd | None = None
-    ended: list[EpisodeEnd] = field(default_factory=list)  # world 0's episodes that ended this step
 
 
 class PlaySession:
@@ -97,7 +96,6 @@ class PlaySession:
         self.steps = 0
         self.episode = 1
         self.last_end: EpisodeEnd | None = None
-        self._ended: list[EpisodeEnd] = []
         self._recent: deque[np.ndarray] = deque(maxlen=max(1, round(VELOCITY_WINDOW_S / self.control_dt)))
         self.obs = collector.reset_all()
 
@@ -126,7 +124,8 @@ class PlaySession:
         self._recent.clear()
         self.episode += 1
 
-    def step(self) -> None:
+    def step(self) -> EpisodeEnd | None:
+        """One control step of every world; how world 0's episode ended, if it ended on this step."""
         with torch.no_grad():
             actions = self.policy(self.obs)
         obs, reward, terminated, truncated = self.c.step(actions)
@@ -139,22 +138,20 @@ class PlaySession:
         self._terms += torch.where(counted.unsqueeze(1), terms, 0.0)
         self._len += 1
         ended = terminated | truncated | self.c.nonfinite
-        self._ended = []
+        end = None
         if bool(ended[0]):
             how: Ending = (
                 "non-finite physics" if bool(self.c.nonfinite[0]) else "fall" if bool(terminated[0]) else "time limit"
             )
-            self.last_end = EpisodeEnd(self.episode, int(self._len[0]), float(self._ret[0]), how)
-            self._ended.append(self.last_end)
+            end = self.last_end = EpisodeEnd(self.episode, int(self._len[0]), float(self._ret[0]), how)
             self.episode += 1
-        if self.command_ranges is not None:
-            if bool(ended[0]):
-                self._recent.clear()
-            else:
-                self._recent.append(self._velocity()[0])
+            self._recent.clear()
+        elif self.command_ranges is not None:
+            self._recent.append(self._velocity()[0])
         self._ret.masked_fill_(ended, 0.0)
         self._len.masked_fill_(ended, 0)
         self._terms.masked_fill_(ended.unsqueeze(1), 0.0)
+        return end
 
     def _velocity(self) -> np.ndarray:
         """[worlds, 3] the base's vx, vy in its heading frame and its yaw rate, as the task reads them."""
@@ -190,7 +187,6 @@ class PlaySession:
             episode_return=float(self._ret[0]),
             episode_length=int(self._len[0]),
             last_end=self.last_end,
-            ended=list(self._ended),
         )
 
     def close(self) -> None:
@@ -200,11 +196,8 @@ class PlaySession:
 def open_session(req: PlayRequest) -> PlaySession:
     """The run's newest (or named) checkpoint, verified, playing ``req.worlds`` worlds of its task."""
     from unilab.collect.build import build_collector, compose_robot
-    from unilab.evaluate.rollout import input_base, on_task_observation
+    from unilab.evaluate.rollout import load_run_policy
     from unilab.host.platform import require_runtime_platform
-    from unilab.plan.inputs import planned_task
-    from unilab.records.checkpoint import check_policy_fits, env_steps_of
-    from unilab.records.policy import policy_from_state, read_run_plan, run_checkpoint, verified_checkpoint
     from unilab.tasks.base import Task
 
     require_runtime_platform("unilab play")
@@ -212,38 +205,20 @@ def open_session(req: PlayRequest) -> PlaySession:
         raise UnilabError(f"--worlds {req.worlds} is out of range", fix=f"pass --worlds between 1 and {MAX_WORLDS}")
     if not 0 <= req.seed < 2**31:
         raise UnilabError(f"--seed {req.seed} is out of range", fix="pass --seed between 0 and 2147483647")
-    run_dir = req.run_dir
-    plan = read_run_plan(run_dir, "play")
-    path = run_checkpoint(run_dir, req.checkpoint, "play")
-    blob, _ = verified_checkpoint(run_dir, plan, path)
-    policy, _ = policy_from_state(plan, blob["state"])
-    base = input_base(plan, run_dir)
-    task = planned_task(plan.task).model_copy(update={"num_envs": req.worlds})
-    sim = plan.sim.model_copy(update={"backend": "mujoco"})
-    model = mujoco.MjModel.from_xml_string(compose_robot(task, sim, base).xml)
+    run = load_run_policy(req.run_dir, req.checkpoint, "play")
+    task, sim = run.task(req.worlds), run.sim()
+    # The viewer's geometry: the collector's physics workers keep their own compiled copy.
+    model = mujoco.MjModel.from_xml_string(compose_robot(task, sim, run.base).xml)
     torch.set_num_threads(1)  # one world's policy batch is tiny; the viewer's threads need the CPUs
-    c = build_collector(task, sim, spec_dir=base, num_envs=req.worlds, workers=1, seed=req.seed, timing=False)
+    c = build_collector(task, sim, spec_dir=run.base, num_envs=req.worlds, workers=1, seed=req.seed, timing=False)
     try:
         if not isinstance(c.task, Task):
             raise UnilabError(
-                f"unilab play shows the G1 tasks; {plan.task.name} is not one",
-                fix=f"watch it with unilab eval {run_dir} --video FILE.mp4",
+                f"unilab play shows the G1 tasks; {run.plan.task.name} is not one",
+                fix=f"watch it with unilab eval {req.run_dir} --video FILE.mp4",
             )
-        check_policy_fits(
-            blob["state"],
-            c.obs_dim,
-            c.action_dim,
-            c.obs_terms,
-            what=f"checkpoint {path.name}",
-            fix="play it with the unilab that wrote it (the version and commit its run's manifest names)",
-        )
-        return PlaySession(
-            c,
-            on_task_observation(policy, plan, blob["state"]),
-            model,
-            checkpoint=path,
-            checkpoint_env_steps=int(blob.get("env_steps", env_steps_of(path) or 0)),
-        )
+        run.check_fits(c, fix="play it with the unilab that wrote it (the version and commit its run's manifest names)")
+        return PlaySession(c, run.policy, model, checkpoint=run.checkpoint, checkpoint_env_steps=run.env_steps)
     except BaseException:
         c.close()
         raise

@@ -345,24 +345,21 @@ def serve(session: PlaySession, viewer: Viewer, stop: Any, status_every_s: float
     window: list[tuple[float, int]] = []  # (wall time, steps) over the last two seconds: the pace
     while not stop():
         paused, single = viewer.take_requests()
-        stepped = False
         for _ in range(single if paused else 1):
-            session.step()
-            stepped = True
+            if (end := session.step()) is not None:
+                e = end
+                say(f"episode {e.number} ended by {e.ending} after {e.length} steps, return {e.episode_return:.2f}")
         now = time.perf_counter()
         window.append((now, session.steps))
         while window and now - window[0][0] > 2.0:
             window.pop(0)
         span = now - window[0][0]
         realtime = (window[-1][1] - window[0][1]) * dt / span if span > 0.2 else 1.0
-        snap = None
-        if stepped or now - last_draw >= 1.0 / DRAW_HZ:
+        snap = None  # read at the drawing, panel and status rates, not every step
+        if now - last_draw >= 1.0 / DRAW_HZ:
             snap = session.snapshot()
-            for e in snap.ended:
-                say(f"episode {e.number} ended by {e.ending} after {e.length} steps, return {e.episode_return:.2f}")
-            if now - last_draw >= 1.0 / DRAW_HZ:
-                viewer.draw(snap)
-                last_draw = now
+            viewer.draw(snap)
+            last_draw = now
         if now - last_panel >= 1.0 / PANEL_HZ:
             snap = snap or session.snapshot()
             viewer.update_panel(snap, realtime, paused)
