@@ -114,8 +114,8 @@ def test_walk_standing_beats_falling(walk: Collector) -> None:
 @pytest.fixture(params=["plain", "gait-clock", "legs-home"])
 def walk_variants(request: pytest.FixtureRequest, robot: tuple[str, RobotLayout]) -> Iterator[Collector]:
     """g1_walk as it defaults, with a gait clock and commands that change within the episode, and
-    driving its legs alone from the home pose."""
-    from unilab.spec.models import CommandRanges
+    driving its legs alone from the home pose with narrower tracking kernels."""
+    from unilab.spec.models import CommandRanges, TrackingStd
 
     if request.param == "plain":
         yield from _collector(robot, name="g1_walk")
@@ -123,7 +123,8 @@ def walk_variants(request: pytest.FixtureRequest, robot: tuple[str, RobotLayout]
         commands = CommandRanges(resample_s=0.3, standing_share=0.2)
         yield from _collector(robot, name="g1_walk", gait_period_s=0.8, commands=commands)
     else:
-        yield from _collector(robot, name="g1_walk", actions="legs", default_pose="home")
+        std = TrackingStd(lin_vel_xy=0.4, ang_vel_z=0.25)
+        yield from _collector(robot, name="g1_walk", actions="legs", default_pose="home", tracking_std=std)
 
 
 def test_walk_rewards_and_base_frame_match_their_definitions(walk_variants: Collector) -> None:
@@ -148,9 +149,10 @@ def test_walk_rewards_and_base_frame_match_their_definitions(walk_variants: Coll
         qpos, qvel = task.state.qpos, task.state.qvel
         cmd, v_b, g = task.velocity_command, frame[:, 0], frame[:, 1]
         touchdown = task._air_time_at_touchdown
+        std = task.spec.tracking_std
         terms = {
-            "track_lin_vel_xy_exp": torch.exp(-((cmd[:, :2] - v_b[:, :2]) ** 2).sum(1) / 0.5**2),
-            "track_ang_vel_z_exp": torch.exp(-((cmd[:, 2] - qvel[:, 5]) ** 2) / 0.5**2),
+            "track_lin_vel_xy_exp": torch.exp(-((cmd[:, :2] - v_b[:, :2]) ** 2).sum(1) / std.lin_vel_xy**2),
+            "track_ang_vel_z_exp": torch.exp(-((cmd[:, 2] - qvel[:, 5]) ** 2) / std.ang_vel_z**2),
             "upright": torch.exp(-(g[:, :2] ** 2).sum(1) / 0.25**2),
             "base_height": (qpos[:, 2] - g1.POSE_BASE_HEIGHT[task.spec.default_pose]) ** 2,
             "joint_torques_l2": (task.state.actuator_force**2).sum(1),

@@ -27,7 +27,6 @@ from unilab.tasks.base import Task
 from unilab.tasks.events import shared_events
 from unilab.tasks.terms import CommandTerm, EventTerm, ObservationTerm, TensorFn, TerminationTerm
 
-TRACKING_STD = 0.5  # m/s and rad/s: exp(-err^2 / std^2)
 UPRIGHT_STD = 0.25  # on the horizontal part of the projected gravity
 FALL_HEIGHT = 0.4  # m, pelvis below this: fallen
 FALL_TILT = 1.0  # rad between the pelvis z axis and the world z axis
@@ -136,7 +135,9 @@ class G1WalkTask(Task[G1WalkSpec]):
         self._hip_idx = torch.tensor(hips, device=dev, dtype=torch.long)
         self._hip_default = self.default_joint_pos[self._hip_idx].clone()
         self._hip_dev = torch.zeros(n, len(hips), device=dev)
-        self._c_neg_inv_track_var = self.const(-1.0 / TRACKING_STD**2)
+        std = self.spec.tracking_std
+        self._c_neg_inv_lin_var = self.const(-1.0 / std.lin_vel_xy**2)
+        self._c_neg_inv_yaw_var = self.const(-1.0 / std.ang_vel_z**2)
         self._c_neg_inv_upright_var = self.const(-1.0 / UPRIGHT_STD**2)
 
     def _build_command_draws(self) -> None:
@@ -357,12 +358,12 @@ class G1WalkTask(Task[G1WalkSpec]):
         err, out = self._lin_err, self._r_track_lin
         torch.sub(self._cmd_xy, self._base_lin_vel_b_xy, out=err)
         torch.sum(err.square_(), dim=1, out=out)
-        return out.mul_(self._c_neg_inv_track_var).exp_()
+        return out.mul_(self._c_neg_inv_lin_var).exp_()
 
     def rew_track_ang_vel_z(self) -> torch.Tensor:
         out = self._r_track_ang
         torch.sub(self._cmd_yaw, self.base_yaw_rate, out=out)
-        return out.square_().mul_(self._c_neg_inv_track_var).exp_()
+        return out.square_().mul_(self._c_neg_inv_yaw_var).exp_()
 
     def rew_upright(self) -> torch.Tensor:
         sq, out = self._gravity_xy_sq, self._r_upright
