@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from unilab.collect.collector import Collector
 from unilab.robot.model import RobotLayout, build_model_xml, model_from_xml
+from unilab.sim.backends import backend_def
 from unilab.sim.factory import make_backend
 from unilab.tasks.declarations import reads_acceleration_sensors
 from unilab.tasks.registry import build_task
@@ -54,7 +55,7 @@ def make_physics(
 ) -> PhysicsBackend:
     """The backend ``sim.backend`` names. CPU workers: ``workers``, else ``sim.workers`` (``auto``:
     one per CPU in ``cpu_ids``, or in this process's affinity set), never more than ``num_envs``."""
-    if sim.backend == "mujoco":
+    if backend_def(sim).cpu_workers:
         if workers is None:
             if sim.workers != "auto":
                 workers = sim.workers

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from unilab.errors import UnilabError
+from unilab.sim.backends import backend_def
 from unilab.stop import STOP_SIGNALS
 
 if TYPE_CHECKING:
@@ -106,7 +107,7 @@ def _hello(cfg: CollectorConfig, collector: Collector, bufs: SharedBuffers, rewa
     return Hello(
         pid=os.getpid(),
         cpu_ids_applied=sorted(os.sched_getaffinity(0)),
-        physics_workers=cfg.workers if cfg.sim.backend == "mujoco" else 1,
+        physics_workers=cfg.workers if backend_def(cfg.sim).cpu_workers else 1,
         obs_dim=collector.obs_dim,
         act_dim=collector.action_dim,
         num_envs=collector.num_envs,

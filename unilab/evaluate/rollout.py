@@ -25,6 +25,7 @@ from unilab.evaluate.status import StatusLine
 from unilab.evaluate.video_request import check_video_request
 from unilab.host.platform import require_runtime_platform
 from unilab.plan.models import Plan
+from unilab.sim.backends import CPU_BACKEND
 
 if TYPE_CHECKING:
     from unilab.collect.collector import Collector
@@ -94,7 +95,7 @@ class RunPolicy:
 
     def sim(self) -> Any:
         """The run's physics on CPU MuJoCo, whatever backend it trained on."""
-        return self.plan.sim.model_copy(update={"backend": "mujoco"})
+        return self.plan.sim.model_copy(update={"backend": CPU_BACKEND.name})
 
     def check_fits(self, c: Collector, fix: str) -> None:
         from unilab.records.checkpoint import check_policy_fits
@@ -500,7 +501,7 @@ def evaluate(req: EvalRequest) -> EvalReport:
         checkpoint=path.name,
         checkpoint_env_steps=run.env_steps,
         checkpoint_sha256=run.digest,
-        backend="mujoco",
+        backend=CPU_BACKEND.name,
         workers=workers,
         seed=req.seed,
         episodes=n,

@@ -42,6 +42,7 @@ from unilab.plan.rules import RULES
 from unilab.plan.rules.execution import GraphBlocker, learner_graph_blocker, physics_graph_blocker
 from unilab.plan.rules.learner import resolve_precision, resolve_threads
 from unilab.plan.rules.sharing import service_for
+from unilab.sim.backends import backend_def
 from unilab.spec.load import spec_digest
 from unilab.spec.models import G1MotionTrackingSpec, G1TaskSpec, Spec
 from unilab.tasks.declarations import reward_weights
@@ -210,7 +211,7 @@ def compile_plan(spec: Spec, facts: HostFacts, spec_dir: Path) -> Plan:
     dt = control_dt(spec.sim.timestep, spec.sim.decimation)
     workers = (
         1
-        if spec.sim.backend != "mujoco"
+        if not backend_def(spec.sim).cpu_workers
         else (min(len(r.collector_cpu_ids) for r in ranks) if spec.sim.workers == "auto" else spec.sim.workers)
     )
     workers = min(workers, spec.task.num_envs)

@@ -10,6 +10,7 @@ from typing import Annotated, Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from unilab.sim.backends import backend_def
 from unilab.spec.models import (
     AlgoSpec,
     CartpoleSpec,
@@ -277,6 +278,6 @@ class Plan(PlanBody):
 
     def collector_device(self, rank: int) -> str:
         """The torch device of ``rank``'s collector: its GPU (the only one the rank process sees)
-        for MuJoCo Warp on a CUDA rank, else the CPU -- CPU MuJoCo physics stays on the CPU when
-        the learner is on a GPU."""
-        return "cuda:0" if self.sim.backend == "mjwarp" and self.ranks[rank].device == "cuda" else "cpu"
+        for a CUDA backend (MuJoCo Warp) on a CUDA rank, else the CPU -- CPU MuJoCo physics stays
+        on the CPU when the learner is on a GPU."""
+        return "cuda:0" if backend_def(self.sim).cuda and self.ranks[rank].device == "cuda" else "cpu"

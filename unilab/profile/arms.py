@@ -6,6 +6,7 @@ import re
 from dataclasses import dataclass
 
 from unilab.errors import UnilabError
+from unilab.sim.backends import backend_def
 
 # Keys the profile sets itself to place the warm-up and measured windows; an arm may not move them.
 RESERVED_KEYS = ("run.total_env_steps", "run.checkpoint_every_env_steps", "run.output_dir", "run.name")
@@ -77,9 +78,9 @@ def parse_arms(texts: list[str]) -> list[Arm]:
 
 
 def default_arms(physics: str, cuda: bool) -> list[Arm]:
-    """What this host can compare: on a CUDA MuJoCo Warp host the physics graph off vs on; on
-    CPU MuJoCo one vs two physics workers."""
-    if cuda and physics == "mjwarp":
+    """What this host can compare: with a CUDA backend on a CUDA host the physics graph off vs on;
+    with CPU workers one vs two physics workers."""
+    if cuda and backend_def(physics).cuda:
         off, on = ("training.physics_graph", '"off"'), ("training.physics_graph", '"on"')
         return [Arm("graph-off", (off,)), Arm("graph-on", (on,))]
     return [Arm("workers-1", (("sim.workers", "1"),)), Arm("workers-2", (("sim.workers", "2"),))]

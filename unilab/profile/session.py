@@ -17,6 +17,7 @@ from unilab.profile.arms import RESERVED_KEYS, Arm, schedule
 from unilab.profile.attribution import COVERAGE_TOLERANCE, GRAPH_THRESHOLD, arm_result, verdict
 from unilab.profile.models import ArmRun, HostSyncInventory, Profile, ProfileProvenance
 from unilab.profile.runner import Windows, apply_command, place_windows, run_apply_subprocess, window_sample
+from unilab.sim.backends import backend_def
 
 if TYPE_CHECKING:
     from unilab.host.facts import HostFacts
@@ -64,7 +65,7 @@ def collector_device(spec) -> str:
     """The torch device a profiled spec's collector runs on: the CPU for CPU MuJoCo physics or when
     every `training.devices` entry is "cpu" (a CPU data-parallel spec lists it once per rank; the
     plan refuses mixing), else the first visible GPU. As ``Plan.collector_device`` decides for a run."""
-    cpu = spec.sim.backend == "mujoco" or all(d == "cpu" for d in spec.device_list())
+    cpu = not backend_def(spec.sim).cuda or all(d == "cpu" for d in spec.device_list())
     return "cpu" if cpu else "cuda:0"
 
 

@@ -32,6 +32,7 @@ from unilab.records.events import EventLog
 from unilab.records.manifest_io import keep_code_diff, provenance, utc_now, write_manifest
 from unilab.records.progress import ProgressLine, cpu_ranges, plural
 from unilab.records.wandb_mirror import FINISH_TIMEOUT_S, WandbMirror
+from unilab.sim.backends import backend_def
 from unilab.sim.contract import physics_warning_fix
 
 
@@ -243,7 +244,7 @@ class RunRecorder:
     # --------------------------------------------------------------------------------- rank hooks
     def on_started(self, evidence: list[RankEvidence], physics_enabled: bool, physics_reason: str | None) -> None:
         self.ranks = list(evidence)
-        if self.plan.sim.backend == "mjwarp":
+        if backend_def(self.plan.sim).cuda:
             self.physics_graph = self.physics_graph.model_copy(
                 update={"enabled": physics_enabled, "disable_reason": None if physics_enabled else physics_reason}
             )

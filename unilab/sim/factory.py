@@ -1,17 +1,18 @@
-"""Build a physics backend by name; each backend module is imported only when chosen."""
+"""Build the physics backend a `BackendDef` names; each backend module is imported only when chosen."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 from unilab.errors import UnilabError
+from unilab.sim.backends import MUJOCO, backend_def
 
 if TYPE_CHECKING:
     from unilab.sim.contract import PhysicsBackend
 
 
 def make_backend(
-    backend: Literal["mujoco", "mjwarp"],
+    backend: str,
     model_xml: str,
     num_envs: int,
     decimation: int,
@@ -24,23 +25,30 @@ def make_backend(
     nconmax: int | None = None,
     acc_sensors: bool = True,
 ) -> PhysicsBackend:
-    """``mujoco``: C MuJoCo in ``workers`` processes (``device`` must be ``cpu``; ``physics_graph``
-    must be false). ``mjwarp``: MuJoCo Warp on ``device`` (``cpu_ids``/``workers`` do not apply).
+    """``backend`` names a `BackendDef` (unilab.sim.backends). ``mujoco``: C MuJoCo in ``workers``
+    processes (``device`` must be ``cpu``; ``physics_graph`` must be false). ``mjwarp``: MuJoCo
+    Warp on ``device`` (``cpu_ids``/``workers`` do not apply).
     ``world_params``: per-world floor friction and base mass (``set_world_params``, domain randomization).
     ``njmax`` / ``nconmax``: MuJoCo Warp's per-world constraint and contact capacities (None: defaults).
     ``acc_sensors``: acceleration-stage sensors of the returned state (False: skip that constraint
     solve; see ``unilab.sim.mjmodel``)."""
-    if backend == "mujoco":
-        if device != "cpu":
-            raise UnilabError(
-                f"the mujoco backend runs on the CPU, not on {device!r}",
-                fix='use device "cpu" with backend "mujoco", or backend "mjwarp" for a GPU',
-            )
-        if physics_graph:
-            raise UnilabError(
-                "physics_graph is a MuJoCo Warp feature; the mujoco (CPU) backend has no physics graph",
-                fix='set training.physics_graph = "off", or use backend "mjwarp" on a CUDA device',
-            )
+    d = backend_def(backend)
+    if not d.cuda and device != "cpu":
+        raise UnilabError(
+            f"the {d.name} backend runs on the CPU, not on {device!r}",
+            fix=f'use device "cpu" with backend "{d.name}", or a CUDA backend for a GPU',
+        )
+    if not d.cuda and physics_graph:
+        raise UnilabError(
+            f"physics_graph captures a CUDA backend's step; the {d.name} ({d.title}) backend has no physics graph",
+            fix='set training.physics_graph = "off", or use a CUDA backend on a CUDA device',
+        )
+    if not d.cpu_workers and workers != 1:
+        raise UnilabError(
+            f"workers = {workers} applies to CPU worker backends; {d.title} steps all worlds at once",
+            fix=f"set workers = 1 for backend {d.name}",
+        )
+    if d is MUJOCO:
         from unilab.sim.mujoco_cpu import MujocoCpuBackend
 
         return MujocoCpuBackend(
@@ -52,23 +60,16 @@ def make_backend(
             world_params=world_params,
             acc_sensors=acc_sensors,
         )
-    if backend == "mjwarp":
-        if workers != 1:
-            raise UnilabError(
-                f"workers = {workers} applies to the mujoco (CPU) backend; MuJoCo Warp steps all worlds at once",
-                fix="set workers = 1 for backend mjwarp",
-            )
-        from unilab.sim.mjwarp_backend import MjwarpBackend
+    from unilab.sim.mjwarp_backend import MjwarpBackend
 
-        return MjwarpBackend(
-            model_xml,
-            num_envs,
-            decimation,
-            device=device,
-            physics_graph=physics_graph,
-            world_params=world_params,
-            njmax=njmax,
-            nconmax=nconmax,
-            acc_sensors=acc_sensors,
-        )
-    raise UnilabError(f"unknown physics backend {backend!r}", fix='use "mujoco" or "mjwarp"')
+    return MjwarpBackend(
+        model_xml,
+        num_envs,
+        decimation,
+        device=device,
+        physics_graph=physics_graph,
+        world_params=world_params,
+        njmax=njmax,
+        nconmax=nconmax,
+        acc_sensors=acc_sensors,
+    )

@@ -8,6 +8,7 @@ from unilab.extras import install_command
 from unilab.host.tested import TESTED_RELEASES, is_tested, tested_range
 from unilab.plan.context import Context, resolve_device
 from unilab.plan.rules.registry import Rule, mps_start_command, rule
+from unilab.sim.backends import CPU_BACKEND, CUDA_BACKEND, backend_def
 
 
 @rule("devices.exist", "training.devices", "Every device exists on the host: `cpu`, a visible GPU index or UUID.")
@@ -133,10 +134,11 @@ def devices_compute_mode(r: Rule, ctx: Context) -> list[Diagnostic]:
                     key,
                 )
             ]
-        # An exclusive GPU takes one CUDA process. The learner is one; a MuJoCo Warp collector is a
-        # second unless both are clients of one MPS server (NVIDIA's recommended mode for MPS).
+        # An exclusive GPU takes one CUDA process. The learner is one; a CUDA backend's collector (MuJoCo
+        # Warp) is a second unless both are clients of one MPS server (NVIDIA's recommended mode for MPS).
         exclusive = g.compute_mode in ("exclusive_process", "exclusive_thread")
-        if exclusive and ctx.spec.sim.backend == "mjwarp" and ctx.spec.training.cuda_process_sharing != "mps":
+        backend = backend_def(ctx.spec.sim)
+        if exclusive and backend.cuda and ctx.spec.training.cuda_process_sharing != "mps":
             to_default = f"set its compute mode to default: {reset.format(index=g.index)}"
             via_mps = (
                 f"share it through MPS ({mps_start_command(g.index)}, then training.cuda_process_sharing = "
@@ -145,10 +147,10 @@ def devices_compute_mode(r: Rule, ctx: Context) -> list[Diagnostic]:
             return [
                 r.diag(
                     f"GPU {g.index} ({g.uuid}) is in compute mode {g.compute_mode}: it admits one CUDA process, "
-                    "and the rank's learner and its MuJoCo Warp collector are two",
+                    f"and the rank's learner and its {backend.title} collector are two",
                     via_mps
                     if algo_def(ctx.spec.algo).overlaps_collector
-                    else f'{to_default}, or use sim.backend = "mujoco"',
+                    else f'{to_default}, or use sim.backend = "{CPU_BACKEND.name}"',
                     key,
                 )
             ]
@@ -226,12 +228,14 @@ def devices_cpu_blocks(r: Rule, ctx: Context) -> list[Diagnostic]:
 )
 def sim_buffers(r: Rule, ctx: Context) -> list[Diagnostic]:
     sim = ctx.spec.sim
-    if sim.backend == "mjwarp":
+    backend = backend_def(sim)
+    if backend.fixed_buffers:
         return []
     return [
         r.diag(
-            f"sim.{key} = {value} has no effect with sim.backend = {sim.backend!r}: CPU MuJoCo allocates as it goes",
-            f'remove sim.{key}, or set sim.backend = "mjwarp"',
+            f"sim.{key} = {value} has no effect with sim.backend = {sim.backend!r}: {backend.title} allocates "
+            "as it goes",
+            f'remove sim.{key}, or set sim.backend = "{CUDA_BACKEND.name}"',
             f"sim.{key}",
         )
         for key, value in (("njmax", sim.njmax), ("nconmax", sim.nconmax))
@@ -248,7 +252,7 @@ def sim_workers(r: Rule, ctx: Context) -> list[Diagnostic]:
     w = ctx.spec.sim.workers
     if w == "auto":
         return []
-    if ctx.spec.sim.backend != "mujoco":
+    if not backend_def(ctx.spec.sim).cpu_workers:
         return [
             r.diag(
                 f"sim.workers = {w} has no effect with sim.backend = {ctx.spec.sim.backend!r}",
@@ -280,21 +284,27 @@ def sim_workers(r: Rule, ctx: Context) -> list[Diagnostic]:
     "warp-lang and mujoco-warp.",
 )
 def sim_packages(r: Rule, ctx: Context) -> list[Diagnostic]:
-    p = ctx.facts.packages
-    needed = {"torch": p.torch, "mujoco": p.mujoco}
-    if ctx.spec.sim.backend == "mjwarp":
-        needed |= {"warp-lang": p.warp_lang, "mujoco-warp": p.mujoco_warp}
-    missing = [name for name, version in needed.items() if version is None]
+    backend = backend_def(ctx.spec.sim)
+    missing = [dist for dist in ("torch", *backend.packages) if _installed(ctx, dist) is None]
     if not missing:
         return []
-    if set(missing) <= {"warp-lang", "mujoco-warp"}:
-        fix = f'install them on that host with {install_command("gpu")}, then plan again; or set sim.backend = "mujoco"'
+    # Only what the backend's extra adds beyond the base install (torch and CPU MuJoCo) is missing.
+    if backend.extra is not None and set(missing) <= set(backend.packages) - set(CPU_BACKEND.packages):
+        fix = (
+            f"install them on that host with {install_command(backend.extra)}, then plan again; or set "
+            f'sim.backend = "{CPU_BACKEND.name}"'
+        )
     else:
         fix = (
             f"install unilab with its dependencies on that host (pip install {' '.join(missing)}, or bash "
             "tools/setup.sh in a checkout), then plan again"
         )
     return [r.diag(f"{' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} not installed on the host", fix)]
+
+
+def _installed(ctx: Context, dist: str) -> str | None:
+    """The host's version of a distribution the plan needs (by the name pip installs it as)."""
+    return getattr(ctx.facts.packages, dist.replace("-", "_"))  # type: ignore[no-any-return]
 
 
 @rule(
@@ -304,11 +314,8 @@ def sim_packages(r: Rule, ctx: Context) -> list[Diagnostic]:
     "MuJoCo Warp): another release can change the physics under a plan.",
 )
 def sim_tested_versions(r: Rule, ctx: Context) -> list[Diagnostic]:
-    p = ctx.facts.packages
-    installed = {"mujoco": p.mujoco}
-    if ctx.spec.sim.backend == "mjwarp":
-        installed["mujoco-warp"] = p.mujoco_warp
-    for dist, version in installed.items():
+    for dist in backend_def(ctx.spec.sim).tested:
+        version = _installed(ctx, dist)
         if version is None or is_tested(dist, version):  # a missing one is sim.packages' refusal
             continue
         tested = " or ".join(f"{a}.{b}.x" for a, b in TESTED_RELEASES[dist])

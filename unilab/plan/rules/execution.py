@@ -8,6 +8,7 @@ from unilab.algos.registry import algo_def, names
 from unilab.errors import Diagnostic
 from unilab.plan.context import Context
 from unilab.plan.rules.registry import Rule, rule
+from unilab.sim.backends import CUDA_BACKEND, backend_def
 
 
 @rule(
@@ -85,11 +86,12 @@ def learner_graph_blocker(ctx: Context) -> GraphBlocker | None:
 
 
 def physics_graph_blocker(ctx: Context) -> GraphBlocker | None:
-    if ctx.spec.sim.backend != "mjwarp":
+    backend = backend_def(ctx.spec.sim)
+    if not backend.cuda:
         return GraphBlocker(
-            "sim.backend = mujoco: CPU MuJoCo has no graph",
-            "the CPU MuJoCo backend has no graph to capture",
-            'set sim.backend = "mjwarp", or training.physics_graph = "auto"',
+            f"sim.backend = {backend.name}: {backend.title} has no graph",
+            f"the {backend.title} backend has no graph to capture",
+            f'set sim.backend = "{CUDA_BACKEND.name}", or training.physics_graph = "auto"',
         )
     if not ctx.on_cuda:
         return GraphBlocker(
@@ -140,9 +142,12 @@ def graph_collector(r: Rule, ctx: Context) -> list[Diagnostic]:
     if ctx.spec.training.collector_graph != "update_state":
         return []
     off = 'or set training.collector_graph = "off"'
-    if ctx.spec.sim.backend != "mjwarp":
+    if not backend_def(ctx.spec.sim).cuda:
         return [
-            r.diag("the update-state graph captures MuJoCo Warp collectors only", f'set sim.backend = "mjwarp", {off}')
+            r.diag(
+                f"the update-state graph captures {CUDA_BACKEND.title} collectors only",
+                f'set sim.backend = "{CUDA_BACKEND.name}", {off}',
+            )
         ]
     if not ctx.on_cuda:
         return [

@@ -28,6 +28,7 @@ from unilab.algos.registry import algo_def, names
 from unilab.errors import Diagnostic
 from unilab.plan.context import Context
 from unilab.plan.rules.registry import Rule, rule
+from unilab.sim.backends import backend_def
 
 # The widest hidden layer below which `auto` keeps float32 and one learner thread: at 64x64 SAC
 # ran faster in float32 and on one thread; at 256x256 bfloat16 and two threads were no slower.
@@ -148,7 +149,7 @@ def resolve_threads(ctx: Context, block: list[int], kind: str) -> ThreadDecision
     """The rank's learner threads and CPU sets, from its CPU block."""
     t = ctx.spec.training
     workers = ctx.spec.sim.workers
-    keep = workers if isinstance(workers, int) and ctx.spec.sim.backend == "mujoco" else 1
+    keep = workers if isinstance(workers, int) and backend_def(ctx.spec.sim).cpu_workers else 1
     if kind == "cuda":
         threads = 1 if t.torch_threads == "auto" else t.torch_threads
         why = "a GPU learner needs one thread to launch its kernels"

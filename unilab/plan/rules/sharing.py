@@ -8,6 +8,7 @@ from unilab.errors import Diagnostic
 from unilab.host.facts import MpsServiceFacts
 from unilab.plan.context import Context
 from unilab.plan.rules.registry import Rule, mps_start_command, quoted, rule
+from unilab.sim.backends import CUDA_BACKEND, backend_def
 
 
 def _wants_mps(ctx: Context) -> bool:
@@ -55,12 +56,12 @@ def mps_host(r: Rule, ctx: Context) -> list[Diagnostic]:
 
 @rule("mps.backend", "sim.backend", "mps: the collector runs MuJoCo Warp on the GPU (`sim.backend = mjwarp`).")
 def mps_backend(r: Rule, ctx: Context) -> list[Diagnostic]:
-    if _wants_mps(ctx) and ctx.spec.sim.backend != "mjwarp":
+    if _wants_mps(ctx) and not backend_def(ctx.spec.sim).cuda:
         return [
             r.diag(
                 f"sim.backend = {ctx.spec.sim.backend!r} steps physics on the CPU, so the collector has no "
                 "CUDA context to share",
-                'set sim.backend = "mjwarp", or training.cuda_process_sharing = "none"',
+                f'set sim.backend = "{CUDA_BACKEND.name}", or training.cuda_process_sharing = "none"',
             )
         ]
     return []

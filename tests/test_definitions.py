@@ -1,0 +1,70 @@
+"""Records, not names: the planner and the runtime ask a physics backend's `BackendDef` what it can
+do; no code outside `unilab/sim/` compares `sim.backend` to a backend's name (a new backend is then
+one record and one factory branch, docs/extending.md)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+from unilab.errors import UnilabError
+from unilab.sim.backends import BACKENDS, CPU_BACKEND, CUDA_BACKEND, backend_def
+
+
+def _name_comparisons(names: set[str], outside: str, root: Path = ROOT, about: str = "backend|physics") -> list[str]:
+    """`file:line` of each comparison (==, !=, in, not in) with one of ``names`` as a string
+    constant and an operand whose source mentions one of ``about`` (`root.tag != "mujoco"` is the
+    MJCF's root element, not a backend), in the modules under ``root``/unilab outside the package
+    directory ``outside``."""
+    found = []
+    for path in sorted((root / "unilab").rglob("*.py")):
+        rel = path.relative_to(root).as_posix()
+        if rel.startswith(outside):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.Compare):
+                continue
+            operands = [node.left, *node.comparators]
+            consts = [
+                c.value
+                for o in operands
+                for c in ([o] if not isinstance(o, ast.Tuple | ast.List | ast.Set) else o.elts)
+                if isinstance(c, ast.Constant) and isinstance(c.value, str)
+            ]
+            if set(consts) & names and any(w in ast.unparse(o) for o in operands for w in about.split("|")):
+                found.append(f"{rel}:{node.lineno}")
+    return found
+
+
+def test_no_backend_name_is_compared_outside_the_sim_package() -> None:
+    assert _name_comparisons(set(BACKENDS), "unilab/sim/") == []
+
+
+def test_the_records_say_what_each_backend_can_do() -> None:
+    cpu, cuda = BACKENDS["mujoco"], BACKENDS["mjwarp"]
+    assert (cpu.cpu_workers, cpu.cuda, cpu.fixed_buffers, cpu.extra) == (True, False, False, None)
+    assert (cuda.cpu_workers, cuda.cuda, cuda.fixed_buffers, cuda.extra) == (False, True, True, "gpu")
+    assert (CPU_BACKEND, CUDA_BACKEND) == (cpu, cuda)
+    # The packages a record names are the host facts' fields, as the sim.packages rule reads them.
+    from unilab.host.facts import PackageFacts
+
+    for d in BACKENDS.values():
+        assert {p.replace("-", "_") for p in d.packages} <= set(PackageFacts.model_fields), d.name
+        assert set(d.tested) <= set(d.packages)
+
+
+def test_an_unknown_backend_is_refused_with_the_known_ones() -> None:
+    with pytest.raises(UnilabError, match="unknown physics backend 'bullet'") as e:
+        backend_def("bullet")
+    assert e.value.fix == "set sim.backend to one of mjwarp, mujoco"
+
+
+def test_the_comparison_finder_finds_one(tmp_path: Path) -> None:
+    """The check above can fail: a module that compares a backend's name is reported."""
+    (tmp_path / "unilab" / "sim").mkdir(parents=True)
+    (tmp_path / "unilab" / "probe.py").write_text('def f(sim):\n    return sim.backend in ("mjwarp",)\n')
+    (tmp_path / "unilab" / "sim" / "ok.py").write_text('def f(sim):\n    return sim.backend == "mjwarp"\n')
+    assert _name_comparisons(set(BACKENDS), "unilab/sim/", tmp_path) == ["unilab/probe.py:2"]
