@@ -136,7 +136,7 @@ def test_tasks_that_skip_the_acceleration_solve_do_not_read_its_sensors(
     task: TaskSpec, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The collector skips the backend's end-of-step constraint solve for tasks that declare they
-    read no acceleration-stage sensor (unilab.tasks.declarations.reads_acceleration_sensors); the
+    read no acceleration-stage sensor (unilab.collect.build.reads_acceleration_sensors); the
     same run with the solve gives bitwise the same observations, rewards and episode ends."""
     import unilab.collect.build as build
 

@@ -1,6 +1,7 @@
-"""Records, not names: the planner and the runtime ask a physics backend's `BackendDef` what it can
-do; no code outside `unilab/sim/` compares `sim.backend` to a backend's name (a new backend is then
-one record and one factory branch, docs/extending.md)."""
+"""Records, not names: the planner and the runtime ask a task's `TaskDef` and a physics backend's
+`BackendDef` what it can do; no code outside `unilab/tasks/` compares a task's name or tests a task
+spec class, none outside `unilab/sim/` compares `sim.backend` to a backend's name (a new task is
+then one package, a new backend one record and one factory branch, docs/extending.md)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 from tests.conftest import ROOT
 from unilab.errors import UnilabError
 from unilab.sim.backends import BACKENDS, CPU_BACKEND, CUDA_BACKEND, backend_def
+from unilab.tasks.registry import TASKS, task_def
 
 
 def _name_comparisons(names: set[str], outside: str, root: Path = ROOT, about: str = "backend|physics") -> list[str]:
@@ -37,6 +39,41 @@ def _name_comparisons(names: set[str], outside: str, root: Path = ROOT, about: s
             if set(consts) & names and any(w in ast.unparse(o) for o in operands for w in about.split("|")):
                 found.append(f"{rel}:{node.lineno}")
     return found
+
+
+def _isinstance_checks(classes: set[str], outside: tuple[str, ...], root: Path = ROOT) -> list[str]:
+    """`file:line` of each isinstance/issubclass call naming one of ``classes``, outside ``outside``."""
+    found = []
+    for path in sorted((root / "unilab").rglob("*.py")):
+        rel = path.relative_to(root).as_posix()
+        if rel.startswith(outside):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) in ("isinstance", "issubclass"):
+                if {n.id for n in ast.walk(node.args[1]) if isinstance(n, ast.Name)} & classes:
+                    found.append(f"{rel}:{node.lineno}")
+    return found
+
+
+def test_no_task_name_or_task_spec_class_is_compared_outside_the_tasks_package() -> None:
+    assert _name_comparisons(set(TASKS), "unilab/tasks/", about="task|name") == []
+    from unilab.spec import models
+
+    task_classes = {
+        n for n, v in vars(models).items() if isinstance(v, type) and issubclass(v, models.TaskSpecBase)
+    } | {f"{d.spec.__name__.removesuffix('Spec')}Plan" for d in TASKS.values()}
+    assert {"G1TaskSpec", "G1WalkSpec", "CartpolePlan"} <= task_classes
+    assert _isinstance_checks(task_classes, ("unilab/tasks/", "unilab/spec/")) == []
+
+
+def test_each_task_is_a_package_behind_its_record() -> None:
+    for name, d in TASKS.items():
+        assert d.name == name and d.spec.model_fields["name"].annotation.__args__ == (name,)
+        assert task_def(name) is d and task_def(d.spec.model_construct(name=name)) is d
+        assert callable(d.builder())
+    with pytest.raises(UnilabError, match="unknown task 'humanoid_run'") as e:
+        task_def("humanoid_run")
+    assert e.value.fix == "set task.name to one of cartpole, g1_motion_tracking, g1_walk"
 
 
 def test_no_backend_name_is_compared_outside_the_sim_package() -> None:

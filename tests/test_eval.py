@@ -120,7 +120,7 @@ def test_a_checkpoint_for_other_observations_is_refused_before_it_is_played(
     paragraph naming both layouts, rather than feeding the policy columns it never learned."""
     from unilab.errors import UnilabError
     from unilab.evaluate.rollout import EvalRequest, evaluate
-    from unilab.tasks import cartpole
+    from unilab.tasks.cartpole import task as cartpole
 
     monkeypatch.setattr(cartpole, "OBSERVATIONS", tuple(reversed(cartpole.OBSERVATIONS)))
     with pytest.raises(UnilabError, match="the checkpoint's policy read another observation layout: cart_pos") as e:

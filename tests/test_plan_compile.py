@@ -237,11 +237,11 @@ def test_plan_records_the_env_steps_the_run_collects(dotted, effective) -> None:
 
 def test_the_plan_lists_every_reward_weight_with_the_specs_overrides() -> None:
     """A reviewer reads every reward weight in the plan, and a changed weight is a changed plan."""
-    from unilab.tasks.declarations import default_reward_weights
+    from unilab.tasks.registry import task_def
 
     default = _plan()
     tuned = _plan(task__reward_weights={"alive": 2.0, "base_height": 0.0})
-    defaults = default_reward_weights("g1_walk")
+    defaults = task_def(default.task).reward_weights(default.task)
     assert default.task.reward_weights == defaults
     assert list(tuned.task.reward_weights) == list(defaults)  # the task's order, every term
     assert tuned.task.reward_weights == defaults | {"alive": 2.0, "base_height": 0.0}
@@ -253,7 +253,7 @@ def test_a_plan_made_before_reward_weights_still_loads_with_its_id(tmp_path: Pat
     """Run directories keep their plan: one written before the key existed reads back with the
     plan_id it was made with (so --resume, eval and export still take it) and runs the defaults."""
     from unilab.plan.models import Plan
-    from unilab.tasks.declarations import default_reward_weights, reward_weights
+    from unilab.tasks.registry import reward_weights, task_def
 
     body = _plan().model_dump(mode="json")
     body["task"].pop("reward_weights")
@@ -264,7 +264,7 @@ def test_a_plan_made_before_reward_weights_still_loads_with_its_id(tmp_path: Pat
     path.write_text(render(old))
     loaded = load_plan(path)
     assert loaded.plan_id == old.plan_id and loaded.task.reward_weights is None
-    assert reward_weights(loaded.task) == default_reward_weights("g1_walk")
+    assert reward_weights(loaded.task) == task_def("g1_walk").reward_weights(loaded.task)
 
 
 def test_a_hand_edited_plan_must_weigh_every_reward_term(tmp_path: Path) -> None:

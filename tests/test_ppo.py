@@ -19,7 +19,7 @@ from tests.conftest import ROOT
 from tests.test_apply import _env, _wait_for_checkpoint, apply, leftover_pids, only_run_dir, spec_copy
 from unilab.spec.load import load_spec
 from unilab.spec.models import PpoSpec
-from unilab.tasks.declarations import declared_terms
+from unilab.tasks.registry import declared_terms
 
 NUM_ENVS, STEPS_PER_ENV = 16, 8
 PER_ITERATION = NUM_ENVS * STEPS_PER_ENV  # env steps of one PPO iteration on one rank

@@ -47,7 +47,7 @@ def test_what_cannot_be_honoured_is_refused_with_rule_key_and_fix(names: list[st
 
 
 def test_every_term_privileged_leaves_the_actor_nothing_and_is_refused() -> None:
-    from unilab.tasks.declarations import observation_names
+    from unilab.tasks.registry import observation_names
 
     plan = _plan()
     every = list(observation_names(plan.task))

@@ -12,9 +12,8 @@ from unilab.errors import UnilabError
 from unilab.robot.model import RobotLayout, build_model_xml, model_from_xml
 from unilab.sim.mujoco_cpu import MujocoCpuBackend
 from unilab.spec.models import task_spec
-from unilab.tasks.declarations import declared_terms
 from unilab.tasks.events import BASE_MASS_RANGE, FRICTION_RANGE
-from unilab.tasks.registry import build_task
+from unilab.tasks.registry import build_task, declared_terms
 
 N = 4
 

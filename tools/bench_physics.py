@@ -284,7 +284,7 @@ def _bench_solver_work(xml: str, qpos1: list[float], ctrl1: list[float], args: a
     from unilab.robot.model import RobotLayout
     from unilab.sim.mjmodel import load_mj_model
     from unilab.tasks.base import joint_action_scale
-    from unilab.tasks.g1_walk import FALL_HEIGHT
+    from unilab.tasks.g1_walk.task import FALL_HEIGHT
 
     worlds, control_steps = 16, 150
     constraint = int(mujoco.mjtTimer.mjTIMER_CONSTRAINT)

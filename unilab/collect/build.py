@@ -11,12 +11,20 @@ from unilab.collect.collector import Collector
 from unilab.robot.model import RobotLayout, build_model_xml, model_from_xml
 from unilab.sim.backends import backend_def
 from unilab.sim.factory import make_backend
-from unilab.tasks.declarations import reads_acceleration_sensors
-from unilab.tasks.registry import build_task
+from unilab.tasks.registry import build_task, robot_spec, task_def
 
 if TYPE_CHECKING:
     from unilab.sim.contract import PhysicsBackend
     from unilab.spec.models import SimSpec, TaskSpec
+
+
+def reads_acceleration_sensors(task: TaskSpec) -> bool:
+    """Whether some term reads an acceleration-stage sensor (accelerometer, touch, force, ...) of
+    the state a step returns (`TaskDef.acc_sensors`). Only then does the physics backend run the
+    extra constraint solve that makes those readings current (``unilab.sim.mjmodel``; about 10% of a
+    G1 env step). No built-in term reads ``sensordata``: base velocities come from ``qvel``/``cvel``;
+    tests/test_collector.py checks that every task's outputs are the same with and without the solve."""
+    return task_def(task).acc_sensors
 
 
 @dataclass(frozen=True)
@@ -27,18 +35,18 @@ class RobotModel:
 
 
 def compose_robot(task: TaskSpec, sim: SimSpec, spec_dir: Path = Path(".")) -> RobotModel:
-    if task.name == "cartpole":
-        from unilab.tasks.cartpole import cartpole_xml
-
-        return RobotModel(xml=cartpole_xml(sim.timestep), layout=None, nbody=3)
+    robot = robot_spec(task)
+    if robot is None:  # a task with its own model (the cart-pole)
+        xml = task_def(task).model_xml(sim.timestep)
+        return RobotModel(xml=xml, layout=None, nbody=model_from_xml(xml, None).nbody)
     mjcf = None
-    if task.robot_mjcf is not None:
-        mjcf = Path(task.robot_mjcf).expanduser()
+    if robot.robot_mjcf is not None:
+        mjcf = Path(robot.robot_mjcf).expanduser()
         if not mjcf.is_absolute():
             mjcf = Path(spec_dir) / mjcf
     xml = build_model_xml(mjcf, sim.timestep)
     model = model_from_xml(xml, mjcf)
-    return RobotModel(xml=xml, layout=RobotLayout.from_model(model, task.default_pose), nbody=model.nbody)
+    return RobotModel(xml=xml, layout=RobotLayout.from_model(model, robot.default_pose), nbody=model.nbody)
 
 
 def make_physics(

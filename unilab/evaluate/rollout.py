@@ -249,7 +249,7 @@ class _GaitSums:
     contact height, as the task's own contact flags read it."""
 
     def __init__(self, c: Collector) -> None:
-        from unilab.tasks.g1_walk import FOOT_CONTACT_HEIGHT
+        from unilab.tasks.g1_walk.task import FOOT_CONTACT_HEIGHT
 
         self.height = FOOT_CONTACT_HEIGHT
         self.control_dt = c.task.step_dt
@@ -501,7 +501,7 @@ def evaluate(req: EvalRequest) -> EvalReport:
         checkpoint=path.name,
         checkpoint_env_steps=run.env_steps,
         checkpoint_sha256=run.digest,
-        backend=CPU_BACKEND.name,
+        backend="mujoco",  # the report's schema pins CPU MuJoCo (CPU_BACKEND), which every host has
         workers=workers,
         seed=req.seed,
         episodes=n,

@@ -44,8 +44,8 @@ from unilab.plan.rules.learner import resolve_precision, resolve_threads
 from unilab.plan.rules.sharing import service_for
 from unilab.sim.backends import backend_def
 from unilab.spec.load import spec_digest
-from unilab.spec.models import G1MotionTrackingSpec, G1TaskSpec, Spec
-from unilab.tasks.declarations import reward_weights
+from unilab.spec.models import Spec
+from unilab.tasks.registry import robot_spec, task_def
 from unilab.tasks.timing import control_dt, max_episode_steps
 
 
@@ -96,17 +96,17 @@ def _nccl_env(ctx: Context, graphs: GraphsPlan) -> list[EnvVarPlan]:
 
 
 def _robot(ctx: Context) -> RobotPlan:
-    task, info = ctx.spec.task, ctx.robot
-    if not isinstance(task, G1TaskSpec) or info is None:
-        return RobotPlan(source="builtin:cartpole", actuators="file")
+    task, info = robot_spec(ctx.spec.task), ctx.robot
+    if task is None or info is None:
+        return RobotPlan(source=f"builtin:{ctx.spec.task.name}", actuators="file")
     if task.robot_mjcf is None:
         return RobotPlan(source="builtin", actuators=info.actuators)
     path = resolve_input_path(task.robot_mjcf, ctx.spec_dir)
     return RobotPlan(source=display_path(path), sha256=info.sha256, actuators=info.actuators)
 
 
-def _motion(ctx: Context, task: G1MotionTrackingSpec) -> MotionPlan:
-    info, ref = ctx.motion, task.motion
+def _motion(ctx: Context, ref: str) -> MotionPlan:
+    info = ctx.motion
     if info is None or isinstance(info, UnilabError):
         raise UnilabError("internal: rules passed but the reference motion did not resolve")
     source = ref if ref.startswith("builtin:") else display_path(resolve_input_path(ref, ctx.spec_dir))
@@ -190,14 +190,15 @@ def _task(ctx: Context, dt: float) -> TaskPlan:
     episode in control steps."""
     task = ctx.spec.task
     resolved: dict[str, Any] = {
-        "reward_weights": reward_weights(task),
+        "reward_weights": task_def(task).weights(task),
         "robot": _robot(ctx),
         "control_dt": round(dt, 9),
         # The task computes its time limit with the same function from the same control step.
         "max_episode_steps": max_episode_steps(task.episode_length_s, dt),
     }
-    if isinstance(task, G1MotionTrackingSpec):
-        resolved["reference_motion"] = _motion(ctx, task)
+    motion = task_def(task).motion(task)
+    if motion is not None:
+        resolved["reference_motion"] = _motion(ctx, motion)
     return _TASK_PLAN.validate_python({**task.model_dump(exclude={"reward_weights"}), **resolved})
 
 

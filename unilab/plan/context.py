@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from unilab.host.facts import GpuFacts, HostFacts
-from unilab.spec.models import G1MotionTrackingSpec, G1TaskSpec, Spec
+from unilab.spec.models import Spec
+from unilab.tasks.registry import robot_spec, task_def
 
 
 @dataclass(frozen=True)
@@ -36,9 +37,9 @@ class Context:
         Cached: rules and the plan builder read it without inspecting the file twice."""
         from unilab.plan.inputs import inspect_robot
 
-        task = self.spec.task
-        if not isinstance(task, G1TaskSpec):
-            return None  # the check task brings its own model
+        task = robot_spec(self.spec.task)
+        if task is None:
+            return None  # a task that brings its own model (the cart-pole)
         return inspect_robot(task.robot_mjcf, self.spec_dir)
 
     @cached_property
@@ -46,10 +47,10 @@ class Context:
         """MotionInfo of task.motion (None for a task without one), or the UnilabError explaining why not."""
         from unilab.plan.inputs import inspect_task_motion
 
-        task = self.spec.task
-        if not isinstance(task, G1MotionTrackingSpec):
+        motion = task_def(self.spec.task).motion(self.spec.task)
+        if motion is None:
             return None
-        return inspect_task_motion(task.motion, self.spec_dir, self.robot)
+        return inspect_task_motion(motion, self.spec_dir, self.robot)
 
     @cached_property
     def init_from(self) -> Any:

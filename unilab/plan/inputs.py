@@ -8,8 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from unilab.errors import UnilabError
-from unilab.plan.models import G1MotionTrackingPlan
-from unilab.spec.models import G1TaskSpec
+from unilab.tasks.registry import robot_spec
 
 if TYPE_CHECKING:
     from unilab.plan.models import RunPlan, TaskPlan
@@ -54,10 +53,12 @@ def inspect_task_motion(motion: str, spec_dir: Path, robot: Any) -> Any:
 def _user_files(task: TaskPlan) -> list[tuple[str, str, str]]:
     """(spec key, path as the plan recorded it, sha256) of each user file the task reads."""
     files: list[tuple[str, str, str]] = []
-    if isinstance(task, G1TaskSpec) and task.robot_mjcf is not None and task.robot.sha256 is not None:
+    robot = robot_spec(task)
+    if robot is not None and robot.robot_mjcf is not None and task.robot.sha256 is not None:
         files.append(("robot_mjcf", task.robot.source, task.robot.sha256))
-    if isinstance(task, G1MotionTrackingPlan) and not task.reference_motion.source.startswith("builtin:"):
-        files.append(("motion", task.reference_motion.source, task.reference_motion.sha256))
+    motion = task.reference_motion
+    if motion is not None and not motion.source.startswith("builtin:"):
+        files.append(("motion", motion.source, motion.sha256))
     return files
 
 

@@ -91,19 +91,24 @@ class _TaskResolved(_P):
         description="ceil(episode_length_s / control_dt), a ratio within 1e-9 (relative) of a whole number "
         "taken as that number; at least 1 (unilab.tasks.timing, which the task uses too)."
     )
+    reference_motion: MotionPlan | None = Field(
+        None, description="The clip the task follows, pinned by digest (a task with a reference motion)."
+    )
 
     @model_validator(mode="after")
     def _every_reward_term(self) -> _TaskResolved:
         """What compile writes, checked again on every plan read: a weight for each of the task's
         reward terms and no other (a plan edited by hand, its plan_id recomputed, must not run
         weights it does not show)."""
-        from unilab.tasks.declarations import default_reward_weights, has_gait_clock
+        from unilab.tasks.registry import task_def
 
         task = cast("TaskSpec", self)  # every task plan model is one of the spec's task models too
         if self.reward_weights is not None:
-            terms = list(default_reward_weights(task.name, has_gait_clock(task)))
+            terms = list(task_def(task).reward_weights(task))
             if sorted(self.reward_weights) != sorted(terms):
                 raise ValueError(f"reward_weights must name each of {task.name}'s reward terms once: {terms}")
+        if (self.reference_motion is None) != (task_def(task).motion(task) is None):
+            raise ValueError(f"reference_motion is the clip of a task with a motion: {task.name}")
         return self
 
 
@@ -113,8 +118,6 @@ class G1WalkPlan(_TaskResolved, G1WalkSpec):
 
 class G1MotionTrackingPlan(_TaskResolved, G1MotionTrackingSpec):
     """The spec's g1_motion_tracking `[task]` plus what the plan resolved from it."""
-
-    reference_motion: MotionPlan = Field(description="The clip the task follows, pinned by digest.")
 
 
 class CartpolePlan(_TaskResolved, CartpoleSpec):

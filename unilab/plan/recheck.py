@@ -17,8 +17,9 @@ from typing import Any
 from unilab.errors import Diagnostic, PlanRefused, UnilabError, first_validation_error
 from unilab.host.facts import HostFacts
 from unilab.plan.diff import Change, diff_plans, first_of
-from unilab.plan.models import CartpolePlan, G1MotionTrackingPlan, Plan
+from unilab.plan.models import Plan
 from unilab.spec.models import Spec, TrainingSpec
+from unilab.tasks.registry import robot_spec
 
 # Keys a recompile writes differently without a different run: the spec's own path strings (the
 # plan also pins each file by its resolved path and digest, which are compared) and the spec
@@ -40,13 +41,15 @@ def spec_of_plan(plan: Plan, explicit_cpu_blocks: bool = False) -> Spec:
     if plan.run.init_from is not None:
         run["init_from"] = plan.run.init_from.checkpoint
     resolved = {"robot", "reference_motion", "control_dt", "max_episode_steps"}
-    if isinstance(plan.task, CartpolePlan):
-        resolved |= {"observation_noise", "domain_randomization"}  # an older plan's, never the spec's
+    if robot_spec(plan.task) is None:
+        # An older plan's, never the spec's: plans made while one `[task]` model served every task
+        # wrote these G1 keys for the cart-pole too.
+        resolved |= {"observation_noise", "domain_randomization"}
     task = plan.task.model_dump(exclude=resolved, exclude_defaults=True)
     task = {k: v for k, v in task.items() if v is not None}
     if not plan.task.robot.source.startswith("builtin"):
         task["robot_mjcf"] = plan.task.robot.source
-    if isinstance(plan.task, G1MotionTrackingPlan):
+    if plan.task.reference_motion is not None:
         task["motion"] = plan.task.reference_motion.source
     on_cuda = any(r.device == "cuda" for r in plan.ranks)
     devices: Any = [r.gpu_uuid for r in plan.ranks] if on_cuda else ["cpu"] * len(plan.ranks)

@@ -18,8 +18,9 @@ import torch
 
 from unilab.atomic import check_out_path, write_atomic
 from unilab.errors import UnilabError
-from unilab.plan.models import G1MotionTrackingPlan, G1WalkPlan, Plan
+from unilab.plan.models import Plan
 from unilab.records.policy import policy_from_state, read_run_plan, run_checkpoint, verified_checkpoint
+from unilab.tasks.registry import robot_spec, task_def
 
 
 def observation_metadata(state: dict[str, Any], obs_dim: int, privileged: tuple[str, ...] = ()) -> dict[str, str]:
@@ -73,10 +74,11 @@ def deployment_metadata(plan: Plan, applied_from: Path | None = None) -> dict[st
 
     task = plan.task
     meta = {"unilab.plan_id": plan.plan_id, "unilab.task": task.name, "unilab.control_dt": repr(task.control_dt)}
-    if task.name == "cartpole":
+    robot = robot_spec(task)
+    if robot is None:  # a task with its own model: no robot joints to describe
         return meta
-    if isinstance(task, G1MotionTrackingPlan):  # the policy tracks this clip: a deployment must play the same one
-        ref = task.reference_motion
+    ref = task.reference_motion
+    if ref is not None:  # the policy tracks this clip: a deployment must play the same one
         meta["unilab.reference_motion"] = json.dumps(
             {"source": ref.source, "sha256": ref.sha256, "num_frames": ref.num_frames, "fps": ref.fps}
         )
@@ -103,7 +105,7 @@ def deployment_metadata(plan: Plan, applied_from: Path | None = None) -> dict[st
             return meta
     xml = build_model_xml(mjcf, plan.sim.timestep)  # composed once: compiled here, embedded for sim2sim
     model = model_from_xml(xml, mjcf)
-    layout = RobotLayout.from_model(model, task.default_pose)
+    layout = RobotLayout.from_model(model, robot.default_pose)
     meta |= _physics_metadata(plan, xml, layout)
     # The joints' passive dynamics the policy was trained with (a deployment on another model
     # compares its own: sim2sim prints what differs).
@@ -113,14 +115,12 @@ def deployment_metadata(plan: Plan, applied_from: Path | None = None) -> dict[st
     meta["unilab.joint_frictionloss"] = _json_list(model.dof_frictionloss[dofs])
     meta["unilab.joint_names"] = json.dumps(list(layout.joint_names))
     meta["unilab.default_joint_pos"] = json.dumps([round(float(v), 6) for v in layout.default_joint_pos])
-    scale = joint_action_scale(layout, task.action_scale)
+    scale = joint_action_scale(layout, robot.action_scale)
     meta["unilab.action_scale"] = json.dumps([round(float(v), 6) for v in scale])
     # The joints the action's entries drive, in order; a joint not named holds its default position
     # (g1_walk's `task.actions = "legs"`). Every joint where the policy drives all 29.
-    from unilab.robot import g1
-
-    legs = isinstance(task, G1WalkPlan) and task.actions == "legs"
-    meta["unilab.action_joints"] = json.dumps(list(g1.LEG_JOINTS if legs else layout.joint_names))
+    joints = task_def(task).action_joints(task)
+    meta["unilab.action_joints"] = json.dumps(list(joints if joints is not None else layout.joint_names))
     # The joint PD loop the policy was trained with, and the limits the simulator applied to it
     # (MuJoCo clamps each target to its actuator's control range, each torque to its force
     # range); JSON null where the model leaves a limit open.
@@ -134,12 +134,11 @@ def deployment_metadata(plan: Plan, applied_from: Path | None = None) -> dict[st
 def _physics_metadata(plan: Plan, xml: str, layout: Any) -> dict[str, str]:
     """What a runner outside unilab needs to play the policy as training did: the model as the
     run composed it (MJCF text: unilab's G1 has no mesh files), the physics step, the base's
-    standing height, and for a velocity policy how its episodes were drawn and ended
-    (docs/deploy.md names every key)."""
+    standing height, and what the task adds (`TaskDef.deployment`: for a velocity policy how its
+    episodes were drawn and ended; docs/deploy.md names every key)."""
     import json
 
     from unilab.robot import g1
-    from unilab.tasks import g1_walk
 
     meta = {
         "unilab.mjcf": xml,
@@ -152,24 +151,7 @@ def _physics_metadata(plan: Plan, xml: str, layout: Any) -> dict[str, str]:
             }
         ),
     }
-    task = plan.task
-    if isinstance(task, G1WalkPlan):
-        c = task.commands
-        meta["unilab.velocity_task"] = json.dumps(
-            {
-                "episode_length_s": task.episode_length_s,
-                "lin_vel_x": list(c.lin_vel_x),
-                "lin_vel_y": list(c.lin_vel_y),
-                "ang_vel_z": list(c.ang_vel_z),
-                "standing_share": c.standing_share,
-                "resample_s": c.resample_s,
-                "gait_period_s": task.gait_period_s,
-                "fall_height": g1_walk.FALL_HEIGHT,
-                "fall_tilt": g1_walk.FALL_TILT,
-                "reset_joint_noise": g1_walk.RESET_JOINT_NOISE,
-                "reset_base_velocity_noise": g1_walk.RESET_VEL_NOISE,
-            }
-        )
+    meta |= task_def(plan.task).deployment_metadata(plan.task)
     return meta
 
 

@@ -14,7 +14,7 @@ Both backends advance a world the same way, so that the state they publish means
   integrator). Without ``acc_sensors`` those sensors' ``sensordata`` columns hold what ``mj_step``
   leaves there: the readings of the last substep's state before it was integrated (one substep
   old). The collector asks for them only when its task reads them
-  (``unilab.tasks.declarations.reads_acceleration_sensors``); no built-in task does.
+  (`TaskDef.acc_sensors`, ``unilab.collect.build.reads_acceleration_sensors``); no built-in task does.
 
 Measured (``tools/bench_physics.py --schemes``, one G1 world, decimation 4, per env step):
 ``mj_step`` x4 alone 157 us (not consistent), ``mj_step`` x4 + ``mj_forward`` 193 us, the split

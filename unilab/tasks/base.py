@@ -25,7 +25,7 @@ import torch
 from unilab.errors import UnilabError
 from unilab.robot import g1
 from unilab.spec.models import G1TaskSpec
-from unilab.tasks.declarations import TermDecl, TermKind, declared_terms, reward_weights
+from unilab.tasks.declarations import TermDecl, TermKind
 from unilab.tasks.terms import (
     CommandTerm,
     CurriculumTerm,
@@ -50,6 +50,7 @@ BUILT_APART = frozenset({"observation_noise"})
 if TYPE_CHECKING:
     from unilab.robot.model import RobotLayout
     from unilab.sim.contract import ModelDims, PhysicsBackend, PhysicsState
+    from unilab.tasks.taskdef import TaskDef
 
 
 def _contiguous(adr: tuple[int, ...]) -> slice | None:
@@ -84,6 +85,7 @@ class Task(ABC, Generic[SpecT]):
     """Common machinery of the G1 tasks; subclasses build the terms."""
 
     name: str = "task"
+    definition: TaskDef  # the task package's record: its term inventory and reward weights
 
     def __init__(
         self,
@@ -206,7 +208,7 @@ class Task(ABC, Generic[SpecT]):
 
     def action_joint_names(self) -> tuple[str, ...] | None:
         """The joints the actions drive, in action order; None: every joint, in the layout's order."""
-        return None
+        return self.definition.action_joints(self.spec)
 
     # ------------------------------------------------------------------ construction
     @abstractmethod
@@ -253,7 +255,7 @@ class Task(ABC, Generic[SpecT]):
 
     @property
     def terms(self) -> list[Any]:
-        """The runtime inventory, in the order ``declared_terms`` lists it."""
+        """The runtime inventory, in the order `TaskDef.terms` lists it."""
         out: list[Any] = [*self.commands, *self.observations]
         if self.noise is not None:
             out.append(self.noise)
@@ -512,11 +514,11 @@ class Task(ABC, Generic[SpecT]):
 
     def bind(self, kind: TermKind, terms: Sequence[_T]) -> list[_T]:
         """This spec's `kind` terms, by name and in order, from the declarations the planner reads
-        (``unilab.tasks.declarations``, the one inventory): a term the task implements but the spec
+        (`TaskDef.terms` of the task's package, the one inventory): a term the task implements but the spec
         does not ask for (the gait clock's without `task.gait_period_s`) is left out. Observation
         noise is declared as an observation term and built apart (`ObservationNoiseTerm`)."""
         have = {t.name: t for t in terms}
-        names = [d.name for d in declared_terms(self.spec) if d.kind == kind and d.name not in BUILT_APART]
+        names = [d.name for d in self.definition.terms(self.spec) if d.kind == kind and d.name not in BUILT_APART]
         missing = [n for n in names if n not in have]
         if missing:
             raise UnilabError(f"internal: task {self.spec.name} declares {kind} terms it does not build: {missing}")
@@ -524,9 +526,9 @@ class Task(ABC, Generic[SpecT]):
 
     def weighted_rewards(self, fns: dict[str, TensorFn]) -> list[RewardTerm]:
         """The reward terms by name, in the task's declared order, with their weights: the task's
-        defaults with ``task.reward_weights`` applied (``unilab.tasks.declarations``, which the plan
-        lists); a term the spec does not ask for is left out, as `bind` does."""
-        weights = reward_weights(self.spec)
+        defaults with ``task.reward_weights`` applied (`TaskDef.weights`, which the plan lists); a
+        term the spec does not ask for is left out, as `bind` does."""
+        weights = self.definition.weights(self.spec)
         missing = [n for n in weights if n not in fns]
         if missing:
             raise UnilabError(f"internal: task {self.spec.name} declares reward terms it does not build: {missing}")

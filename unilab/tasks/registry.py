@@ -1,45 +1,69 @@
-"""Build the runtime task a TaskSpec names, on a given backend and robot layout."""
+"""The tasks a spec can name, one line each (torch-free; unilab.tasks.taskdef), and the runtime
+task a TaskSpec names, built on a given backend and robot layout."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, cast
 
-from unilab.tasks.motion_file import load_motion, resolve_motion
+from unilab.errors import UnilabError
+from unilab.tasks.cartpole import CARTPOLE
+from unilab.tasks.declarations import TermDecl
+from unilab.tasks.g1_motion_tracking import G1_MOTION_TRACKING
+from unilab.tasks.g1_walk import G1_WALK
+from unilab.tasks.taskdef import TaskDef
 
 if TYPE_CHECKING:
     from unilab.robot.model import RobotLayout
     from unilab.sim.contract import PhysicsBackend
-    from unilab.spec.models import TaskSpec
+    from unilab.spec.models import G1TaskSpec
     from unilab.tasks.base import Task
+
+TASKS: dict[str, TaskDef] = {d.name: d for d in (G1_WALK, G1_MOTION_TRACKING, CARTPOLE)}
+
+
+def task_def(task: object) -> TaskDef:
+    """The definition of a `[task]` section (a spec or plan model) or of a task's name."""
+    name = task if isinstance(task, str) else getattr(task, "name", None)
+    d = TASKS.get(name)  # type: ignore[arg-type]
+    if d is None:
+        raise UnilabError(f"unknown task {name!r}", fix=f"set task.name to one of {', '.join(sorted(TASKS))}")
+    return d
+
+
+def declared_terms(task: Any) -> list[TermDecl]:
+    """The task's exact term inventory (names, kinds, graph-safety flags, order)."""
+    return task_def(task).terms(task)
+
+
+def observation_names(task: Any) -> tuple[str, ...]:
+    """The task's observation terms, in the order its observation concatenates them."""
+    return task_def(task).observations(task)
+
+
+def reward_weights(task: Any) -> dict[str, float]:
+    """Every reward term's weight per second: the task's defaults with `task.reward_weights` applied."""
+    return task_def(task).weights(task)
+
+
+def robot_spec(task: object) -> G1TaskSpec | None:
+    """The `[task]` as a G1 task's spec (its robot MJCF, default pose, observation noise, ...), or
+    None for a task that brings its own model."""
+    return cast("G1TaskSpec", task) if task_def(task).robot else None
 
 
 def build_task(
-    spec: TaskSpec,
+    spec: Any,
     backend: PhysicsBackend,
     layout: RobotLayout | None,
     *,
     step_dt: float,
     seed: int = 0,
     spec_dir: Path = Path("."),
-) -> Task:
+) -> Task[Any]:
     """The task for ``spec`` over ``backend`` (built from the model ``layout`` describes).
 
     ``step_dt`` is the env step, ``sim.timestep * sim.decimation``; ``spec_dir`` is the directory
-    relative ``task.motion`` paths resolve against.
+    relative input paths (a motion file) resolve against.
     """
-    if spec.name == "cartpole":
-        from unilab.tasks.cartpole import CartpoleTask
-
-        return CartpoleTask(spec, backend, step_dt=step_dt, seed=seed)  # type: ignore[return-value]
-    if spec.name == "g1_walk":
-        from unilab.tasks.g1_walk import G1WalkTask
-
-        return G1WalkTask(spec, backend, layout, step_dt=step_dt, seed=seed)
-    if spec.name == "g1_motion_tracking":
-        from unilab.tasks.g1_motion_tracking import G1MotionTrackingTask
-
-        path = resolve_motion(spec.motion, spec_dir)
-        motion = load_motion(path, num_joints=len(layout.qpos_adr), num_bodies=backend.dims.nbody - 1)
-        return G1MotionTrackingTask(spec, backend, layout, step_dt=step_dt, motion=motion, seed=seed)
-    raise ValueError(f"unknown task {spec.name!r}")  # unreachable: each task model's name is a Literal
+    return task_def(spec).builder()(spec, backend, layout, step_dt=step_dt, seed=seed, spec_dir=spec_dir)

@@ -4,7 +4,7 @@ A term reads the backend's PhysicsState (through the task's derived-state buffer
 task's own buffers, and returns a tensor of fixed shape, or updates buffers in place. Terms
 never read values back to the host: anything that decides control flow stays on the device as
 a mask. Every term carries the TermDecl that the planner's preflight sees
-(``unilab.tasks.declarations.declared_terms``); a test checks the two inventories agree.
+(`TaskDef.terms` of the task's package); a test checks the two inventories agree.
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@ from unilab.errors import Diagnostic
 from unilab.plan.context import Context
 from unilab.plan.rules.registry import Rule, rule
 from unilab.sim.backends import CUDA_BACKEND, backend_def
+from unilab.tasks.registry import task_def
 
 
 @rule(
@@ -153,10 +154,9 @@ def graph_collector(r: Rule, ctx: Context) -> list[Diagnostic]:
         return [
             r.diag("the update-state graph needs CUDA devices; the ranks run on the CPU", f"use GPU devices, {off}")
         ]
-    from unilab.tasks.declarations import declared_terms
-
     out = []
-    for term in declared_terms(ctx.spec.task):
+    task = ctx.spec.task
+    for term in task_def(task).terms(task):
         for why in term.graph_blockers():
             out.append(
                 r.diag(

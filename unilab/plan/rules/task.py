@@ -9,8 +9,8 @@ from unilab.algos.registry import algo_def, names
 from unilab.errors import Diagnostic, UnilabError
 from unilab.plan.context import Context
 from unilab.plan.rules.registry import Rule, rule
-from unilab.spec.models import FlashSacSpec, G1TaskSpec, PpoSpec, ReplayAlgoSpec
-from unilab.tasks.declarations import default_reward_weights, has_gait_clock, observation_names
+from unilab.spec.models import FlashSacSpec, PpoSpec, ReplayAlgoSpec
+from unilab.tasks.registry import robot_spec, task_def
 from unilab.tasks.timing import control_dt, nearest_whole_step_seconds, seconds_text, whole_steps
 
 
@@ -67,7 +67,7 @@ def task_robot(r: Rule, ctx: Context) -> list[Diagnostic]:
 )
 def task_reward_weights(r: Rule, ctx: Context) -> list[Diagnostic]:
     t = ctx.spec.task
-    terms = list(default_reward_weights(t.name, has_gait_clock(t)))
+    terms = list(task_def(t).reward_weights(t))
     out = []
     for name in t.reward_weights or {}:
         if name in terms:
@@ -93,7 +93,7 @@ def task_privileged_observations(r: Rule, ctx: Context) -> list[Diagnostic]:
     asked = getattr(t, "privileged_observations", None) or ()
     if not asked:
         return []
-    terms = observation_names(t)
+    terms = task_def(t).observations(t)
     out = []
     for name in asked:
         if name not in terms:
@@ -124,8 +124,8 @@ def task_privileged_observations(r: Rule, ctx: Context) -> list[Diagnostic]:
     "A push interval is a whole number of control steps (`sim.timestep * sim.decimation`); it is never rounded.",
 )
 def task_push_interval(r: Rule, ctx: Context) -> list[Diagnostic]:
-    t, sim = ctx.spec.task, ctx.spec.sim
-    if not isinstance(t, G1TaskSpec) or t.push_interval_s is None:
+    t, sim = robot_spec(ctx.spec.task), ctx.spec.sim
+    if t is None or t.push_interval_s is None:
         return []
     dt = control_dt(sim.timestep, sim.decimation)
     if whole_steps(t.push_interval_s, dt) is not None:

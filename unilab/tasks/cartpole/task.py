@@ -14,16 +14,13 @@ at the episode time limit. Reset: small random angle, position and velocities.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from unilab.tasks.declarations import (
-    CARTPOLE_OBSERVATIONS,
-    CARTPOLE_TERMINATIONS,
-    TermDecl,
-    reward_weights,
-)
+from unilab.tasks.cartpole import CARTPOLE, CARTPOLE_OBSERVATIONS, CARTPOLE_TERMINATIONS
+from unilab.tasks.declarations import TermDecl
 from unilab.tasks.terms import ObservationTerm, RewardTerm, TensorFn, TerminationTerm
 from unilab.tasks.timing import max_episode_steps
 
@@ -62,10 +59,24 @@ OBSERVATIONS = tuple((n, 1) for n in CARTPOLE_OBSERVATIONS)
 TERMINATIONS = tuple(zip(CARTPOLE_TERMINATIONS, (False, False, True), strict=True))
 
 
+def build(
+    spec: CartpoleSpec,
+    backend: PhysicsBackend,
+    layout: Any,
+    *,
+    step_dt: float,
+    seed: int,
+    spec_dir: Path,
+) -> CartpoleTask:
+    """The cart-pole over ``backend`` (its own model: ``layout`` is None)."""
+    return CartpoleTask(spec, backend, step_dt=step_dt, seed=seed)
+
+
 class CartpoleTask:
     """The collector-facing task interface of `unilab.tasks.base.Task`, for the cart-pole."""
 
     name = "cartpole"
+    definition = CARTPOLE
 
     def __init__(self, spec: CartpoleSpec, backend: PhysicsBackend, *, step_dt: float, seed: int = 0) -> None:
         self.spec, self.backend = spec, backend
@@ -80,7 +91,7 @@ class CartpoleTask:
             ObservationTerm(name, dim, getattr(CartpoleTask, f"obs_{name}")) for name, dim in OBSERVATIONS
         ]
         self.rewards = [
-            RewardTerm(name, w, getattr(CartpoleTask, f"rew_{name}")) for name, w in reward_weights(spec).items()
+            RewardTerm(name, w, getattr(CartpoleTask, f"rew_{name}")) for name, w in CARTPOLE.weights(spec).items()
         ]
         self.terminations = [
             TerminationTerm(name, getattr(CartpoleTask, f"term_{name}"), time_out=t) for name, t in TERMINATIONS

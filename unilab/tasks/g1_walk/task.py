@@ -17,6 +17,8 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -25,7 +27,12 @@ from unilab.robot import g1
 from unilab.spec.models import G1WalkSpec
 from unilab.tasks.base import Task
 from unilab.tasks.events import shared_events
+from unilab.tasks.g1_walk import G1_WALK
 from unilab.tasks.terms import CommandTerm, EventTerm, ObservationTerm, TensorFn, TerminationTerm
+
+if TYPE_CHECKING:
+    from unilab.robot.model import RobotLayout
+    from unilab.sim.contract import PhysicsBackend
 
 UPRIGHT_STD = 0.25  # on the horizontal part of the projected gravity
 FALL_HEIGHT = 0.4  # m, pelvis below this: fallen
@@ -48,8 +55,48 @@ FEET_PHASE_VAR = 0.008  # m^2: exp(-sum of squared height errors / this)
 MOVING_COMMAND_NORM = 0.1  # |(vx, vy, yaw rate)| above which the feet are asked to step
 
 
+def deployment_metadata(task: G1WalkSpec) -> dict[str, str]:
+    """How a velocity policy's episodes were drawn and ended, for a runner outside unilab
+    (`unilab.velocity_task` in an exported policy's metadata; docs/deploy.md)."""
+    import json
+
+    c = task.commands
+    return {
+        "unilab.velocity_task": json.dumps(
+            {
+                "episode_length_s": task.episode_length_s,
+                "lin_vel_x": list(c.lin_vel_x),
+                "lin_vel_y": list(c.lin_vel_y),
+                "ang_vel_z": list(c.ang_vel_z),
+                "standing_share": c.standing_share,
+                "resample_s": c.resample_s,
+                "gait_period_s": task.gait_period_s,
+                "fall_height": FALL_HEIGHT,
+                "fall_tilt": FALL_TILT,
+                "reset_joint_noise": RESET_JOINT_NOISE,
+                "reset_base_velocity_noise": RESET_VEL_NOISE,
+            }
+        )
+    }
+
+
+def build(
+    spec: G1WalkSpec,
+    backend: PhysicsBackend,
+    layout: RobotLayout | None,
+    *,
+    step_dt: float,
+    seed: int,
+    spec_dir: Path,
+) -> G1WalkTask:
+    if layout is None:
+        raise ValueError("g1_walk simulates the G1: it needs the composed robot's layout")
+    return G1WalkTask(spec, backend, layout, step_dt=step_dt, seed=seed)
+
+
 class G1WalkTask(Task[G1WalkSpec]):
     name = "g1_walk"
+    definition = G1_WALK
 
     def build_terms(self) -> None:
         n, dev = self.num_envs, self.device
@@ -74,9 +121,6 @@ class G1WalkTask(Task[G1WalkSpec]):
             self._build_gait_clock(gait)
         self._build_command_draws()
         self._declare_terms()
-
-    def action_joint_names(self) -> tuple[str, ...] | None:
-        return g1.LEG_JOINTS if self.spec.actions == "legs" else None
 
     def _build_feet_buffers(self) -> None:
         """Per-episode feet state (air times, contacts, touchdowns) and the foot body ids it reads."""

@@ -8,6 +8,7 @@ BeyondMimic. Episodes end on large deviation, at the end of the clip or on the t
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
@@ -17,6 +18,8 @@ from unilab.spec.models import G1MotionTrackingSpec
 from unilab.tasks import quat as Q
 from unilab.tasks.base import Task
 from unilab.tasks.events import shared_events
+from unilab.tasks.g1_motion_tracking import G1_MOTION_TRACKING
+from unilab.tasks.motion_file import load_motion, resolve_motion
 from unilab.tasks.terms import CommandTerm, EventTerm, ObservationTerm, TerminationTerm
 
 if TYPE_CHECKING:
@@ -34,8 +37,25 @@ END_EFFECTORS = ("left_ankle_roll_link", "right_ankle_roll_link", "left_wrist_ya
 RESET_JOINT_NOISE = 0.05  # rad around the reference pose
 
 
+def build(
+    spec: G1MotionTrackingSpec,
+    backend: PhysicsBackend,
+    layout: RobotLayout | None,
+    *,
+    step_dt: float,
+    seed: int,
+    spec_dir: Path,
+) -> G1MotionTrackingTask:
+    if layout is None:
+        raise ValueError("g1_motion_tracking simulates the G1: it needs the composed robot's layout")
+    path = resolve_motion(spec.motion, spec_dir)
+    motion = load_motion(path, num_joints=len(layout.qpos_adr), num_bodies=backend.dims.nbody - 1)
+    return G1MotionTrackingTask(spec, backend, layout, step_dt=step_dt, motion=motion, seed=seed)
+
+
 class G1MotionTrackingTask(Task[G1MotionTrackingSpec]):
     name = "g1_motion_tracking"
+    definition = G1_MOTION_TRACKING
 
     def __init__(
         self,

@@ -1,0 +1,92 @@
+"""`g1_walk`: the G1 follows a commanded base velocity (docs/tasks.md). The record and the term
+inventory the planner reads, torch-free; the runtime task is `task.py`."""
+
+from __future__ import annotations
+
+from unilab.robot.g1 import LEG_JOINTS
+from unilab.spec.models import G1WalkSpec
+from unilab.tasks.declarations import TermDecl, g1_shared_tail
+from unilab.tasks.taskdef import TaskDef
+
+# The runtime task (task.py) builds exactly these terms, in this order, for a given task spec;
+# tests/test_tasks_inventory.py checks it.
+_WALK_OBSERVATIONS = (
+    "base_lin_vel",
+    "base_ang_vel",
+    "projected_gravity",
+    "velocity_command",
+    "joint_pos_rel",
+    "joint_vel_rel",
+    "last_action",
+)
+# Default reward weights, per second (the task multiplies by the env step's duration), in the
+# order the runtime task builds its reward terms; `task.reward_weights` overrides them by name.
+# Tracking outweighs survival (alive + upright), as in mjlab's and holosoma's velocity tasks: with
+# alive 0.5 and tracking 1.0 / 0.5 a robot standing still under the shipped commands earned 74 % of
+# the best return, so standing was the optimum (docs/performance.md, "A G1 that steps").
+_WALK_REWARD_WEIGHTS = {
+    "track_lin_vel_xy_exp": 2.0,
+    "track_ang_vel_z_exp": 1.0,
+    "upright": 0.5,
+    "base_height": -10.0,
+    "joint_torques_l2": -1.0e-5,
+    "action_rate_l2": -0.01,
+    "feet_air_time": 1.0,
+    "hip_deviation": -1.0,
+    "alive": 0.25,
+}
+# With a gait clock (`task.gait_period_s`): one more reward term, before `alive`.
+GAIT_REWARD_WEIGHTS = {"feet_phase": 2.0}
+_WALK_TERMINATIONS = ("fall_base_height", "fall_orientation", "time_out")
+
+
+def has_gait_clock(task: G1WalkSpec) -> bool:
+    return task.gait_period_s is not None
+
+
+def reward_weights(task: G1WalkSpec) -> dict[str, float]:
+    weights = dict(_WALK_REWARD_WEIGHTS)
+    if has_gait_clock(task):
+        alive = weights.pop("alive")
+        weights |= GAIT_REWARD_WEIGHTS
+        weights["alive"] = alive
+    return weights
+
+
+def observations(task: G1WalkSpec) -> tuple[str, ...]:
+    if not has_gait_clock(task):
+        return _WALK_OBSERVATIONS
+    i = _WALK_OBSERVATIONS.index("velocity_command") + 1
+    return (*_WALK_OBSERVATIONS[:i], "gait_phase", *_WALK_OBSERVATIONS[i:])
+
+
+def terms(task: G1WalkSpec) -> list[TermDecl]:
+    noise, events = g1_shared_tail(task)
+    return [
+        # Drawn again every `commands.resample_s` inside the update body: an interval draw.
+        TermDecl("velocity_command", "command", interval_event=task.commands.resample_s > 0),
+        *([TermDecl("gait_clock", "command")] if has_gait_clock(task) else []),
+        *(TermDecl(n, "observation") for n in observations(task)),
+        *noise,
+        *(TermDecl(n, "reward") for n in reward_weights(task)),
+        *(TermDecl(n, "termination") for n in _WALK_TERMINATIONS),
+        TermDecl("reset_joints_around_default", "event"),
+        *events,
+    ]
+
+
+def action_joints(task: G1WalkSpec) -> tuple[str, ...] | None:
+    return LEG_JOINTS if task.actions == "legs" else None
+
+
+G1_WALK = TaskDef(
+    name="g1_walk",
+    title="G1 velocity tracking",
+    spec=G1WalkSpec,
+    runtime="unilab.tasks.g1_walk.task:build",
+    reward_weights=reward_weights,
+    observations=observations,
+    terms=terms,
+    action_joints=action_joints,
+    deployment="unilab.tasks.g1_walk.task:deployment_metadata",
+)

@@ -1,0 +1,106 @@
+"""`TaskDef`: what the planner and the runtime may ask of a task, as data.
+
+Torch-free (the planner imports it): each task is one package under `unilab/tasks/` whose
+`__init__` holds its record and term declarations; its runtime class is named by import path and
+imported only where a run builds it. Rules, the plan's resolution, the collector, export and eval
+ask these questions instead of comparing `task.name`s or task spec classes (docs/extending.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from unilab.spec.models import G1TaskSpec, TaskSpecBase
+from unilab.tasks.declarations import TermDecl
+
+if TYPE_CHECKING:
+    from unilab.robot.model import RobotLayout
+    from unilab.sim.contract import PhysicsBackend
+    from unilab.tasks.base import Task
+
+
+class BuildTask(Protocol):
+    """A task package's runtime entry: its task over ``backend`` (``layout``: the composed robot's,
+    None for a task with its own model), ``step_dt`` the env step, ``spec_dir`` the directory its
+    relative input paths resolve against."""
+
+    def __call__(
+        self,
+        spec: Any,
+        backend: PhysicsBackend,
+        layout: RobotLayout | None,
+        *,
+        step_dt: float,
+        seed: int,
+        spec_dir: Path,
+    ) -> Task[Any]: ...
+
+
+def _none(spec: Any) -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class TaskDef:
+    name: str  # the spec's `task.name`
+    title: str  # how messages name it
+    spec: type[TaskSpecBase]  # its `[task]` model in unilab.spec.models
+    runtime: str  # "module:function", a `BuildTask`, imported lazily by `builder`
+    # Its reward terms and their default weights per second, in the order it builds them.
+    reward_weights: Callable[[Any], dict[str, float]]
+    # Its observation terms, in the order the observation concatenates them.
+    observations: Callable[[Any], tuple[str, ...]]
+    # Its exact term inventory (names, kinds, graph-safety flags, order), which the runtime builds.
+    terms: Callable[[Any], list[TermDecl]]
+    # Simulates the G1 unilab composes (`task.robot_mjcf`, the default pose, the joint PD loops);
+    # False: the task brings its own MJCF (`own_model`).
+    robot: bool = True
+    own_model: str | None = None  # "module:function" (timestep) -> MJCF text, where not `robot`
+    # The joints its actions drive, in order (None: every joint of the robot).
+    action_joints: Callable[[Any], tuple[str, ...] | None] = _none
+    # Its reference motion (`builtin:NAME` or a path the plan pins by digest), or None.
+    motion: Callable[[Any], str | None] = _none
+    # A term reads an acceleration-stage sensor (accelerometer, touch, force, ...), so the physics
+    # backend must run the extra constraint solve that makes them current (unilab.sim.mjmodel).
+    acc_sensors: bool = False
+    # "module:function" (the plan's `[task]`) -> what an exported policy's metadata adds for this
+    # task (strings; unilab.run.export), or None: nothing.
+    deployment: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.robot and not issubclass(self.spec, G1TaskSpec):
+            raise TypeError(f"task {self.name}: a task that simulates the G1 has a G1TaskSpec model")
+        if not self.robot and self.own_model is None:
+            raise TypeError(f"task {self.name}: a task that does not simulate the G1 names its own model")
+
+    def weights(self, spec: Any) -> dict[str, float]:
+        """The weight of every reward term: the task's defaults with ``task.reward_weights`` applied.
+        The plan rule `task.reward-weights` refuses a name the task does not have before this runs."""
+        weights = self.reward_weights(spec)
+        overrides = spec.reward_weights or {}
+        unknown = sorted(set(overrides) - set(weights))
+        if unknown:
+            raise ValueError(f"{self.name} has no reward term {unknown[0]!r}")
+        return {name: float(overrides.get(name, w)) for name, w in weights.items()}
+
+    def builder(self) -> BuildTask:
+        return _load(self.runtime)  # type: ignore[no-any-return]
+
+    def deployment_metadata(self, task: Any) -> dict[str, str]:
+        return {} if self.deployment is None else _load(self.deployment)(task)  # type: ignore[no-any-return]
+
+    def model_xml(self, timestep: float) -> str:
+        """The task's own MJCF at ``timestep`` (a task that does not simulate the G1)."""
+        if self.own_model is None:
+            raise ValueError(f"{self.name} simulates the robot; it has no model of its own")
+        return _load(self.own_model)(timestep)  # type: ignore[no-any-return]
+
+
+def _load(path: str) -> Any:
+    import importlib
+
+    module, _, attr = path.partition(":")
+    return getattr(importlib.import_module(module), attr)
