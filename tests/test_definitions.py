@@ -66,6 +66,16 @@ def test_no_task_name_or_task_spec_class_is_compared_outside_the_tasks_package()
     assert _isinstance_checks(task_classes, ("unilab/tasks/", "unilab/spec/")) == []
 
 
+def test_no_algorithm_name_or_spec_class_is_compared_outside_the_algorithm_packages() -> None:
+    """Families (`ReplayAlgoSpec`: the replay learners' keys) may be tested; one algorithm may not."""
+    from unilab.algos.registry import ALGOS
+
+    assert _name_comparisons(set(ALGOS), "unilab/algos/", about="algo|name") == []
+    own = {d.spec.__name__ for d in ALGOS.values()}
+    assert own == {"SacSpec", "FlashSacSpec", "Td3Spec", "PpoSpec"}
+    assert _isinstance_checks(own, ("unilab/algos/", "unilab/spec/")) == []
+
+
 def test_each_task_is_a_package_behind_its_record() -> None:
     for name, d in TASKS.items():
         assert d.name == name and d.spec.model_fields["name"].annotation.__args__ == (name,)

@@ -16,6 +16,31 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 Loop = Literal["offpolicy", "onpolicy"]
+# A broken key rule: (condition, fix, the key path where it is not the rule's own).
+Violation = tuple[str, str, str | None]
+
+
+@dataclass(frozen=True)
+class KeyRule:
+    """A plan rule on an algorithm's own keys, kept in its package: ``check(spec)`` (the whole
+    validated spec, whose `[algo]` is this algorithm's) returns what it finds broken.
+    unilab.plan.rules.algo registers it under ``id`` in the plan's catalog (docs/rules.md)."""
+
+    id: str
+    key_path: str
+    requires: str
+    check: Callable[[Any], list[Violation]]
+
+
+@dataclass(frozen=True)
+class IgnoredKeys:
+    """Keys an algorithm takes but ignores in some configurations (rule `algo.options` refuses them
+    when the user wrote them): ``ignored(algo)`` says when, ``why`` and ``use`` make the message."""
+
+    keys: tuple[str, ...]
+    ignored: Callable[[Any], bool]
+    why: str
+    use: str
 
 
 @dataclass(frozen=True)
@@ -46,6 +71,10 @@ class AlgoDef:
     actor_key: str = "actor"
     # "module:function" (plan, state) -> (deployable policy, obs_dim): export and eval share it.
     policy: str = "unilab.algos.common:replay_policy"
+    # Its distributional critic's support must contain 0 (its rewards are scaled into it).
+    zero_centred_support: bool = False
+    rules: tuple[KeyRule, ...] = ()  # plan rules on its own keys
+    ignored_keys: tuple[IgnoredKeys, ...] = ()  # keys it ignores in some configurations
 
     @property
     def overlaps_collector(self) -> bool:

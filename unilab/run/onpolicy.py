@@ -20,11 +20,12 @@ a stop request on any rank stops all ranks at the same iteration boundary.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
 from unilab.algos.ppo.runner import RankSyncedMLPModel, UnilabOnPolicyRunner, train_cfg
+from unilab.algos.registry import algo_def
 from unilab.collect import channel as ch
 from unilab.dist import param_digest
 from unilab.errors import RunDiverged, UnilabError
@@ -32,17 +33,21 @@ from unilab.plan.models import Plan
 from unilab.run.init_state import loading_init
 from unilab.run.rank_loop import RankLoop
 from unilab.run.vecenv import CollectorVecEnv, RolloutStopped
-from unilab.spec.models import PpoSpec
+
+if TYPE_CHECKING:
+    from unilab.spec.models import PpoSpec
 
 
 class OnPolicyRank(RankLoop):
     """PPO's driver: one unit is one rsl-rl iteration (a rollout and its update)."""
 
     def __init__(self, plan: Plan, *args: Any, **kwargs: Any) -> None:
-        if not isinstance(plan.algo, PpoSpec):  # the one on-policy algorithm (unilab.algos.registry)
-            raise UnilabError(f"internal: OnPolicyRank runs PPO, the plan's algo is {plan.algo.name}")
+        d = algo_def(plan.algo)
+        if d.loop != "onpolicy":  # PPO, the one on-policy algorithm (unilab.algos.registry)
+            raise UnilabError(f"internal: OnPolicyRank runs an on-policy algorithm, the plan's is {d.title}")
         super().__init__(plan, *args, **kwargs)
-        self.algo: PpoSpec = plan.algo
+        self.algo = cast("PpoSpec", plan.algo)
+        self.state_key = d.state_key  # where a checkpoint holds the runner's state
         self.learner: UnilabOnPolicyRunner | None = None  # the rsl-rl runner, once built
         self.env: CollectorVecEnv | None = None
         self.iterations = 0
@@ -68,7 +73,7 @@ class OnPolicyRank(RankLoop):
 
     def grad_sync_evidence(self) -> tuple[int, float, dict[str, int]]:
         """rsl-rl's own all-reduce, counted by the PPO runner (float32 on the wire)."""
-        wire = {"ppo": 4 * self.learner.alg.grad_numel()} if self.learner is not None else {}
+        wire: dict[str, int] = {self.plan.algo.name: 4 * self.learner.alg.grad_numel()} if self.learner is not None else {}
         return self.grad_syncs, self.grad_sync_s, wire
 
     # ---------------------------------------------------------------------------------- the driver
@@ -119,14 +124,14 @@ class OnPolicyRank(RankLoop):
         runner = UnilabOnPolicyRunner(env, train_cfg(self.algo), device=dev)
         self.learner = runner
         if self.resume_state is not None:
-            runner.alg.load(self.resume_state["ppo"], None, strict=True)
+            runner.alg.load(self.resume_state[self.state_key], None, strict=True)
             prog.restore_counters(self.resume_state["counters"])
             self.iterations = int(self.resume_state["iterations"])
         elif self.init_state is not None:
             # The actor (its observation normalizer and action noise inside) and the critic; a
             # fresh optimizer at the plan's learning rate.
             with loading_init(p):
-                runner.alg.load(self.init_state["ppo"], {"actor": True, "critic": True}, strict=True)
+                runner.alg.load(self.init_state[self.state_key], {"actor": True, "critic": True}, strict=True)
         runner.sync_replicas()
         # Exploration noise differs per rank (each rank's own seed), and a resumed run draws anew.
         torch.manual_seed(self.rp.seed + 104729 * (1 + self.iterations))
@@ -192,7 +197,7 @@ class OnPolicyRank(RankLoop):
         tensors, numbers and dicts, loadable with torch.load(weights_only=True)."""
         env, runner, prog = self.env, self._runner(), self.progress
         return {
-            "ppo": runner.alg.save(),
+            self.state_key: runner.alg.save(),
             "iterations": self.iterations,
             "counters": prog.counters_state(),
             "obs_dim": int(env.num_obs) if env is not None else 0,

@@ -16,7 +16,7 @@ from pydantic import ValidationError
 from unilab.errors import Diagnostic, SpecError
 from unilab.inputfile import read_input
 from unilab.spec.diagnose import CHOSEN_BY_NAME, format_validation_error, member_name, member_table_fix, spec_error
-from unilab.spec.models import SPEC_CONTEXT, Spec
+from unilab.spec.models import ALGO_MODELS, SPEC_CONTEXT, ReplayAlgoSpec, Spec
 
 # `algo.hidden_dims` is the shorthand for both networks' widths (unilab.spec.models): given by --set,
 # it replaces the file's per-network widths, as any later --set wins over the file.
@@ -133,7 +133,9 @@ def _other_members_keys(data: dict[str, Any], section: str, overridden: set[str]
 
 
 def check_ppo_offpolicy_keys(data: dict[str, Any], overridden: set[str] | None = None) -> list[Diagnostic]:
-    if member_name(data, "algo") != "ppo":
+    """Replay keys (`batch_size`, `tau`, ...) under an on-policy algorithm (PPO), which has none."""
+    model = ALGO_MODELS.get(member_name(data, "algo") or "")
+    if model is None or issubclass(model, ReplayAlgoSpec):
         return []
     return [
         Diagnostic(

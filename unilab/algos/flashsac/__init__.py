@@ -26,4 +26,5 @@ FLASHSAC = AlgoDef(
     carried_key="alpha_init",
     carried_what="entropy temperature",
     n_step=lambda algo: algo.n_step,
+    zero_centred_support=True,  # rewards are scaled into [v_min, v_max] around 0 (the paper's [-5, 5])
 )

@@ -2,8 +2,27 @@
 
 from __future__ import annotations
 
-from unilab.algos.algodef import AlgoDef
+from typing import Any
+
+from unilab.algos.algodef import AlgoDef, IgnoredKeys, KeyRule, Violation
 from unilab.spec.models import PpoSpec
+
+
+def _minibatches(spec: Any) -> list[Violation]:
+    algo, n = spec.algo, spec.task.num_envs
+    samples = n * algo.num_steps_per_env  # one rank's rollout; rsl-rl splits it into the mini-batches
+    if algo.num_mini_batches <= samples:
+        return []
+    return [
+        (
+            f"{algo.num_mini_batches} mini-batches of a rollout of {samples} samples ({n} envs x "
+            f"{algo.num_steps_per_env} steps) would be empty, and PPO would train on NaN",
+            f"set algo.num_mini_batches <= {samples} (e.g. --set algo.num_mini_batches=4), or raise "
+            "task.num_envs or algo.num_steps_per_env",
+            None,
+        )
+    ]
+
 
 PPO = AlgoDef(
     name="ppo",
@@ -19,4 +38,20 @@ PPO = AlgoDef(
     state_key="ppo",
     actor_key="actor_state_dict",
     policy="unilab.algos.ppo.deploy:ppo_policy",
+    rules=(
+        KeyRule(
+            "algo.ppo-minibatches",
+            "algo.num_mini_batches",
+            "Every PPO mini-batch holds at least one sample: `num_mini_batches <= task.num_envs * num_steps_per_env`.",
+            _minibatches,
+        ),
+    ),
+    ignored_keys=(
+        IgnoredKeys(
+            ("desired_kl",),
+            lambda a: a.schedule != "adaptive",
+            'algo.schedule = "fixed" keeps the learning rate fixed, without a KL target',
+            'set algo.schedule = "adaptive"',
+        ),
+    ),
 )

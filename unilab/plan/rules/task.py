@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import difflib
-from typing import Any
 
-from unilab.algos.registry import algo_def, names
+from unilab.algos.algodef import AlgoDef, IgnoredKeys, KeyRule
+from unilab.algos.registry import ALGOS, algo_def, names
 from unilab.errors import Diagnostic, UnilabError
 from unilab.plan.context import Context
 from unilab.plan.rules.registry import Rule, rule
-from unilab.spec.models import FlashSacSpec, PpoSpec, ReplayAlgoSpec
+from unilab.spec.models import ReplayAlgoSpec
 from unilab.tasks.registry import robot_spec, task_def
 from unilab.tasks.timing import control_dt, nearest_whole_step_seconds, seconds_text, whole_steps
 
@@ -294,26 +294,20 @@ def _first_update_syncs(algo: ReplayAlgoSpec, n: int, world: int, warmup: int) -
     return max(_fill_syncs(algo, n), warm) + _syncs_to_first_update(algo.updates_per_step)
 
 
-@rule(
-    "algo.ppo-minibatches",
-    "algo.num_mini_batches",
-    "Every PPO mini-batch holds at least one sample: `num_mini_batches <= task.num_envs * num_steps_per_env`.",
-)
-def algo_ppo_minibatches(r: Rule, ctx: Context) -> list[Diagnostic]:
-    algo, n = ctx.spec.algo, ctx.spec.task.num_envs
-    if not isinstance(algo, PpoSpec):
-        return []
-    samples = n * algo.num_steps_per_env  # one rank's rollout; rsl-rl splits it into the mini-batches
-    if algo.num_mini_batches > samples:
-        return [
-            r.diag(
-                f"{algo.num_mini_batches} mini-batches of a rollout of {samples} samples ({n} envs x "
-                f"{algo.num_steps_per_env} steps) would be empty, and PPO would train on NaN",
-                f"set algo.num_mini_batches <= {samples} (e.g. --set algo.num_mini_batches=4), or raise "
-                "task.num_envs or algo.num_steps_per_env",
-            )
-        ]
-    return []
+def _key_rule(d: AlgoDef, k: KeyRule) -> None:
+    """Register an algorithm's own key rule (`AlgoDef.rules`): it checks specs that name it."""
+
+    @rule(k.id, k.key_path, k.requires)
+    def check(r: Rule, ctx: Context) -> list[Diagnostic]:
+        if algo_def(ctx.spec.algo) is not d:
+            return []
+        return [r.diag(condition, fix, key) for condition, fix, key in k.check(ctx.spec)]
+
+
+# In the catalog here, after the replay rules above (docs/rules.md lists them in this order).
+for _d in ALGOS.values():
+    for _k in _d.rules:
+        _key_rule(_d, _k)
 
 
 def _syncs_to_first_update(updates_per_step: float) -> int:
@@ -345,36 +339,29 @@ def algo_critic_support(r: Rule, ctx: Context) -> list[Diagnostic]:
                 "set algo.v_min below algo.v_max, e.g. --set algo.v_min=-20.0 --set algo.v_max=20.0",
             )
         ]
-    if isinstance(algo, FlashSacSpec) and not algo.v_min < 0 < algo.v_max:
+    d = algo_def(algo)
+    if d.zero_centred_support and not algo.v_min < 0 < algo.v_max:
         key = "algo.v_min" if algo.v_min >= 0 else "algo.v_max"
+        lo, hi = (d.spec.model_fields[k].default for k in ("v_min", "v_max"))
         return [
             r.diag(
-                f"FlashSAC's critic support [{algo.v_min}, {algo.v_max}] must contain 0 (rewards are scaled to it)",
-                "set algo.v_min = -5.0 and algo.v_max = 5.0 (the paper's support): "
-                "--set algo.v_min=-5.0 --set algo.v_max=5.0",
+                f"{d.title}'s critic support [{algo.v_min}, {algo.v_max}] must contain 0 (rewards are scaled to it)",
+                f"set algo.v_min = {lo} and algo.v_max = {hi} (its default support): "
+                f"--set algo.v_min={lo} --set algo.v_max={hi}",
                 key,
             )
         ]
     return []
 
 
-# Keys an algorithm takes but ignores in some configurations: (applies to, keys, ignored when, why,
-# the setting that uses them). FlashSAC uses every key it takes (its critic is always distributional).
-_IGNORED_ALGO_KEYS: tuple[tuple[Any, tuple[str, ...], Any, str, str], ...] = (
-    (
-        lambda a: "critic" in type(a).model_fields,  # a choice of critic: SAC's, TD3's
-        ("num_atoms", "v_min", "v_max"),
-        lambda a: a.critic != "c51",
-        'the scalar critic (algo.critic = "mse") has no support',
-        'set algo.critic = "c51"',
-    ),
-    (
-        lambda a: isinstance(a, PpoSpec),
-        ("desired_kl",),
-        lambda a: a.schedule != "adaptive",
-        'algo.schedule = "fixed" keeps the learning rate fixed, without a KL target',
-        'set algo.schedule = "adaptive"',
-    ),
+# A choice of critic (SAC's, TD3's: a model with a `critic` key) ignores the support of the one not
+# chosen; an algorithm's other ignored keys are its own (`AlgoDef.ignored_keys`). FlashSAC uses every
+# key it takes (its critic is always distributional).
+_CRITIC_CHOICE = IgnoredKeys(
+    ("num_atoms", "v_min", "v_max"),
+    lambda a: a.critic != "c51",
+    'the scalar critic (algo.critic = "mse") has no support',
+    'set algo.critic = "c51"',
 )
 
 
@@ -387,12 +374,15 @@ _IGNORED_ALGO_KEYS: tuple[tuple[Any, tuple[str, ...], Any, str, str], ...] = (
 )
 def algo_options(r: Rule, ctx: Context) -> list[Diagnostic]:
     algo = ctx.spec.algo
+    choice = (_CRITIC_CHOICE,) if "critic" in type(algo).model_fields else ()
     out = []
-    for applies, keys, ignored, why, use in _IGNORED_ALGO_KEYS:
-        if not applies(algo) or not ignored(algo):
+    for entry in (*choice, *algo_def(algo).ignored_keys):
+        if not entry.ignored(algo):
             continue
         # Only keys the user wrote: a default that goes unused is not a request.
-        for k in keys:
+        for k in entry.keys:
             if k in algo.model_fields_set:
-                out.append(r.diag(f"algo.{k} has no effect: {why}", f"remove algo.{k}, or {use}", f"algo.{k}"))
+                out.append(
+                    r.diag(f"algo.{k} has no effect: {entry.why}", f"remove algo.{k}, or {entry.use}", f"algo.{k}")
+                )
     return out
