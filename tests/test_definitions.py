@@ -115,3 +115,24 @@ def test_the_comparison_finder_finds_one(tmp_path: Path) -> None:
     (tmp_path / "unilab" / "probe.py").write_text('def f(sim):\n    return sim.backend in ("mjwarp",)\n')
     (tmp_path / "unilab" / "sim" / "ok.py").write_text('def f(sim):\n    return sim.backend == "mjwarp"\n')
     assert _name_comparisons(set(BACKENDS), "unilab/sim/", tmp_path) == ["unilab/probe.py:2"]
+
+
+def test_the_run_directory_layout_is_named_in_one_module() -> None:
+    """`plan.toml`, `manifest.json` and `events.jsonl` of a run directory are `RunLayout`'s to name."""
+    from unilab import run_layout
+
+    files = {run_layout.PLAN, run_layout.MANIFEST, run_layout.EVENTS}
+    found = []
+    for path in sorted((ROOT / "unilab").rglob("*.py")):
+        if path.name == "run_layout.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and node.value in files:
+                found.append(f"{path.relative_to(ROOT).as_posix()}:{node.lineno}")
+    assert found == []
+    layout = run_layout.RunLayout(Path("runs/x"))
+    assert (layout.plan, layout.manifest, layout.checkpoints) == (
+        Path("runs/x/plan.toml"),
+        Path("runs/x/manifest.json"),
+        Path("runs/x/checkpoints"),
+    )

@@ -5,6 +5,8 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
+from unilab.run_layout import RunLayout
+
 
 def file_sha256(path: Path) -> str:
     """Hex sha256 of a file's bytes, read in 1 MiB chunks (clips and checkpoints can be large)."""
@@ -28,11 +30,11 @@ def recorded_digests(run_dir: Path) -> dict[str, str]:
 
     out: dict[str, str] = {}
     try:
-        records = json.loads((run_dir / "manifest.json").read_text(encoding="utf-8")).get("checkpoints", [])
+        records = json.loads(RunLayout(run_dir).manifest.read_text(encoding="utf-8")).get("checkpoints", [])
         out.update({Path(c["path"]).name: str(c["sha256"]) for c in records})
     except (OSError, ValueError, AttributeError, TypeError, KeyError):
         pass
-    for side in (run_dir / "checkpoints").glob("ckpt-*.pt.sha256"):
+    for side in RunLayout(run_dir).checkpoints.glob("ckpt-*.pt.sha256"):
         try:
             want, _, name = side.read_text(encoding="utf-8").strip().partition("  ")
         except (OSError, UnicodeDecodeError):

@@ -12,6 +12,8 @@ import sys
 from pathlib import Path
 from typing import Any, Literal, get_args, get_origin
 
+from unilab.run_layout import RunLayout
+
 SHELLS = ("bash", "zsh", "fish")
 
 
@@ -77,7 +79,7 @@ def _entries(prefix: str) -> list[tuple[Path, str]]:
 
 def complete_run_dir(prefix: str, **_: Any) -> list[str]:
     """Run directories (a plan.toml inside), and the directories on the way to them."""
-    return [text if (p / "plan.toml").is_file() else text + "/" for p, text in _entries(prefix) if p.is_dir()]
+    return [text if RunLayout(p).plan.is_file() else text + "/" for p, text in _entries(prefix) if p.is_dir()]
 
 
 def complete_spec(prefix: str, **_: Any) -> list[str]:

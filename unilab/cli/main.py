@@ -13,6 +13,7 @@ from pathlib import Path
 from unilab import __version__
 from unilab.cli.args import path_arg
 from unilab.errors import UnilabError
+from unilab.run_layout import RunLayout
 
 EXIT_OK, EXIT_ERROR, EXIT_DIFFERENT, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -66,12 +67,12 @@ def _plan_of_run_dir(side: str, path: Path) -> Path:
     """A run directory stands for the plan it ran (RUN_DIR/plan.toml)."""
     if not path.is_dir():
         return path
-    if not (path / "plan.toml").is_file():
+    if not RunLayout(path).plan.is_file():
         raise UnilabError(
             f"{side} ({path}) is a directory without plan.toml",
             fix="pass a spec, a saved plan, or a run directory written by `unilab apply`",
         )
-    return path / "plan.toml"
+    return RunLayout(path).plan
 
 
 def _cmd_diff(args: argparse.Namespace) -> int:

@@ -8,6 +8,7 @@ import os
 
 from unilab.cli.args import add_checkpoint_arg, add_run_dir_arg, path_arg
 from unilab.errors import UnilabError
+from unilab.run_layout import RunLayout
 
 
 def _die_with_a_parent_that_asked() -> None:
@@ -52,7 +53,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
 
 
 def cmd_manifest_validate(args: argparse.Namespace) -> int:
-    shown = args.file / "manifest.json" if args.file.is_dir() else args.file
+    shown = RunLayout(args.file).manifest if args.file.is_dir() else args.file
     if not args.json:
         return _validate_manifest(args, shown)
     try:  # a script reads the verdict on stdout either way; the paragraph still goes to stderr

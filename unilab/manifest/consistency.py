@@ -15,6 +15,7 @@ from pathlib import Path
 
 from unilab.digests import file_sha256
 from unilab.manifest.models import Manifest
+from unilab.run_layout import CHECKPOINTS, EVENTS, MANIFEST, PLAN, RunLayout
 
 
 @dataclass
@@ -112,7 +113,7 @@ def check_run_dir(m: Manifest, run_dir: Path, report: ConsistencyReport) -> None
     from unilab.errors import UnilabError
     from unilab.plan.render import load_plan
 
-    plan = run_dir / "plan.toml"
+    plan = RunLayout(run_dir).plan
     if not plan.is_file():
         report.problems.append(f"{plan} is missing: a run directory keeps the plan it ran")
     else:
@@ -164,9 +165,7 @@ def _check_code_diff(m: Manifest, run_dir: Path, report: ConsistencyReport) -> N
 def check_manifest(m: Manifest, path: Path) -> ConsistencyReport:
     report = ConsistencyReport(problems=check_fields(m))
     run_dir = path.parent
-    in_run_dir = path.name == "manifest.json" and any(
-        (run_dir / name).exists() for name in ("plan.toml", "events.jsonl", "checkpoints")
-    )
+    in_run_dir = path.name == MANIFEST and any((run_dir / name).exists() for name in (PLAN, EVENTS, CHECKPOINTS))
     if in_run_dir:  # check the files it names too (a manifest copied out alone has none beside it)
         report.run_dir_checked = True
         check_run_dir(m, path.parent, report)

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from unilab.errors import UnilabError
+from unilab.run_layout import CHECKPOINTS, RunLayout
 
 if TYPE_CHECKING:
     from unilab.plan.models import Plan
@@ -30,8 +31,8 @@ def _checkpoint_of(path: Path) -> tuple[Path, Path]:
     from unilab.digests import env_steps_of, list_checkpoints
 
     if path.is_dir():
-        ckpts = list_checkpoints(path / "checkpoints")
-        if not (path / "plan.toml").is_file():
+        ckpts = list_checkpoints(RunLayout(path).checkpoints)
+        if not RunLayout(path).plan.is_file():
             raise UnilabError(f"run.init_from: {path} is not a unilab run directory (no plan.toml)", fix=_FIX)
         if not ckpts:
             raise UnilabError(f"run.init_from: {path}/checkpoints holds no checkpoint", fix=_FIX)
@@ -43,7 +44,7 @@ def _checkpoint_of(path: Path) -> tuple[Path, Path]:
             fix=_FIX,
         )
     run_dir = path.parent.parent
-    if path.parent.name != "checkpoints" or env_steps_of(path) is None or not (run_dir / "plan.toml").is_file():
+    if path.parent.name != CHECKPOINTS or env_steps_of(path) is None or not RunLayout(run_dir).plan.is_file():
         raise UnilabError(f"run.init_from: {path} is not a checkpoint in a unilab run directory", fix=_FIX)
     return path, run_dir
 
@@ -58,7 +59,7 @@ def inspect_init_from(ref: str | None, spec_dir: Path) -> InitSource | UnilabErr
         return None
     try:
         checkpoint, run_dir = _checkpoint_of(resolve_input_path(ref, spec_dir).resolve())
-        plan = load_plan(run_dir / "plan.toml")
+        plan = load_plan(RunLayout(run_dir).plan)
         want = recorded_digests(run_dir).get(checkpoint.name)
         if want is None:
             raise UnilabError(

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from unilab.errors import UnilabError
+from unilab.run_layout import RunLayout
 from unilab.tasks.registry import robot_spec
 
 if TYPE_CHECKING:
@@ -154,7 +155,7 @@ def applied_from(run_dir: Path) -> Path | None:
     import json
 
     try:
-        wd = json.loads((run_dir / "manifest.json").read_text())["provenance"].get("working_dir")
+        wd = json.loads(RunLayout(run_dir).manifest.read_text())["provenance"].get("working_dir")
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
     return Path(wd) if isinstance(wd, str) else None

@@ -17,6 +17,7 @@ from unilab.profile.arms import RESERVED_KEYS, Arm, schedule
 from unilab.profile.attribution import COVERAGE_TOLERANCE, GRAPH_THRESHOLD, arm_result, verdict
 from unilab.profile.models import ArmRun, HostSyncInventory, Profile, ProfileProvenance
 from unilab.profile.runner import Windows, apply_command, place_windows, run_apply_subprocess, window_sample
+from unilab.run_layout import RunLayout
 from unilab.sim.backends import backend_def
 
 if TYPE_CHECKING:
@@ -197,7 +198,7 @@ def _run_arms(
                     order=i,
                     command=cmd,
                     run_dir=str(outcome.run_dir),
-                    manifest=str(outcome.run_dir / "manifest.json"),
+                    manifest=str(RunLayout(outcome.run_dir).manifest),
                     exit_code=outcome.exit_code,
                     window=sample,
                 )

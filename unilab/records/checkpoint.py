@@ -19,6 +19,7 @@ from unilab.atomic import write_atomic
 from unilab.digests import digest_path, list_checkpoints, recorded_digests
 from unilab.digests import env_steps_of as env_steps_of
 from unilab.errors import UnilabError
+from unilab.run_layout import RunLayout
 
 CHECKPOINT_FORMAT = 1
 
@@ -73,7 +74,7 @@ def check_recorded_digest(run_dir: Path, path: Path) -> str:
             f"checkpoint {path} cannot be verified: no digest file beside it ({digest_path(path).name}) and the "
             f"run's manifest does not record it (missing, unreadable or not listing it)",
             detail="a checkpoint is loaded only when the digest the run recorded for it matches its bytes",
-            fix=f"remove it to resume from the previous checkpoint, or restore {run_dir / 'manifest.json'}; or, if "
+            fix=f"remove it to resume from the previous checkpoint, or restore {RunLayout(run_dir).manifest}; or, if "
             f"you trust the file, record its digest: (cd {path.parent} && sha256sum {path.name} > "
             f"{digest_path(path).name})",
         )

@@ -22,6 +22,7 @@ from unilab.inputfile import read_input
 from unilab.manifest.consistency import ConsistencyReport, check_manifest
 from unilab.manifest.models import Manifest, Provenance
 from unilab.records.events import EventLog
+from unilab.run_layout import RunLayout
 
 
 def utc_now() -> str:
@@ -187,18 +188,18 @@ def never_started(run_dir: Path, *, locked_by_us: bool = False) -> UnilabError |
     began: plan.toml, perhaps events.jsonl, but no manifest and no checkpoint. Every command that is
     given one names it so, instead of asking for a checkpoint or a manifest it never had.
     ``locked_by_us``: the caller holds the directory's lock (a resume), so a held lock means no start."""
-    if not (run_dir / "plan.toml").is_file() or (run_dir / "manifest.json").exists():
+    if not RunLayout(run_dir).plan.is_file() or RunLayout(run_dir).manifest.exists():
         return None
-    if any((run_dir / "checkpoints").glob("*.pt")):
+    if any(RunLayout(run_dir).checkpoints.glob("*.pt")):
         return None  # it ran
     if not locked_by_us and held_by_an_apply(run_dir):
         return None  # it is starting now
     return UnilabError(
         f"{run_dir} is a run that stopped before it started: it holds its plan"
-        + (" and events.jsonl" if (run_dir / "events.jsonl").is_file() else "")
+        + (" and events.jsonl" if RunLayout(run_dir).events.is_file() else "")
         + " but no manifest and no checkpoint, so nothing of it ran",
         detail="its apply was stopped or killed during start-up (events.jsonl, if any, says where)",
-        fix=f"start it again with its plan: unilab apply {run_dir / 'plan.toml'} (a new run directory); then "
+        fix=f"start it again with its plan: unilab apply {RunLayout(run_dir).plan} (a new run directory); then "
         f"remove {run_dir}",
     )
 
@@ -210,12 +211,12 @@ def validate_manifest_file(path: Path) -> tuple[Manifest, ConsistencyReport]:
     if path.is_dir():
         if (unstarted := never_started(path)) is not None:
             raise unstarted
-        if not (path / "manifest.json").is_file():
+        if not RunLayout(path).manifest.is_file():
             raise UnilabError(
                 f"{path} is a directory without manifest.json",
                 fix="pass a run directory written by `unilab apply`, or its manifest.json",
             )
-        path = path / "manifest.json"
+        path = RunLayout(path).manifest
     try:
         data = json.loads(read_input(path, "manifest").decode("utf-8"))
         json.dumps(data, ensure_ascii=False).encode("utf-8")  # "\ud800" parses, but is no character
@@ -261,6 +262,6 @@ def read_run_manifest(run_dir: Path) -> Manifest | None:
     import json
 
     try:
-        return Manifest.model_validate(json.loads((run_dir / "manifest.json").read_text(encoding="utf-8")))
+        return Manifest.model_validate(json.loads(RunLayout(run_dir).manifest.read_text(encoding="utf-8")))
     except (OSError, ValueError):
         return None

@@ -14,6 +14,7 @@ from torch import nn
 from unilab.algos.registry import algo_def
 from unilab.errors import UnilabError
 from unilab.plan.models import Plan
+from unilab.run_layout import RunLayout
 
 
 def _unreadable(path: Path, exc: OSError) -> UnilabError:
@@ -28,11 +29,11 @@ def read_run_plan(run_dir: Path, command: str = "export") -> Plan:
     `unilab` command the fixes name)."""
     from unilab.plan.render import load_plan
 
-    plan_path = run_dir / "plan.toml"
+    plan_path = RunLayout(run_dir).plan
     try:
         if run_dir.is_file():
             # A file of a run (manifest, checkpoint, tensorboard event file): name the run it is in.
-            home = next((d for d in run_dir.parents[:2] if (d / "plan.toml").is_file()), None)
+            home = next((d for d in run_dir.parents[:2] if RunLayout(d).plan.is_file()), None)
             raise UnilabError(
                 f"{run_dir} is a file; {command} takes a run directory (RUN_DIR)",
                 fix=f"unilab {command} {home}"
@@ -72,7 +73,7 @@ def run_checkpoint(run_dir: Path, name: Path | None, command: str) -> Path:
     RUN_DIR/checkpoints, or a path to one); ``command``: the `unilab` command the fixes name."""
     from unilab.records.checkpoint import list_checkpoints
 
-    directory = run_dir / "checkpoints"
+    directory = RunLayout(run_dir).checkpoints
     try:
         os.listdir(directory)  # glob() hides a permission error as "no checkpoint"
     except FileNotFoundError:

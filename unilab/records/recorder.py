@@ -32,6 +32,7 @@ from unilab.records.events import EventLog
 from unilab.records.manifest_io import keep_code_diff, provenance, utc_now, write_manifest
 from unilab.records.progress import ProgressLine, cpu_ranges, plural
 from unilab.records.wandb_mirror import FINISH_TIMEOUT_S, WandbMirror
+from unilab.run_layout import RunLayout
 from unilab.sim.backends import backend_def
 from unilab.sim.contract import physics_warning_fix
 
@@ -44,7 +45,7 @@ def existing_checkpoints(run_dir: Path) -> list[CheckpointRecord]:
 
     recorded = recorded_digests(run_dir)
     out = []
-    for path in list_checkpoints(run_dir / "checkpoints"):
+    for path in list_checkpoints(RunLayout(run_dir).checkpoints):
         steps, digest = env_steps_of(path), recorded.get(path.name)
         if steps is not None and digest is not None:
             out.append(CheckpointRecord(path=str(path.relative_to(run_dir)), env_steps=steps, sha256=digest))
@@ -128,7 +129,7 @@ class RunRecorder:
                 fix="reinstall unilab's dependencies: bash tools/setup.sh",
             ) from None
         _quiet_writer_thread_errors()
-        self.tb = SummaryWriter(str(self.run_dir / "tensorboard"))
+        self.tb = SummaryWriter(str(RunLayout(self.run_dir).tensorboard))
 
     def open_wandb(self) -> None:
         """Before the collector starts: a mirror that cannot start refuses the run, not ends it."""
@@ -142,7 +143,7 @@ class RunRecorder:
         """After the final manifest is written: attach it and end the W&B run."""
         if self.wandb is not None:
             mirror, self.wandb = self.wandb, None
-            if not mirror.finish(self.run_dir / "manifest.json", failed=status == "failed"):
+            if not mirror.finish(RunLayout(self.run_dir).manifest, failed=status == "failed"):
                 print(  # even with --quiet: the mirror is incomplete
                     f"warning: the W&B run did not finish uploading within {FINISH_TIMEOUT_S:.0f} s; its local copy "
                     f"is in {self.run_dir / 'wandb'} (upload it with: wandb sync {self.run_dir / 'wandb'}/*run-*)",
@@ -239,7 +240,7 @@ class RunRecorder:
         )
 
     def write(self, status: str, first_error: FirstError | None = None) -> None:
-        write_manifest(self.run_dir / "manifest.json", self.manifest(status, first_error), self.events)
+        write_manifest(RunLayout(self.run_dir).manifest, self.manifest(status, first_error), self.events)
 
     # --------------------------------------------------------------------------------- rank hooks
     def on_started(self, evidence: list[RankEvidence], physics_enabled: bool, physics_reason: str | None) -> None:
@@ -347,13 +348,13 @@ class RunRecorder:
         self.prog = prog
         steps = prog.env_steps * self.world
         path, sha = save_checkpoint(
-            self.run_dir / "checkpoints",
+            RunLayout(self.run_dir).checkpoints,
             state,
             plan_id=self.plan.plan_id,
             env_steps=steps,
             keep=self.plan.run.checkpoint_keep,
         )
-        kept = {p.name for p in (self.run_dir / "checkpoints").glob("ckpt-*.pt")}
+        kept = {p.name for p in RunLayout(self.run_dir).checkpoints.glob("ckpt-*.pt")}
         rel = str(path.relative_to(self.run_dir))
         self.checkpoints = [c for c in self.checkpoints if Path(c.path).name in kept and c.path != rel]
         self.checkpoints.append(CheckpointRecord(path=rel, env_steps=steps, sha256=sha))

@@ -28,6 +28,7 @@ from unilab.run.run_dir import (
     supersede_newer,
 )
 from unilab.run.run_lock import killed_before_resume, lock_run_dir
+from unilab.run_layout import RunLayout
 from unilab.stop import STOP_SIGNALS, ignore_stop_signals, signals_blocked, stop_signals_restored
 
 
@@ -160,7 +161,7 @@ def _open_new_run(plan: Plan) -> tuple[Path, int | None, list[Path]]:
         ) from None
     lock = lock_run_dir(run_dir)
     try:
-        write_text_atomic(run_dir / "plan.toml", render(plan), "plan")
+        write_text_atomic(RunLayout(run_dir).plan, render(plan), "plan")
     except BaseException:
         if lock is not None:
             os.close(lock)
@@ -177,7 +178,7 @@ def _settle_failed_run(exc: BaseException, run_dir: Path, resume_dir: Path | Non
         # There is no run to read or resume: a fix that points at one (or at its directory) is void.
         if isinstance(exc, UnilabError) and (exc.fix == RUN_FAILED_FIX or str(run_dir) in (exc.fix or "")):
             exc.fix = "nothing ran and no run directory was kept: correct the problem above and apply again"
-    elif (run_dir / "manifest.json").exists():
+    elif RunLayout(run_dir).manifest.exists():
         ckpt = has_checkpoint(run_dir)
         held = "manifest and last checkpoint" if ckpt else "manifest; no checkpoint was written"
         print(f"run directory ({held}): {run_dir}", file=sys.stderr)

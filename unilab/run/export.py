@@ -20,6 +20,7 @@ from unilab.atomic import check_out_path, write_atomic
 from unilab.errors import UnilabError
 from unilab.plan.models import Plan
 from unilab.records.policy import policy_from_state, read_run_plan, run_checkpoint, verified_checkpoint
+from unilab.run_layout import CHECKPOINTS
 from unilab.tasks.registry import robot_spec, task_def
 
 
@@ -51,7 +52,7 @@ def check_export_out(run_dir: Path, out: Path, fmt: str = "onnx") -> None:
     default = FORMATS[fmt]
     check_out_path(out, default)
     previous_export = (
-        out.suffix.lower() in {Path(f).suffix for f in FORMATS.values()} and out.parent.name != "checkpoints"
+        out.suffix.lower() in {Path(f).suffix for f in FORMATS.values()} and out.parent.name != CHECKPOINTS
     )
     if out.exists() and not previous_export:
         try:

@@ -19,6 +19,7 @@ from torch.distributed.elastic.multiprocessing.errors import record
 from unilab.errors import EXIT_INTERRUPTED, UnilabError
 from unilab.plan.models import Plan
 from unilab.run.run_dir import resume_command
+from unilab.run_layout import RunLayout
 from unilab.stop import STOP_SIGNALS, signals_via_helper_thread
 
 COLLECTIVE_TIMEOUT = timedelta(minutes=10)  # a rank's first collective waits for every collector to build
@@ -127,7 +128,7 @@ def launch_ranks(plan: Plan, run_dir: Path, resume_checkpoint: Path | None, prog
         start_method="spawn",
     )
     args = (
-        str(run_dir / "plan.toml"),
+        str(RunLayout(run_dir).plan),
         str(run_dir),
         str(resume_checkpoint) if resume_checkpoint else None,
         progress,
@@ -194,7 +195,7 @@ def _record_failure(run_dir: Path, where: str, message: str) -> None:
     from unilab.manifest.models import FirstError, Manifest
     from unilab.records.manifest_io import utc_now, write_manifest
 
-    path = run_dir / "manifest.json"
+    path = RunLayout(run_dir).manifest
     if not path.exists():
         return
     try:

@@ -73,7 +73,9 @@ class OnPolicyRank(RankLoop):
 
     def grad_sync_evidence(self) -> tuple[int, float, dict[str, int]]:
         """rsl-rl's own all-reduce, counted by the PPO runner (float32 on the wire)."""
-        wire: dict[str, int] = {self.plan.algo.name: 4 * self.learner.alg.grad_numel()} if self.learner is not None else {}
+        wire: dict[str, int] = (
+            {self.plan.algo.name: 4 * self.learner.alg.grad_numel()} if self.learner is not None else {}
+        )
         return self.grad_syncs, self.grad_sync_s, wire
 
     # ---------------------------------------------------------------------------------- the driver

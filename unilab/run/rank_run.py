@@ -25,6 +25,7 @@ from unilab.records.progress import ProgressLine
 from unilab.records.recorder import RunRecorder
 from unilab.run.offpolicy import OffPolicyRank
 from unilab.run.rank_loop import RankHooks, RankLoop
+from unilab.run_layout import RunLayout
 from unilab.sim.contract import physics_warning_fix
 from unilab.stop import STOP_SIGNALS, StopFlag, signals_ignored
 
@@ -80,7 +81,7 @@ def _open_record(job: RankJob) -> tuple[RunRecorder, EventLog]:
     plan = job.plan
     if job.run_dir is None:
         raise UnilabError("internal: rank 0 needs the run directory")
-    events = EventLog(job.run_dir / "events.jsonl", run_id=job.run_dir.name, rank=0)
+    events = EventLog(RunLayout(job.run_dir).events, run_id=job.run_dir.name, rank=0)
     rec = RunRecorder(
         plan,
         probe_host(),

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from unilab.errors import UnilabError
+from unilab.run_layout import RunLayout
 
 if TYPE_CHECKING:
     from unilab.host.facts import HostFacts
@@ -28,7 +29,7 @@ def resolve_apply(
             raise UnilabError(
                 "apply needs a SPEC or a saved PLAN", fix="unilab apply specs/g1.toml (or --resume RUN_DIR)"
             )
-        target = resume / "plan.toml"  # the run's own plan, re-checked against this host
+        target = RunLayout(resume).plan  # the run's own plan, re-checked against this host
         if not resume.is_dir():
             raise UnilabError(
                 f"--resume {resume}: " + ("no such directory" if not resume.exists() else "not a directory"),
@@ -39,7 +40,7 @@ def resolve_apply(
                 f"{resume} is not a unilab run directory (no plan.toml)",
                 fix="pass the directory `unilab apply` printed at the end of the run",
             )
-    if resume is not None and target == resume / "plan.toml":
+    if resume is not None and target == RunLayout(resume).plan:
         _check_own_plan(resume)
     if replan and resume is None:
         raise UnilabError("--replan re-plans a run being resumed", fix="use it with --resume RUN_DIR, or drop it")
@@ -54,7 +55,7 @@ def _check_own_plan(run_dir: Path) -> None:
     from unilab.inputfile import reading
     from unilab.plan.render import is_plan_file
 
-    target = run_dir / "plan.toml"
+    target = RunLayout(run_dir).plan
     try:
         with reading(target, "plan"):
             ok = is_plan_file(target)  # a plan with a flaw of its own (edited, older) is named by loading it
@@ -147,8 +148,8 @@ def _extended(run_dir: Path, overrides: list[str], replan: bool) -> tuple[Plan, 
     from unilab.plan.render import load_plan
 
     total = budget_override(overrides, run_dir)
-    with reading(run_dir / "plan.toml", "plan"):
-        old = load_plan(run_dir / "plan.toml")
+    with reading(RunLayout(run_dir).plan, "plan"):
+        old = load_plan(RunLayout(run_dir).plan)
     facts = probe_host()
     if (host_changes := compare_fingerprint(old.host_facts, facts)) and not replan:
         raise UnilabError(
@@ -158,7 +159,7 @@ def _extended(run_dir: Path, overrides: list[str], replan: bool) -> tuple[Plan, 
             f"--set run.total_env_steps={total}; or restore what changed",
         )
     if not host_changes:
-        _recheck(old, facts, run_dir / "plan.toml", run_dir)  # an edited plan.toml is not extended
+        _recheck(old, facts, RunLayout(run_dir).plan, run_dir)  # an edited plan.toml is not extended
     new, changes = extend_for_resume(old, facts, run_dir, total)
     print(
         f"extending {run_dir} to {total:,} env steps: {len(changes)} change{'s' if len(changes) != 1 else ''} "

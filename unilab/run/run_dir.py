@@ -12,6 +12,7 @@ from unilab.atomic import write_text_atomic
 from unilab.errors import UnilabError
 from unilab.plan.models import Plan
 from unilab.records.manifest_io import read_run_manifest
+from unilab.run_layout import RunLayout
 
 
 def new_run_dir(plan: Plan) -> Path:
@@ -38,7 +39,7 @@ def resolve_resume(plan: Plan, run_dir: Path, run_plan_id: str | None = None, ch
         run_plan_ids,
     )
 
-    saved = run_dir / "plan.toml"
+    saved = RunLayout(run_dir).plan
     if not saved.is_file():
         raise UnilabError(
             f"{run_dir} is not a unilab run directory (no plan.toml)",
@@ -52,7 +53,7 @@ def resolve_resume(plan: Plan, run_dir: Path, run_plan_id: str | None = None, ch
             detail="--resume continues the same plan; a changed spec, override or host makes a new plan",
             fix=f"resume with the run's own plan: {resume_command(run_dir)}",
         )
-    ckpts = list_checkpoints(run_dir / "checkpoints")
+    ckpts = list_checkpoints(RunLayout(run_dir).checkpoints)
     if not ckpts:
         from unilab.records.manifest_io import never_started
 
@@ -62,7 +63,7 @@ def resolve_resume(plan: Plan, run_dir: Path, run_plan_id: str | None = None, ch
     if read_run_manifest(run_dir) is None:
         # A run with checkpoints wrote its manifest before the first of them: it was deleted or damaged
         # since. Resuming would start a new record and silently lose the sessions and digests it held.
-        gone = "missing" if not (run_dir / "manifest.json").exists() else "unreadable or invalid"
+        gone = "missing" if not RunLayout(run_dir).manifest.exists() else "unreadable or invalid"
         raise UnilabError(
             f"{run_dir}/manifest.json is {gone}: the run's record of its sessions and checkpoint digests is gone",
             detail="a resume continues a run's record; it would start a new one and the history would be lost",
@@ -105,10 +106,10 @@ def supersede_newer(run_dir: Path, resumed: Path) -> Path | None:
     from unilab.records.manifest_io import read_run_manifest, write_manifest
 
     steps = env_steps_of(resumed) or 0
-    newer = [c for c in list_checkpoints(run_dir / "checkpoints") if (env_steps_of(c) or 0) > steps]
+    newer = [c for c in list_checkpoints(RunLayout(run_dir).checkpoints) if (env_steps_of(c) or 0) > steps]
     if not newer:
         return None
-    base = run_dir / "checkpoints" / f"superseded-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}"
+    base = RunLayout(run_dir).checkpoints / f"superseded-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}"
     aside, i = base, 1
     while aside.exists():  # two resumes within a second
         i += 1
@@ -123,7 +124,7 @@ def supersede_newer(run_dir: Path, resumed: Path) -> Path | None:
     if manifest is not None:
         moved = {c.name for c in newer}
         kept = [c for c in manifest.checkpoints if Path(c.path).name not in moved]
-        write_manifest(run_dir / "manifest.json", manifest.model_copy(update={"checkpoints": kept}), None)
+        write_manifest(RunLayout(run_dir).manifest, manifest.model_copy(update={"checkpoints": kept}), None)
     return aside
 
 
@@ -138,7 +139,7 @@ def replace_plan(run_dir: Path, plan: Plan, old_plan_id: str) -> None:
     belong to it; the manifest's sessions name both)."""
     from unilab.plan.render import render
 
-    old = run_dir / "plan.toml"
+    old = RunLayout(run_dir).plan
     keep = kept_plan_path(run_dir, old_plan_id)
     if not keep.exists():
         write_text_atomic(keep, old.read_text(encoding="utf-8"), "previous plan")
@@ -153,7 +154,7 @@ def restore_plan_unless_recorded(run_dir: Path, plan: Plan) -> None:
         return
     kept = kept_plan_path(run_dir, manifest.plan_id)
     if kept.is_file():
-        write_text_atomic(run_dir / "plan.toml", kept.read_text(encoding="utf-8"), "plan")
+        write_text_atomic(RunLayout(run_dir).plan, kept.read_text(encoding="utf-8"), "plan")
         kept.unlink()
 
 
@@ -161,7 +162,7 @@ def drop_if_nothing_ran(run_dir: Path, resume_dir: Path | None, made_parents: li
     """A new run directory without a manifest holds nothing that ran: remove it, leaving no
     half-made run directory, and the parents this run made (run.output_dir) if they are empty.
     True when it was removed."""
-    if resume_dir is not None or (run_dir / "manifest.json").exists():
+    if resume_dir is not None or RunLayout(run_dir).manifest.exists():
         return False
     shutil.rmtree(run_dir, ignore_errors=True)
     for parent in made_parents or []:  # deepest first; stop at the first that holds something
@@ -173,7 +174,7 @@ def drop_if_nothing_ran(run_dir: Path, resume_dir: Path | None, made_parents: li
 
 
 def has_checkpoint(run_dir: Path) -> bool:
-    return any((run_dir / "checkpoints").glob("ckpt-*.pt"))
+    return any(RunLayout(run_dir).checkpoints.glob("ckpt-*.pt"))
 
 
 def resume_command(run_dir: Path) -> str:
