@@ -9,8 +9,8 @@ from collections.abc import Iterator
 import pytest
 import torch
 
+from unilab.records.progress import Progress
 from unilab.run.offpolicy import LearnerThreads
-from unilab.run.rank_loop import Progress
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ from tests.conftest import SPECS, load_tool
 from tests.conftest import run_unilab as unilab
 from unilab.collect.collector_client import CollectorStats
 from unilab.learn.critic_bias import StartValueBias
-from unilab.run.rank_loop import Progress
+from unilab.records.progress import Progress
 
 TINY_SAC = '{name="sac", batch_size=32, hidden_dims=[16], warmup_env_steps=64}'
 

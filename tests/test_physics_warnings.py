@@ -31,7 +31,7 @@ def test_mjwarp_overflow_is_named_per_kind() -> None:
 def test_warnings_cross_from_the_collector_to_the_learner() -> None:
     from unilab.collect import channel as ch
     from unilab.collect.collector_client import CollectorStats
-    from unilab.run.rank_loop import Progress
+    from unilab.records.progress import Progress
 
     bufs = ch.SharedBuffers.allocate(2, 3, 1, 0)
     assert ch.read_evidence(bufs.physics_warnings) is None  # nothing written: no warning

@@ -1,10 +1,92 @@
-"""The live progress line: one line rewritten in place on a terminal, one line per interval
-otherwise (so CI logs and `tee` stay readable)."""
+"""A rank's progress record (`Progress`: what the rank loop counts and the recorder reports in the
+events and the manifest) and the live progress line: one line rewritten in place on a terminal,
+one line per interval otherwise (so CI logs and `tee` stay readable)."""
 
 from __future__ import annotations
 
 import sys
-from typing import TextIO
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TextIO
+
+if TYPE_CHECKING:
+    from unilab.collect.collector_client import CollectorStats
+
+
+@dataclass
+class Progress:
+    """What the rank has done so far: counters, timing sums and the latest episode metrics."""
+
+    env_steps: int = 0
+    syncs: int = 0
+    updates: int = 0
+    episodes: int = 0
+    transitions_produced: int = 0
+    transitions_stored: int = 0
+    transitions_nonfinite: int = 0
+    nonfinite_resets: int = 0
+    update_s: float = 0.0  # gradient updates (with data parallel, their gradient all-reduces too)
+    sample_s: float = 0.0  # replay sampling and batch normalization for those updates
+    grad_sync_s: float = 0.0  # data-parallel gradient all-reduces, inside update_s (DpContext.sync_s)
+    updates_on_shared_cpus: int = 0  # this session's updates on all planned threads (LearnerThreads)
+    wait_s: float = 0.0
+    dp_sync_s: float = 0.0
+    collector_wait_s: float = 0.0
+    last_return: float | None = None
+    last_length: float | None = None
+    # Over the episodes completed between the last two folds: the share that terminated (not
+    # truncated) and each reward term's mean per episode (the terms of last_return).
+    last_terminated_fraction: float | None = None
+    last_reward_terms: dict[str, float] = field(default_factory=dict)
+    # Learning-health figures (the collector's action saturation and its task's diagnostics), each a
+    # mean per env step over the env steps published between the last two folds that saw new ones;
+    # `health_env_steps` counts the env steps published so far (a log reports a fresh window only).
+    last_health: dict[str, float] = field(default_factory=dict)
+    health_env_steps: float = 0.0
+    phase_s: dict[str, float] = field(default_factory=dict)
+    phase_cpu_s: dict[str, float] = field(default_factory=dict)
+    physics_replays: int = 0
+    learner_graph: Any = None  # unilab.learn.graph.GraphStats when the plan enabled the learner graph
+    collector_graph: dict[str, Any] | None = None  # the collector update-state graph's evidence
+    physics_warnings: dict[str, int] = field(default_factory=dict)
+    episodes_base: int = 0  # episodes before this session (a resumed run's)
+    # The collector's cumulative (episodes, return sum, length sum) at the previous fold.
+    _seen: tuple[int, float, float] = (0, 0.0, 0.0)
+    _seen_terms: tuple[float, dict[str, float]] = (0.0, {})
+    _seen_health: dict[str, float] = field(default_factory=dict)
+
+    def counters_state(self) -> dict[str, int]:
+        return {"env_steps": self.env_steps, "syncs": self.syncs, "updates": self.updates, "episodes": self.episodes}
+
+    def restore_counters(self, c: dict[str, int]) -> None:
+        """A resumed run's counters, as `counters_state` saved them."""
+        self.env_steps, self.syncs, self.updates = c["env_steps"], c["syncs"], c["updates"]
+        self.episodes = self.episodes_base = c["episodes"]
+
+    def fold(self, s: CollectorStats) -> None:
+        """Take in the collector's cumulative counters; the mean return and length are over the
+        episodes completed since the previous fold."""
+        new = s.episodes - self._seen[0]
+        if new > 0:
+            self.last_return = (s.return_sum - self._seen[1]) / new
+            self.last_length = (s.length_sum - self._seen[2]) / new
+            terminated, sums = self._seen_terms
+            self.last_terminated_fraction = (s.terminated - terminated) / new
+            self.last_reward_terms = {k: (v - sums.get(k, 0.0)) / new for k, v in s.reward_term_sums.items()}
+        self._seen = (s.episodes, s.return_sum, s.length_sum)
+        self._seen_terms = (s.terminated, s.reward_term_sums)
+        steps = s.health_env_steps - self.health_env_steps
+        if steps > 0:
+            seen = self._seen_health
+            self.last_health = {k: (v - seen.get(k, 0.0)) / steps for k, v in s.health_sums.items()}
+            self.health_env_steps, self._seen_health = s.health_env_steps, s.health_sums
+        self.episodes = self.episodes_base + s.episodes
+        self.nonfinite_resets = s.nonfinite
+        self.collector_wait_s = s.wait_s
+        self.phase_s = s.phase_s
+        self.phase_cpu_s = s.phase_cpu_s
+        self.physics_replays = s.physics_replays
+        self.collector_graph = s.collector_graph
+        self.physics_warnings = s.physics_warnings
 
 
 def _fmt_eta(seconds: float) -> str:

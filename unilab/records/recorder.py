@@ -30,7 +30,7 @@ from unilab.manifest.models import (
 from unilab.plan.models import Plan
 from unilab.records.events import EventLog
 from unilab.records.manifest_io import keep_code_diff, provenance, utc_now, write_manifest
-from unilab.records.progress import ProgressLine, cpu_ranges, plural
+from unilab.records.progress import Progress, ProgressLine, cpu_ranges, plural
 from unilab.records.wandb_mirror import FINISH_TIMEOUT_S, WandbMirror
 from unilab.run_layout import RunLayout
 from unilab.sim.backends import backend_def
@@ -109,7 +109,7 @@ class RunRecorder:
         self.last_metrics: dict[str, float] = {}
         self._episodes_logged: int | None = None  # rank 0's episode count at the previous log
         self._health_logged = 0.0  # rank 0's env steps of learning-health figures at the previous log
-        self.prog: Any = None
+        self.prog: Progress | None = None
         # Exact sums over ranks, gathered at the end; until then rank 0's counts times the world size.
         self.totals: dict[str, int] | None = None
         self._warned: set[str] = set()
@@ -220,9 +220,9 @@ class RunRecorder:
                 physics_graph=self.physics_graph,
                 learner_graph=self._learner_graph(),
                 collector_graph=GraphEvidence(
-                    **p.graphs.collector.model_dump(), **(getattr(self.prog, "collector_graph", None) or {})
+                    **p.graphs.collector.model_dump(), **((prog.collector_graph if prog else None) or {})
                 ),
-                physics_warnings=dict(getattr(self.prog, "physics_warnings", None) or {}),
+                physics_warnings=dict(prog.physics_warnings if prog else {}),
             ),
             cuda_process_sharing=SharingEvidence(
                 configured=p.cuda_process_sharing.configured,
@@ -294,10 +294,10 @@ class RunRecorder:
 
     def _learner_graph(self) -> GraphEvidence:
         planned = self.plan.graphs.learner.model_dump()
-        stats = getattr(self.prog, "learner_graph", None)
+        stats = self.prog.learner_graph if self.prog is not None else None
         return GraphEvidence(**planned, **(stats.evidence() if stats is not None else {}))
 
-    def on_log(self, prog: Any, metrics: dict[str, float]) -> None:
+    def on_log(self, prog: Progress, metrics: dict[str, float]) -> None:
         self.prog, self.last_metrics = prog, metrics
         self._note_physics_warnings(prog.physics_warnings)
         run_s = metrics.get("elapsed_s", 0.0)
@@ -326,7 +326,7 @@ class RunRecorder:
         self.events.info("iteration", **record)
         scalars = {"perf/env_steps_per_s": sps, "perf/updates_per_s": ups}
         if fresh:
-            scalars["episode/return"] = prog.last_return
+            scalars["episode/return"] = prog.last_return or 0.0  # fresh: not None
             scalars["episode/length"] = prog.last_length or 0.0
             scalars["episode/terminated_fraction"] = prog.last_terminated_fraction or 0.0
             for name, v in prog.last_reward_terms.items():  # the return's terms, as mjlab logs them
@@ -342,7 +342,32 @@ class RunRecorder:
             self.wandb.log(scalars, step)  # plotted against env_steps, as in TensorBoard
         self.line.update(prog.env_steps * self.world, sps, ups, prog.last_return if fresh else None, run_s)
 
-    def on_checkpoint(self, prog: Any, state: dict[str, Any]) -> Path:
+    def on_finished(
+        self,
+        prog: Progress,
+        totals: dict[str, int],
+        param_digests: list[str | None] | None,
+        grad_sync: tuple[int, float, dict[str, int]] | None,
+    ) -> None:
+        """Every rank's end-of-run evidence, gathered to rank 0: the counters summed over ranks and,
+        with data parallel, each rank's parameter digest and the gradient all-reduce's figures
+        (``grad_sync``: syncs, seconds, wire bytes per sync by buffer)."""
+        self.prog, self.totals = prog, totals
+        if param_digests is None or grad_sync is None or self.data_parallel is None:
+            return
+        self.ranks = [r.model_copy(update={"param_digest": d}) for r, d in zip(self.ranks, param_digests, strict=True)]
+        syncs, sync_s, wire = grad_sync
+        self.data_parallel = self.data_parallel.model_copy(
+            update={
+                "grad_syncs": syncs,
+                "grad_sync_ms_per_update": 1e3 * sync_s / max(prog.updates, 1),
+                "wire_bytes_per_sync": wire,
+                "obs_gather_s": prog.dp_sync_s,
+                "params_identical": len(set(param_digests)) == 1,
+            }
+        )
+
+    def on_checkpoint(self, prog: Progress, state: dict[str, Any]) -> Path:
         from unilab.records.checkpoint import save_checkpoint
 
         self.prog = prog

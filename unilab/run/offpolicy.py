@@ -29,9 +29,10 @@ from unilab.learn.critic_bias import StartValueBias
 from unilab.learn.normalizer import ObsNormalizer
 from unilab.learn.replay import ReplayBuffer
 from unilab.plan.models import Plan
+from unilab.records.progress import Progress
 from unilab.run.cpu_tuning import keep_freed_memory
 from unilab.run.init_state import loading_init
-from unilab.run.rank_loop import Progress, RankLoop
+from unilab.run.rank_loop import RankLoop
 from unilab.spec.models import ReplayAlgoSpec
 
 

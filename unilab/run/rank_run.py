@@ -182,20 +182,9 @@ def _record_end(rec: RunRecorder | None, runner: Any, dp: Any, world: int) -> No
     digests = [d for d, _ in finals]
     if rec is None:
         return
-    rec.prog = pr
-    rec.totals = {k: sum(c[k] for _, c in finals) for k in finals[0][1]}
-    if dp is not None and rec.data_parallel is not None:
-        rec.ranks = [r.model_copy(update={"param_digest": d}) for r, d in zip(rec.ranks, digests, strict=True)]
-        syncs, sync_s, wire = runner.grad_sync_evidence()
-        rec.data_parallel = rec.data_parallel.model_copy(
-            update={
-                "grad_syncs": syncs,
-                "grad_sync_ms_per_update": 1e3 * sync_s / max(pr.updates, 1),
-                "wire_bytes_per_sync": wire,
-                "obs_gather_s": pr.dp_sync_s,
-                "params_identical": len(set(digests)) == 1,
-            }
-        )
+    totals = {k: sum(c[k] for _, c in finals) for k in finals[0][1]}
+    with_dp = dp is not None
+    rec.on_finished(pr, totals, digests if with_dp else None, runner.grad_sync_evidence() if with_dp else None)
     if runner.final_state is not None:  # None: stopped before the first observation, nothing to save
         rec.on_checkpoint(pr, runner.final_state)
 
