@@ -198,7 +198,7 @@ def open_session(req: PlayRequest) -> PlaySession:
     from unilab.collect.build import build_collector, compose_robot
     from unilab.evaluate.rollout import load_run_policy
     from unilab.host.platform import require_runtime_platform
-    from unilab.tasks.base import Task
+    from unilab.tasks.registry import robot_spec
 
     require_runtime_platform("unilab play")
     if not 1 <= req.worlds <= MAX_WORLDS:
@@ -207,16 +207,16 @@ def open_session(req: PlayRequest) -> PlaySession:
         raise UnilabError(f"--seed {req.seed} is out of range", fix="pass --seed between 0 and 2147483647")
     run = load_run_policy(req.run_dir, req.checkpoint, "play")
     task, sim = run.task(req.worlds), run.sim()
+    if robot_spec(task) is None:  # the viewer draws the G1's state (base frame, feet, commands)
+        raise UnilabError(
+            f"unilab play shows the G1 tasks; {run.plan.task.name} is not one",
+            fix=f"watch it with unilab eval {req.run_dir} --video FILE.mp4",
+        )
     # The viewer's geometry: the collector's physics workers keep their own compiled copy.
     model = mujoco.MjModel.from_xml_string(compose_robot(task, sim, run.base).xml)
     torch.set_num_threads(1)  # one world's policy batch is tiny; the viewer's threads need the CPUs
     c = build_collector(task, sim, spec_dir=run.base, num_envs=req.worlds, workers=1, seed=req.seed, timing=False)
     try:
-        if not isinstance(c.task, Task):
-            raise UnilabError(
-                f"unilab play shows the G1 tasks; {run.plan.task.name} is not one",
-                fix=f"watch it with unilab eval {req.run_dir} --video FILE.mp4",
-            )
         run.check_fits(c, fix="play it with the unilab that wrote it (the version and commit its run's manifest names)")
         return PlaySession(c, run.policy, model, checkpoint=run.checkpoint, checkpoint_env_steps=run.env_steps)
     except BaseException:
