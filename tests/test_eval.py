@@ -128,6 +128,13 @@ def test_a_checkpoint_for_other_observations_is_refused_before_it_is_played(
     assert (e.value.detail or "").startswith("this collector's: ") and "unilab export" in (e.value.fix or "")
 
 
+def test_play_refuses_the_check_task_before_it_builds_anything(cartpole_run: Path) -> None:
+    """`unilab play` draws a G1; the cart-pole run is refused in one paragraph that points at eval."""
+    r = unilab("play", str(cartpole_run))  # refused before a port is taken
+    _refused(r, "unilab play shows the G1 tasks; cartpole is not one")
+    assert f"unilab eval {cartpole_run} --video" in r.stderr
+
+
 def test_a_checkpoint_is_named_among_the_runs_own(cartpole_run: Path, tmp_path: Path) -> None:
     """--checkpoint takes a checkpoint the run wrote: not its digest file, not a file elsewhere."""
     sidecar = "ckpt-0000000000640.pt.sha256"
