@@ -29,6 +29,7 @@ from unilab.manifest.models import Manifest
 from unilab.plan.from_spec import SpecSource, plan
 from unilab.plan.models import Plan
 from unilab.python_voice import python_api
+from unilab.stop import import_uninterrupted, stop_signals_interrupt
 
 
 @dataclass(frozen=True)
@@ -82,7 +83,6 @@ def apply(
             return apply(
                 spec, overrides, resume=resume, checkpoint=checkpoint, replan=replan, progress=False, smoke=smoke
             )
-    from unilab.stop import import_uninterrupted
 
     import_uninterrupted("numpy", "torch", "torch.utils.tensorboard", "unilab.run.apply")
     from unilab.run.apply import ApplyRequest, run_apply
@@ -116,7 +116,6 @@ def apply(
     else:
         target = None if spec is None else Path(spec)
         the_plan, resumes_plan = resolve_apply(target, list(overrides), resume_dir, replan, smoke)
-    from unilab.stop import stop_signals_interrupt
 
     with stop_signals_interrupt():
         outcome = run_apply(
@@ -153,7 +152,6 @@ def export(
     """Write the run's policy (its newest checkpoint, or ``checkpoint``) with its observation
     normalizer as ONNX or TorchScript, as `unilab export` does (default ``RUN_DIR/policy.onnx`` or
     ``policy.pt``); returns the path."""
-    from unilab.stop import import_uninterrupted
 
     import_uninterrupted("numpy", "torch", "onnx", "unilab.run.export")
     from unilab.run.export import export_policy

@@ -10,6 +10,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from unilab.atomic import write_text_atomic
+from unilab.errors import UnilabError
 from unilab.schema_document import schema_document
 
 
@@ -47,8 +49,6 @@ def rendered() -> dict[str, str]:
 
 def export(out_dir: Path) -> list[Path]:
     """Write every schema atomically (a reader never sees half a file)."""
-    from unilab.atomic import write_text_atomic
-    from unilab.errors import UnilabError
 
     try:
         out_dir.mkdir(parents=True, exist_ok=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from unilab.atomic import check_out_path, write_text_atomic
 from unilab.errors import PlanRefused, UnilabError
 from unilab.host.record import read_host_facts
 from unilab.inputfile import reading
@@ -51,7 +52,6 @@ def same_file(a: Path, b: Path) -> bool:
 
 def check_out_file(out: Path, inputs: list[Path], what: str) -> None:
     """Refuse an --out that is a directory, sits in a missing directory, or is one of the inputs."""
-    from unilab.atomic import check_out_path
 
     check_out_path(out, f"{what}.toml")
     for src in inputs:
@@ -65,7 +65,6 @@ def check_out_file(out: Path, inputs: list[Path], what: str) -> None:
 def write_atomic(path: Path, text: str, what: str = "plan") -> None:
     """Never a half-written file (see unilab.atomic); the caller checked ``path`` with
     ``check_out_file`` before doing the work."""
-    from unilab.atomic import write_text_atomic
 
     write_text_atomic(
         path, text, what, fix=f"check that {path.parent} is writable and has free space, or choose another --out"

@@ -5,18 +5,17 @@ from __future__ import annotations
 import argparse
 
 from unilab.cli.args import add_checkpoint_arg, add_run_dir_arg
+from unilab.extras import require
+from unilab.stop import StopFlag
 
 DEFAULT_PORT = 8080
 STATUS_EVERY_S = 2.0  # a status line this often when stdout is not a terminal (a log file, a test)
 
 
 def cmd_play(args: argparse.Namespace) -> int:
-    from unilab.extras import require
-
     require("viser", "play", "`unilab play` (the browser viewer)")  # before any other work
     from unilab.play.session import PlayRequest, open_session
     from unilab.play.viewer import Viewer, check_port, free_port, say, serve
-    from unilab.stop import StopFlag
 
     if args.port is not None:
         check_port(args.host, args.port)

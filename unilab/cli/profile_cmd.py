@@ -7,6 +7,9 @@ import math
 from collections.abc import Callable
 
 from unilab.cli.args import path_arg
+from unilab.errors import UnilabError
+from unilab.inputfile import reading
+from unilab.stop import stop_signals_interrupt
 
 
 def _command(args: argparse.Namespace) -> list[str]:
@@ -24,8 +27,6 @@ def _command(args: argparse.Namespace) -> list[str]:
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
-    from unilab.errors import UnilabError
-    from unilab.inputfile import reading
     from unilab.plan.render import is_plan_file
     from unilab.profile.arms import default_arms, parse_arms
     from unilab.profile.report import render_markdown
@@ -71,7 +72,6 @@ def cmd_profile(args: argparse.Namespace) -> int:
         command=_command(args),
         default_arms=not args.arm,
     )
-    from unilab.stop import stop_signals_interrupt
 
     with stop_signals_interrupt():  # a SIGTERM or SIGHUP stops a profile as Ctrl-C does
         result = run_profile(req)

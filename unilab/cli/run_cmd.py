@@ -8,12 +8,13 @@ import os
 
 from unilab.cli.args import add_checkpoint_arg, add_run_dir_arg, path_arg
 from unilab.errors import UnilabError
+from unilab.lifetime import DIE_WITH_PARENT_ENV, die_with_parent
 from unilab.run_layout import RunLayout
+from unilab.stop import stop_signals_interrupt
 
 
 def _die_with_a_parent_that_asked() -> None:
     """`unilab profile` starts each run in a session of its own and asks it to die with the profile."""
-    from unilab.lifetime import DIE_WITH_PARENT_ENV, die_with_parent
 
     parent = os.environ.pop(DIE_WITH_PARENT_ENV, None)  # popped: the run's own children die with it
     if parent is None:
@@ -36,7 +37,6 @@ def cmd_apply(args: argparse.Namespace) -> int:
         )
     plan, resumes_plan = resolve_apply(args.target, args.set, args.resume, args.replan, args.smoke)
     from unilab.run.terminal import terminal_may_go
-    from unilab.stop import stop_signals_interrupt
 
     # A closed pipe or hung-up terminal must not end the training run; a SIGTERM before the run's
     # own stop handling is in place ends it as cleanly as a Ctrl-C.

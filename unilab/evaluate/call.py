@@ -8,6 +8,7 @@ from pathlib import Path
 
 from unilab.evaluate.models import EvalReport
 from unilab.python_voice import python_api
+from unilab.stop import import_uninterrupted
 
 
 @python_api
@@ -26,7 +27,6 @@ def evaluate(
     world, from its newest checkpoint (or ``checkpoint``); ``video`` films world 0's episode (the
     first ``video_episodes``) into an MP4. Returns the report `unilab eval --json` prints
     (schemas/eval.v1.json): ``report.episode_return.mean``, ``report.command_tracking``, ..."""
-    from unilab.stop import import_uninterrupted
 
     import_uninterrupted("numpy", "torch", "mujoco", "unilab.evaluate.rollout")
     from unilab.evaluate.rollout import EvalRequest

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from unilab.host.facts import HostFacts
+from unilab.inputfile import reading
 from unilab.plan.models import Plan
 from unilab.python_voice import python_api
 
@@ -33,7 +34,6 @@ def plan(
 
         return smoke_plan(lambda o: plan(spec, o, host_facts), overrides, flag="smoke=True")
     from unilab.host.record import read_host_facts
-    from unilab.inputfile import reading
     from unilab.plan.compile import compile_plan
     from unilab.spec.load import load_spec, spec_from_data
 

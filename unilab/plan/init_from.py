@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from unilab.digests import env_steps_of, file_sha256, list_checkpoints, recorded_digests
 from unilab.errors import UnilabError
 from unilab.run_layout import CHECKPOINTS, RunLayout
 
@@ -28,7 +29,6 @@ class InitSource:
 
 def _checkpoint_of(path: Path) -> tuple[Path, Path]:
     """(checkpoint file, its run directory) for a run directory or a checkpoint file of one."""
-    from unilab.digests import env_steps_of, list_checkpoints
 
     if path.is_dir():
         ckpts = list_checkpoints(RunLayout(path).checkpoints)
@@ -51,7 +51,6 @@ def _checkpoint_of(path: Path) -> tuple[Path, Path]:
 
 def inspect_init_from(ref: str | None, spec_dir: Path) -> InitSource | UnilabError | None:
     """The checkpoint ``run.init_from`` names (None when unset), or the UnilabError saying why not."""
-    from unilab.digests import env_steps_of, file_sha256, recorded_digests
     from unilab.plan.inputs import resolve_input_path
     from unilab.plan.render import load_plan
 

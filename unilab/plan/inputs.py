@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from unilab.digests import file_sha256
 from unilab.errors import UnilabError
 from unilab.run_layout import RunLayout
 from unilab.tasks.registry import robot_spec
@@ -80,7 +81,6 @@ def check_planned_inputs(task: TaskPlan, cwd: Path, resume_dir: Path | None = No
     (and the manifest that embeds it) would describe files other than the ones that ran. A robot
     MJCF counts with its includes and asset files (unilab.robot.inspect.mjcf_digest).
     ``resume_dir``: the run being resumed, whose fixes differ (a new plan cannot resume it)."""
-    from unilab.digests import file_sha256
     from unilab.robot.inspect import mjcf_digest
 
     where = applied_from(resume_dir) if resume_dir is not None else None
@@ -120,7 +120,6 @@ def check_planned_inputs(task: TaskPlan, cwd: Path, resume_dir: Path | None = No
 def check_init_from(run: RunPlan, cwd: Path) -> None:
     """Refuse to start a run from a checkpoint (run.init_from) that is gone or changed since the
     plan was made: the plan records the one it names by its sha256."""
-    from unilab.digests import file_sha256
 
     init = run.init_from
     if init is None:

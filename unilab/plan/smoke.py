@@ -15,6 +15,7 @@ from pathlib import Path
 
 from unilab.algos.registry import algo_def
 from unilab.errors import UnilabError
+from unilab.inputfile import reading
 from unilab.plan.models import Plan
 from unilab.plan.rules.task import _first_update_syncs
 from unilab.spec.models import ReplayAlgoSpec
@@ -40,7 +41,6 @@ def smoke_overrides(plan: Plan) -> list[str]:
 
 def refuse_saved_plan(target: Path, command: str) -> None:
     """A smoke run re-plans a spec: a saved plan (``target``) has no spec to re-plan."""
-    from unilab.inputfile import reading
     from unilab.plan.render import is_plan_file
 
     with reading(target, "spec or plan"):

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from unilab.algos.registry import algo_def
+from unilab.atomic import write_text_atomic
 from unilab.errors import UnilabError
 from unilab.plan.models import Plan
 from unilab.profile.arms import RESERVED_KEYS, Arm, schedule
@@ -298,7 +299,6 @@ def take_plan_inventory(plan: Plan, spec_dir: Path, steps: int, repeat: int) -> 
 
 
 def write_outputs(profile: Profile, out: Path) -> None:
-    from unilab.atomic import write_text_atomic
     from unilab.profile.report import render_markdown, render_png
 
     write_text_atomic(out / "profile.json", json.dumps(profile.model_dump(mode="json"), indent=2) + "\n", "profile")

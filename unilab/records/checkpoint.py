@@ -16,7 +16,7 @@ import torch
 from unilab.atomic import write_atomic
 
 # Re-exported: callers import the checkpoint helpers from here; the planner reads them torch-free.
-from unilab.digests import digest_path, list_checkpoints, recorded_digests
+from unilab.digests import digest_path, file_sha256, list_checkpoints, recorded_digests
 from unilab.digests import env_steps_of as env_steps_of
 from unilab.errors import UnilabError
 from unilab.run_layout import RunLayout
@@ -66,7 +66,6 @@ def check_recorded_digest(run_dir: Path, path: Path) -> str:
     """Refuse a checkpoint whose bytes differ from the sha256 the run recorded for it (a file
     changed after the run may still load), or whose digest was not recorded anywhere that can be
     read: then nothing vouches for it. Returns the verified digest."""
-    from unilab.digests import file_sha256
 
     want = recorded_digests(run_dir).get(path.name)
     if want is None:

@@ -23,6 +23,7 @@ from unilab.manifest.consistency import ConsistencyReport, check_manifest
 from unilab.manifest.models import Manifest, Provenance
 from unilab.records.events import EventLog
 from unilab.run_layout import RunLayout
+from unilab.schema_document import schema_document
 
 
 def utc_now() -> str:
@@ -135,7 +136,6 @@ def provenance(facts: HostFacts) -> Provenance:
 @lru_cache(maxsize=1)
 def _validator() -> jsonschema.protocols.Validator:
     from unilab.manifest.models import MANIFEST_SCHEMA_VERSION
-    from unilab.schema_document import schema_document
 
     schema = schema_document(Manifest, "manifest", MANIFEST_SCHEMA_VERSION)
     cls = jsonschema.validators.validator_for(schema)

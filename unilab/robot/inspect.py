@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from unilab.digests import file_sha256
 from unilab.errors import RobotModelError
 from unilab.inputfile import read_input
 from unilab.robot.g1 import ANCHOR_BODY, BASE_BODY, FEET_BODIES, JOINT_NAMES, KEY_BODIES
@@ -140,7 +141,6 @@ def mjcf_matches(path: Path, digest: str) -> bool:
     """Whether a user's MJCF still is the model a plan recorded: ``mjcf_digest``, or for a plan made
     before includes and assets were digested, the main file's own sha256 (what such a plan
     promised). Raises like ``mjcf_digest``."""
-    from unilab.digests import file_sha256
 
     return mjcf_digest(path) == digest or file_sha256(Path(path).expanduser().resolve()) == digest
 
@@ -154,8 +154,6 @@ def _read_model(path: Path) -> tuple[ET.Element, list[Path]]:
 
 
 def _digest(main: Path, others: list[Path]) -> str:
-    from unilab.digests import file_sha256
-
     rest = sorted({p for p in others if p != main}, key=str)
     if not rest:  # a one-file model: the file's own digest, as plans have always recorded it
         return file_sha256(main)

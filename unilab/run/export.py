@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from unilab.atomic import check_out_path, write_atomic
-from unilab.errors import UnilabError
+from unilab.errors import RobotModelError, UnilabError
 from unilab.plan.models import Plan
 from unilab.records.policy import policy_from_state, read_run_plan, run_checkpoint, verified_checkpoint
 from unilab.run_layout import CHECKPOINTS
@@ -83,7 +83,6 @@ def deployment_metadata(plan: Plan, applied_from: Path | None = None) -> dict[st
         meta["unilab.reference_motion"] = json.dumps(
             {"source": ref.source, "sha256": ref.sha256, "num_frames": ref.num_frames, "fps": ref.fps}
         )
-    from unilab.errors import RobotModelError
     from unilab.plan.inputs import resolve_input_path
     from unilab.robot.inspect import mjcf_matches
     from unilab.robot.model import RobotLayout, build_model_xml, model_from_xml

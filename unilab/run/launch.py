@@ -20,7 +20,7 @@ from unilab.errors import EXIT_INTERRUPTED, UnilabError
 from unilab.plan.models import Plan
 from unilab.run.run_dir import resume_command
 from unilab.run_layout import RunLayout
-from unilab.stop import STOP_SIGNALS, signals_via_helper_thread
+from unilab.stop import STOP_SIGNALS, StopFlag, signals_via_helper_thread
 
 COLLECTIVE_TIMEOUT = timedelta(minutes=10)  # a rank's first collective waits for every collector to build
 
@@ -48,7 +48,6 @@ def rank_entry(
         os.setpgid(0, 0)
     except OSError:
         pass
-    from unilab.stop import StopFlag
 
     # `launch_ranks` starts the ranks with the stop signals blocked, so that a Ctrl-C while they
     # import torch is not a traceback per rank; from here on a stop signal sets the flag.

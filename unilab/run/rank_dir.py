@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from unilab.atomic import write_text_atomic
 from unilab.errors import UnilabError
 from unilab.plan.models import Plan
 from unilab.run.run_dir import drop_if_nothing_ran
@@ -31,7 +32,6 @@ def check_run_dir_free(run_dir: Path) -> None:
 def make_run_dir(plan: Plan, run_dir: Path) -> list[Path]:
     """Create `run_dir` (locked, if this call made it) with the plan; returns the directories it
     made, deepest first, for `drop_unstarted_run_dir`."""
-    from unilab.atomic import write_text_atomic
     from unilab.plan.render import render
 
     made = [p for p in [run_dir, *run_dir.parents] if not p.exists()]

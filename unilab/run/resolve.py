@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from unilab.errors import UnilabError
+from unilab.inputfile import reading
 from unilab.run_layout import RunLayout
 
 if TYPE_CHECKING:
@@ -52,7 +53,6 @@ def resolve_apply(
 def _check_own_plan(run_dir: Path) -> None:
     """The run's own plan.toml emptied or replaced: read as a spec or plan, its errors would speak of
     specs, or of re-planning, not of the run."""
-    from unilab.inputfile import reading
     from unilab.plan.render import is_plan_file
 
     target = RunLayout(run_dir).plan
@@ -92,7 +92,6 @@ def _resolve_target(
     `resume_dir`: the plan is that run's own, re-planned for this host only with `replan` (then the
     second value is the run's plan id the new plan continues; else None)."""
     from unilab.host.probe import probe_host
-    from unilab.inputfile import reading
     from unilab.plan.diff import first_of
     from unilab.plan.fingerprint import compare_fingerprint
     from unilab.plan.render import is_plan_file, load_plan
@@ -141,7 +140,6 @@ def _extended(run_dir: Path, overrides: list[str], replan: bool) -> tuple[Plan, 
     may change), and the plan id of the run it continues; the changes are shown as `unilab diff`
     shows them."""
     from unilab.host.probe import probe_host
-    from unilab.inputfile import reading
     from unilab.plan.diff import first_of
     from unilab.plan.extend import budget_override, extend_for_resume
     from unilab.plan.fingerprint import compare_fingerprint
