@@ -15,6 +15,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
+from unilab.spec.models import ReplayAlgoSpec
+
 Loop = Literal["offpolicy", "onpolicy"]
 # A broken key rule: (condition, fix, the key path where it is not the rule's own).
 Violation = tuple[str, str, str | None]
@@ -84,7 +86,6 @@ class AlgoDef:
     @property
     def uses_replay(self) -> bool:
         """Its `[algo]` has the replay keys (batch, buffer, warm-up, updates per step)."""
-        from unilab.spec.models import ReplayAlgoSpec
 
         return issubclass(self.spec, ReplayAlgoSpec)
 

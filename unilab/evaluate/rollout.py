@@ -24,6 +24,7 @@ from unilab.evaluate.models import AveragedTracking, CommandTracking, EvalReport
 from unilab.evaluate.status import StatusLine
 from unilab.evaluate.video_request import check_video_request
 from unilab.host.platform import require_runtime_platform
+from unilab.plan.inputs import applied_from, check_planned_inputs, planned_input_paths, planned_task
 from unilab.plan.models import Plan
 from unilab.sim.backends import CPU_BACKEND
 
@@ -51,7 +52,6 @@ class EvalRequest:
 def input_base(plan: Plan, run_dir: Path) -> Path:
     """The directory the plan's relative input paths (robot MJCF, motion) resolve against: this
     one, else the one the run was applied in, whichever holds the files as the run had them."""
-    from unilab.plan.inputs import applied_from, check_planned_inputs, planned_input_paths
 
     if not planned_input_paths(plan.task, Path.cwd()):
         return Path.cwd()
@@ -89,7 +89,6 @@ class RunPolicy:
 
     def task(self, worlds: int) -> Any:
         """The run's task plan for ``worlds`` worlds, its input files as the plan recorded them."""
-        from unilab.plan.inputs import planned_task
 
         return planned_task(self.plan.task).model_copy(update={"num_envs": worlds})
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from unilab.digests import file_sha256
 from unilab.errors import UnilabError
 from unilab.manifest.models import Manifest
+from unilab.plan.render import load_plan
 from unilab.run_layout import CHECKPOINTS, EVENTS, MANIFEST, PLAN, RunLayout
 
 
@@ -111,7 +112,6 @@ def check_run_dir(m: Manifest, run_dir: Path, report: ConsistencyReport) -> None
     """The run directory's plan.toml is the plan the manifest names; listed checkpoints hold the
     bytes it recorded. A run killed mid-checkpoint may list one that pruning removed: a missing
     file counts only once the run has finished."""
-    from unilab.plan.render import load_plan
 
     plan = RunLayout(run_dir).plan
     if not plan.is_file():

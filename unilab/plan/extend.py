@@ -16,6 +16,8 @@ from unilab.errors import Diagnostic, PlanRefused, SpecError, UnilabError
 from unilab.host.facts import HostFacts
 from unilab.plan.diff import Change, first_of
 from unilab.plan.models import Plan
+from unilab.spec.load import parse_override
+from unilab.spec.models import RunSpec
 
 BUDGET_KEY = "run.total_env_steps"
 RULE_ID = "resume.budget-only"
@@ -28,9 +30,6 @@ def budget_override(overrides: list[str], run_dir: Path) -> int:
     from typing import Annotated
 
     from pydantic import TypeAdapter, ValidationError
-
-    from unilab.spec.load import parse_override
-    from unilab.spec.models import RunSpec
 
     value: object = None
     for text in overrides:

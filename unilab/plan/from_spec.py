@@ -9,9 +9,11 @@ from pathlib import Path
 from typing import Any
 
 from unilab.host.facts import HostFacts
+from unilab.host.record import read_host_facts
 from unilab.inputfile import reading
 from unilab.plan.models import Plan
 from unilab.python_voice import python_api
+from unilab.spec.load import load_spec, spec_from_data
 
 SpecSource = str | os.PathLike[str] | Mapping[str, Any]
 
@@ -33,9 +35,7 @@ def plan(
         from unilab.plan.smoke import smoke_plan
 
         return smoke_plan(lambda o: plan(spec, o, host_facts), overrides, flag="smoke=True")
-    from unilab.host.record import read_host_facts
     from unilab.plan.compile import compile_plan
-    from unilab.spec.load import load_spec, spec_from_data
 
     if isinstance(spec, Mapping):
         loaded_spec, spec_dir = spec_from_data(_plain(spec), list(overrides), "<spec mapping>"), Path.cwd()

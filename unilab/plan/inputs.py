@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from unilab.digests import file_sha256
 from unilab.errors import UnilabError
+from unilab.robot.inspect import builtin_mjcf_path, inspect_mjcf, mjcf_digest
 from unilab.run_layout import RunLayout
 from unilab.tasks.registry import robot_spec
 
@@ -32,8 +33,6 @@ def display_path(path: Path) -> str:
 
 
 def inspect_robot(robot_mjcf: str | None, spec_dir: Path) -> Any:
-    from unilab.robot.inspect import builtin_mjcf_path, inspect_mjcf
-
     path = builtin_mjcf_path() if robot_mjcf is None else resolve_input_path(robot_mjcf, spec_dir)
     try:
         return inspect_mjcf(path)
@@ -81,7 +80,6 @@ def check_planned_inputs(task: TaskPlan, cwd: Path, resume_dir: Path | None = No
     (and the manifest that embeds it) would describe files other than the ones that ran. A robot
     MJCF counts with its includes and asset files (unilab.robot.inspect.mjcf_digest).
     ``resume_dir``: the run being resumed, whose fixes differ (a new plan cannot resume it)."""
-    from unilab.robot.inspect import mjcf_digest
 
     where = applied_from(resume_dir) if resume_dir is not None else None
     for field, source, digest in _user_files(task):

@@ -20,6 +20,7 @@ from unilab.spec.models import (
     SimSpec,
     TaskSpec,
 )
+from unilab.tasks.registry import task_def
 
 PLAN_SCHEMA_VERSION = 1
 BF16_MIN_GROUP_ELEMENTS = 1024
@@ -100,7 +101,6 @@ class _TaskResolved(_P):
         """What compile writes, checked again on every plan read: a weight for each of the task's
         reward terms and no other (a plan edited by hand, its plan_id recomputed, must not run
         weights it does not show)."""
-        from unilab.tasks.registry import task_def
 
         task = cast("TaskSpec", self)  # every task plan model is one of the spec's task models too
         if self.reward_weights is not None:

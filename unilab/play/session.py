@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from unilab.errors import UnilabError
+from unilab.tasks.registry import robot_spec
 
 if TYPE_CHECKING:
     from unilab.collect.collector import Collector
@@ -198,7 +199,6 @@ def open_session(req: PlayRequest) -> PlaySession:
     from unilab.collect.build import build_collector, compose_robot
     from unilab.evaluate.rollout import load_run_policy
     from unilab.host.platform import require_runtime_platform
-    from unilab.tasks.registry import robot_spec
 
     require_runtime_platform("unilab play")
     if not 1 <= req.worlds <= MAX_WORLDS:

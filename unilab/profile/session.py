@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from unilab.algos.registry import algo_def
 from unilab.atomic import write_text_atomic
 from unilab.errors import UnilabError
+from unilab.plan.compile import compile_plan
 from unilab.plan.models import Plan
 from unilab.profile.arms import RESERVED_KEYS, Arm, schedule
 from unilab.profile.attribution import COVERAGE_TOLERANCE, GRAPH_THRESHOLD, arm_result, verdict
@@ -20,6 +21,7 @@ from unilab.profile.models import ArmRun, HostSyncInventory, Profile, ProfilePro
 from unilab.profile.runner import Windows, apply_command, place_windows, run_apply_subprocess, window_sample
 from unilab.run_layout import RunLayout
 from unilab.sim.backends import backend_def
+from unilab.spec.load import load_spec
 
 if TYPE_CHECKING:
     from unilab.host.facts import HostFacts
@@ -58,8 +60,6 @@ def new_profile_dir(output_dir: Path) -> Path:
 
 
 def _load(spec: Path, sets: list[str]):
-    from unilab.spec.load import load_spec
-
     return load_spec(spec, sets)
 
 
@@ -149,7 +149,6 @@ def _plan_arms(
 ) -> tuple[dict[str, Windows], dict[str, tuple[Plan, Path]]]:
     """Each arm's windows (the profile's syncs, in the arm's own env steps per sync) and its plan for
     this host, with the spec dir its inventory's collector is built from."""
-    from unilab.plan.compile import compile_plan
 
     arm_windows: dict[str, Windows] = {}
     arm_plans: dict[str, tuple[Plan, Path]] = {}

@@ -14,6 +14,7 @@ from torch import nn
 from unilab.algos.registry import algo_def
 from unilab.errors import UnilabError
 from unilab.plan.models import Plan
+from unilab.plan.render import load_plan
 from unilab.run_layout import RunLayout
 
 
@@ -27,7 +28,6 @@ def _unreadable(path: Path, exc: OSError) -> UnilabError:
 def read_run_plan(run_dir: Path, command: str = "export") -> Plan:
     """The plan of a run directory, refused in one paragraph when there is none (``command``: the
     `unilab` command the fixes name)."""
-    from unilab.plan.render import load_plan
 
     plan_path = RunLayout(run_dir).plan
     try:

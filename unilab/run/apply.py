@@ -17,6 +17,7 @@ from unilab.atomic import write_text_atomic
 from unilab.errors import EXIT_INTERRUPTED, RUN_FAILED_FIX, RunDiverged, UnilabError
 from unilab.plan.inputs import check_init_from, check_planned_inputs
 from unilab.plan.models import Plan
+from unilab.plan.render import render
 from unilab.run.run_dir import (
     drop_if_nothing_ran,
     has_checkpoint,
@@ -149,7 +150,6 @@ def _open_new_run(plan: Plan) -> tuple[Path, int | None, list[Path]]:
     """Create and lock a new run directory holding plan.toml: ``(run_dir, lock, made)``, ``made``
     the directories above it this run created, deepest first. A failure to write plan.toml leaves
     no empty run directory."""
-    from unilab.plan.render import render
 
     run_dir = new_run_dir(plan)
     made = [p for p in run_dir.parents if not p.exists()]

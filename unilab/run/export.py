@@ -18,8 +18,10 @@ import torch
 
 from unilab.atomic import check_out_path, write_atomic
 from unilab.errors import RobotModelError, UnilabError
+from unilab.plan.inputs import applied_from, resolve_input_path
 from unilab.plan.models import Plan
 from unilab.records.policy import policy_from_state, read_run_plan, run_checkpoint, verified_checkpoint
+from unilab.robot.inspect import mjcf_matches
 from unilab.run_layout import CHECKPOINTS
 from unilab.tasks.registry import robot_spec, task_def
 
@@ -83,8 +85,6 @@ def deployment_metadata(plan: Plan, applied_from: Path | None = None) -> dict[st
         meta["unilab.reference_motion"] = json.dumps(
             {"source": ref.source, "sha256": ref.sha256, "num_frames": ref.num_frames, "fps": ref.fps}
         )
-    from unilab.plan.inputs import resolve_input_path
-    from unilab.robot.inspect import mjcf_matches
     from unilab.robot.model import RobotLayout, build_model_xml, model_from_xml
     from unilab.tasks.base import joint_action_scale
 
@@ -196,7 +196,6 @@ def export_policy(run_dir: Path, out: Path | None, checkpoint: Path | None = Non
     example = torch.zeros(1, obs_dim)
     with torch.no_grad():
         act_dim = int(policy(example).shape[-1])
-    from unilab.plan.inputs import applied_from
 
     privileged = tuple(getattr(plan.task, "privileged_observations", None) or ())
     meta = deployment_metadata(plan, applied_from(run_dir)) | observation_metadata(state, obs_dim, privileged)

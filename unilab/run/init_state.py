@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from unilab.errors import UnilabError
+from unilab.plan.inputs import check_init_from, resolve_input_path
 from unilab.plan.models import Plan
 
 _FIX = "start from a checkpoint of a run with this task and network keys (and this unilab), or without run.init_from"
@@ -17,7 +18,6 @@ _FIX = "start from a checkpoint of a run with this task and network keys (and th
 def read_init_state(plan: Plan) -> dict[str, Any]:
     """The learner state of the plan's run.init_from checkpoint, checked again against its sha256
     just before it is read."""
-    from unilab.plan.inputs import check_init_from, resolve_input_path
     from unilab.records.checkpoint import check_finite_weights, load_checkpoint
 
     init = plan.run.init_from

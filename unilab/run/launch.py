@@ -18,6 +18,7 @@ from torch.distributed.elastic.multiprocessing.errors import record
 
 from unilab.errors import EXIT_INTERRUPTED, UnilabError
 from unilab.plan.models import Plan
+from unilab.plan.render import load_plan
 from unilab.run.run_dir import resume_command
 from unilab.run_layout import RunLayout
 from unilab.stop import STOP_SIGNALS, StopFlag, signals_via_helper_thread
@@ -59,7 +60,6 @@ def rank_entry(
     import torch
     import torch.distributed as dist
 
-    from unilab.plan.render import load_plan
     from unilab.run.rank_env import prepare_rank_env
     from unilab.run.rank_run import RankJob, run_rank
     from unilab.run.terminal import terminal_may_go

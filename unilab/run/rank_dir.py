@@ -9,6 +9,7 @@ from pathlib import Path
 from unilab.atomic import write_text_atomic
 from unilab.errors import UnilabError
 from unilab.plan.models import Plan
+from unilab.plan.render import render
 from unilab.run.run_dir import drop_if_nothing_ran
 from unilab.run.run_lock import lock_run_dir
 from unilab.run_layout import CHECKPOINTS, MANIFEST, PLAN, RunLayout
@@ -32,7 +33,6 @@ def check_run_dir_free(run_dir: Path) -> None:
 def make_run_dir(plan: Plan, run_dir: Path) -> list[Path]:
     """Create `run_dir` (locked, if this call made it) with the plan; returns the directories it
     made, deepest first, for `drop_unstarted_run_dir`."""
-    from unilab.plan.render import render
 
     made = [p for p in [run_dir, *run_dir.parents] if not p.exists()]
     run_dir.mkdir(parents=True, exist_ok=True)

@@ -10,7 +10,17 @@ from typing import TYPE_CHECKING
 
 from unilab.errors import UnilabError
 from unilab.inputfile import reading
+from unilab.plan.compile import compile_plan
+from unilab.plan.diff import first_of
+from unilab.plan.extend import budget_override, extend_for_resume
+from unilab.plan.fingerprint import compare_fingerprint
+from unilab.plan.inputs import check_init_from, check_planned_inputs
+from unilab.plan.recheck import recheck_saved_plan
+from unilab.plan.render import is_plan_file, load_plan
+from unilab.plan.replan import replan_for_resume
+from unilab.plan.smoke import refuse_saved_plan, smoke_plan
 from unilab.run_layout import RunLayout
+from unilab.spec.load import load_spec
 
 if TYPE_CHECKING:
     from unilab.host.facts import HostFacts
@@ -53,7 +63,6 @@ def resolve_apply(
 def _check_own_plan(run_dir: Path) -> None:
     """The run's own plan.toml emptied or replaced: read as a spec or plan, its errors would speak of
     specs, or of re-planning, not of the run."""
-    from unilab.plan.render import is_plan_file
 
     target = RunLayout(run_dir).plan
     try:
@@ -72,8 +81,6 @@ def _check_own_plan(run_dir: Path) -> None:
 
 
 def _smoke(target: Path | None, overrides: list[str], resume: Path | None) -> Plan:
-    from unilab.plan.smoke import refuse_saved_plan, smoke_plan
-
     if resume is not None:
         raise UnilabError(
             "--smoke starts a new, short run of a spec; --resume continues a run",
@@ -92,9 +99,6 @@ def _resolve_target(
     `resume_dir`: the plan is that run's own, re-planned for this host only with `replan` (then the
     second value is the run's plan id the new plan continues; else None)."""
     from unilab.host.probe import probe_host
-    from unilab.plan.diff import first_of
-    from unilab.plan.fingerprint import compare_fingerprint
-    from unilab.plan.render import is_plan_file, load_plan
 
     facts = probe_host()
     with reading(target, "spec or plan"):
@@ -127,8 +131,6 @@ def _resolve_target(
             )
         _recheck(plan, facts, target, resume_dir)
         return plan, None
-    from unilab.plan.compile import compile_plan
-    from unilab.spec.load import load_spec
 
     with reading(target, "spec"):
         loaded = load_spec(target, overrides)
@@ -140,10 +142,6 @@ def _extended(run_dir: Path, overrides: list[str], replan: bool) -> tuple[Plan, 
     may change), and the plan id of the run it continues; the changes are shown as `unilab diff`
     shows them."""
     from unilab.host.probe import probe_host
-    from unilab.plan.diff import first_of
-    from unilab.plan.extend import budget_override, extend_for_resume
-    from unilab.plan.fingerprint import compare_fingerprint
-    from unilab.plan.render import load_plan
 
     total = budget_override(overrides, run_dir)
     with reading(RunLayout(run_dir).plan, "plan"):
@@ -171,8 +169,6 @@ def _extended(run_dir: Path, overrides: list[str], replan: bool) -> tuple[Plan, 
 
 def _recheck(plan: Plan, facts: HostFacts, source: Path, resume_dir: Path | None) -> None:
     """A saved plan on this host's facts: its input files, then the plan against its own spec."""
-    from unilab.plan.inputs import check_init_from, check_planned_inputs
-    from unilab.plan.recheck import recheck_saved_plan
 
     # The plan's files first: a changed or missing one is named as such, not as a plan that
     # no longer compiles to itself (apply checks them again just before it runs).
@@ -184,7 +180,6 @@ def _recheck(plan: Plan, facts: HostFacts, source: Path, resume_dir: Path | None
 
 def _replanned(plan: Plan, facts: HostFacts, run_dir: Path) -> Plan:
     """The run's plan made again for this host; the changes are shown as `unilab diff` shows them."""
-    from unilab.plan.replan import replan_for_resume
 
     new, changes = replan_for_resume(plan, facts, run_dir)
     print(
@@ -201,8 +196,6 @@ def resolve_plan_object(plan: Plan) -> Plan:
     """A Plan handed over in-process (unilab.apply) is checked as a saved plan file is: against
     this host's facts, its input files, and its own spec (a plan changed by model_copy is refused)."""
     from unilab.host.probe import probe_host
-    from unilab.plan.diff import first_of
-    from unilab.plan.fingerprint import compare_fingerprint
 
     facts = probe_host()
     if changes := compare_fingerprint(plan.host_facts, facts):

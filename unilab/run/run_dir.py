@@ -11,6 +11,7 @@ from pathlib import Path
 from unilab.atomic import write_text_atomic
 from unilab.errors import UnilabError
 from unilab.plan.models import Plan
+from unilab.plan.render import load_plan, render
 from unilab.records.manifest_io import read_run_manifest
 from unilab.run_layout import RunLayout
 
@@ -29,7 +30,6 @@ def resolve_resume(plan: Plan, run_dir: Path, run_plan_id: str | None = None, ch
     """The newest loadable checkpoint of `run_dir` (or ``checkpoint``, a file name in its
     checkpoints/ or a path to one), which must belong to the same plan (the run's plan
     `run_plan_id` when `plan` re-plans it for this host) and still have env steps to go."""
-    from unilab.plan.render import load_plan
     from unilab.records.checkpoint import (
         check_recorded_digest,
         checkpoint_name,
@@ -137,7 +137,6 @@ def replace_plan(run_dir: Path, plan: Plan, old_plan_id: str) -> None:
     """A run re-planned for this host: its plan.toml (plan `old_plan_id`, which resolve_resume
     checked) becomes the new plan, and the one it replaces is kept beside it (its checkpoints
     belong to it; the manifest's sessions name both)."""
-    from unilab.plan.render import render
 
     old = RunLayout(run_dir).plan
     keep = kept_plan_path(run_dir, old_plan_id)
