@@ -1,7 +1,7 @@
 """`TaskDef`: what the planner and the runtime may ask of a task, as data.
 
 Torch-free (the planner imports it): each task is one package under `unilab/tasks/` whose
-`__init__` holds its record and term declarations; its runtime class is named by import path and
+`__init__` holds its record and term declarations; its runtime builder is named by import path and
 imported only where a run builds it. Rules, the plan's resolution, the collector, export and eval
 ask these questions instead of comparing `task.name`s or task spec classes (docs/extending.md).
 """
