@@ -6,6 +6,8 @@ then one package, a new backend one record and one factory branch, docs/extendin
 from __future__ import annotations
 
 import ast
+import functools
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,43 +18,51 @@ from unilab.sim.backends import BACKENDS, CPU_BACKEND, CUDA_BACKEND, backend_def
 from unilab.tasks.registry import TASKS, task_def
 
 
+@functools.cache
+def _parsed(path: Path) -> ast.Module:
+    return ast.parse(path.read_text())
+
+
+def _nodes(root: Path, outside: str | tuple[str, ...]) -> Iterator[tuple[str, ast.AST]]:
+    """(`file`, node) of every AST node of the modules under ``root``/unilab outside ``outside``
+    (path prefixes relative to ``root``), each file parsed once per test session."""
+    for path in sorted((root / "unilab").rglob("*.py")):
+        rel = path.relative_to(root).as_posix()
+        if not rel.startswith(outside):
+            for node in ast.walk(_parsed(path)):
+                yield rel, node
+
+
 def _name_comparisons(names: set[str], outside: str, root: Path = ROOT, about: str = "backend|physics") -> list[str]:
     """`file:line` of each comparison (==, !=, in, not in) with one of ``names`` as a string
     constant and an operand whose source mentions one of ``about`` (`root.tag != "mujoco"` is the
     MJCF's root element, not a backend), in the modules under ``root``/unilab outside the package
     directory ``outside``."""
     found = []
-    for path in sorted((root / "unilab").rglob("*.py")):
-        rel = path.relative_to(root).as_posix()
-        if rel.startswith(outside):
+    for rel, node in _nodes(root, outside):
+        if not isinstance(node, ast.Compare):
             continue
-        for node in ast.walk(ast.parse(path.read_text())):
-            if not isinstance(node, ast.Compare):
-                continue
-            operands = [node.left, *node.comparators]
-            consts = [
-                c.value
-                for o in operands
-                for c in ([o] if not isinstance(o, ast.Tuple | ast.List | ast.Set) else o.elts)
-                if isinstance(c, ast.Constant) and isinstance(c.value, str)
-            ]
-            if set(consts) & names and any(w in ast.unparse(o) for o in operands for w in about.split("|")):
-                found.append(f"{rel}:{node.lineno}")
+        operands = [node.left, *node.comparators]
+        consts = [
+            c.value
+            for o in operands
+            for c in ([o] if not isinstance(o, ast.Tuple | ast.List | ast.Set) else o.elts)
+            if isinstance(c, ast.Constant) and isinstance(c.value, str)
+        ]
+        if set(consts) & names and any(w in ast.unparse(o) for o in operands for w in about.split("|")):
+            found.append(f"{rel}:{node.lineno}")
     return found
 
 
 def _isinstance_checks(classes: set[str], outside: tuple[str, ...], root: Path = ROOT) -> list[str]:
     """`file:line` of each isinstance/issubclass call naming one of ``classes``, outside ``outside``."""
-    found = []
-    for path in sorted((root / "unilab").rglob("*.py")):
-        rel = path.relative_to(root).as_posix()
-        if rel.startswith(outside):
-            continue
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Call) and getattr(node.func, "id", None) in ("isinstance", "issubclass"):
-                if {n.id for n in ast.walk(node.args[1]) if isinstance(n, ast.Name)} & classes:
-                    found.append(f"{rel}:{node.lineno}")
-    return found
+    return [
+        f"{rel}:{node.lineno}"
+        for rel, node in _nodes(root, outside)
+        if isinstance(node, ast.Call)
+        and getattr(node.func, "id", None) in ("isinstance", "issubclass")
+        and {n.id for n in ast.walk(node.args[1]) if isinstance(n, ast.Name)} & classes
+    ]
 
 
 def test_no_task_name_or_task_spec_class_is_compared_outside_the_tasks_package() -> None:
@@ -122,13 +132,11 @@ def test_the_run_directory_layout_is_named_in_one_module() -> None:
     from unilab import run_layout
 
     files = {run_layout.PLAN, run_layout.MANIFEST, run_layout.EVENTS}
-    found = []
-    for path in sorted((ROOT / "unilab").rglob("*.py")):
-        if path.name == "run_layout.py":
-            continue
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Constant) and node.value in files:
-                found.append(f"{path.relative_to(ROOT).as_posix()}:{node.lineno}")
+    found = [
+        f"{rel}:{node.lineno}"
+        for rel, node in _nodes(ROOT, "unilab/run_layout.py")
+        if isinstance(node, ast.Constant) and node.value in files
+    ]
     assert found == []
     layout = run_layout.RunLayout(Path("runs/x"))
     assert (layout.plan, layout.manifest, layout.checkpoints) == (

@@ -31,14 +31,12 @@ def reads_acceleration_sensors(task: TaskSpec) -> bool:
 class RobotModel:
     xml: str
     layout: RobotLayout | None  # None for the cart-pole check task (not a G1)
-    nbody: int
 
 
 def compose_robot(task: TaskSpec, sim: SimSpec, spec_dir: Path = Path(".")) -> RobotModel:
     robot = robot_spec(task)
     if robot is None:  # a task with its own model (the cart-pole)
-        xml = task_def(task).model_xml(sim.timestep)
-        return RobotModel(xml=xml, layout=None, nbody=model_from_xml(xml, None).nbody)
+        return RobotModel(xml=task_def(task).model_xml(sim.timestep), layout=None)
     mjcf = None
     if robot.robot_mjcf is not None:
         mjcf = Path(robot.robot_mjcf).expanduser()
@@ -46,7 +44,7 @@ def compose_robot(task: TaskSpec, sim: SimSpec, spec_dir: Path = Path(".")) -> R
             mjcf = Path(spec_dir) / mjcf
     xml = build_model_xml(mjcf, sim.timestep)
     model = model_from_xml(xml, mjcf)
-    return RobotModel(xml=xml, layout=RobotLayout.from_model(model, robot.default_pose), nbody=model.nbody)
+    return RobotModel(xml=xml, layout=RobotLayout.from_model(model, robot.default_pose))
 
 
 def make_physics(

@@ -81,6 +81,13 @@ def joint_action_scale(layout: RobotLayout, factor: float | None = None) -> torc
 SpecT = TypeVar("SpecT", bound=G1TaskSpec)
 
 
+def composed_layout(layout: RobotLayout | None, task: str) -> RobotLayout:
+    """The composed G1's layout a G1 task's `build` is given (None only for a task with its own model)."""
+    if layout is None:
+        raise ValueError(f"{task} simulates the G1: it needs the composed robot's layout")
+    return layout
+
+
 class Task(ABC, Generic[SpecT]):
     """Common machinery of the G1 tasks; subclasses build the terms."""
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from unilab.algos.algodef import AlgoDef
+from unilab.algos.algodef import AlgoDef, IgnoredKeys
 from unilab.spec.models import SacSpec
 
 
@@ -17,6 +17,15 @@ def network_keys(algo: Any) -> tuple[str, ...]:
     )  # fmt: skip
 
 
+# A choice of critic (SAC's, TD3's) ignores the support of the distributional one when the scalar
+# one is chosen (rule `algo.options`).
+CRITIC_CHOICE = IgnoredKeys(
+    ("num_atoms", "v_min", "v_max"),
+    lambda a: a.critic != "c51",
+    'the scalar critic (algo.critic = "mse") has no support',
+    'set algo.critic = "c51"',
+)
+
 SAC = AlgoDef(
     name="sac",
     title="SAC",
@@ -27,4 +36,5 @@ SAC = AlgoDef(
     carried_key="alpha_init",
     carried_what="entropy temperature",
     n_step=lambda algo: algo.n_step,
+    ignored_keys=(CRITIC_CHOICE,),
 )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from unilab.algos.algodef import AlgoDef
-from unilab.algos.sac import network_keys
+from unilab.algos.sac import CRITIC_CHOICE, network_keys
 from unilab.spec.models import Td3Spec
 
 TD3 = AlgoDef(
@@ -14,4 +14,5 @@ TD3 = AlgoDef(
     learner="unilab.algos.td3.learner:Td3Learner",
     network_keys=network_keys,  # SAC's networks, a deterministic actor
     n_step=lambda algo: algo.n_step,
+    ignored_keys=(CRITIC_CHOICE,),
 )

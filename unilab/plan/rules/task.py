@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import difflib
 
-from unilab.algos.algodef import AlgoDef, IgnoredKeys, KeyRule
+from unilab.algos.algodef import AlgoDef, KeyRule
 from unilab.algos.registry import ALGOS, algo_def, names
 from unilab.errors import Diagnostic, UnilabError
 from unilab.plan.context import Context
@@ -354,17 +354,6 @@ def algo_critic_support(r: Rule, ctx: Context) -> list[Diagnostic]:
     return []
 
 
-# A choice of critic (SAC's, TD3's: a model with a `critic` key) ignores the support of the one not
-# chosen; an algorithm's other ignored keys are its own (`AlgoDef.ignored_keys`). FlashSAC uses every
-# key it takes (its critic is always distributional).
-_CRITIC_CHOICE = IgnoredKeys(
-    ("num_atoms", "v_min", "v_max"),
-    lambda a: a.critic != "c51",
-    'the scalar critic (algo.critic = "mse") has no support',
-    'set algo.critic = "c51"',
-)
-
-
 @rule(
     "algo.options",
     "algo",
@@ -374,9 +363,8 @@ _CRITIC_CHOICE = IgnoredKeys(
 )
 def algo_options(r: Rule, ctx: Context) -> list[Diagnostic]:
     algo = ctx.spec.algo
-    choice = (_CRITIC_CHOICE,) if "critic" in type(algo).model_fields else ()
     out = []
-    for entry in (*choice, *algo_def(algo).ignored_keys):
+    for entry in algo_def(algo).ignored_keys:  # FlashSAC has none: it uses every key it takes
         if not entry.ignored(algo):
             continue
         # Only keys the user wrote: a default that goes unused is not a request.

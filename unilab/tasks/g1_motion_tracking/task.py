@@ -16,7 +16,7 @@ import torch
 from unilab.errors import MotionFileError, UnilabError
 from unilab.spec.models import G1MotionTrackingSpec
 from unilab.tasks import quat as Q
-from unilab.tasks.base import Task
+from unilab.tasks.base import Task, composed_layout
 from unilab.tasks.events import shared_events
 from unilab.tasks.g1_motion_tracking import G1_MOTION_TRACKING
 from unilab.tasks.motion_file import load_motion, resolve_motion
@@ -46,8 +46,7 @@ def build(
     seed: int,
     spec_dir: Path,
 ) -> G1MotionTrackingTask:
-    if layout is None:
-        raise ValueError("g1_motion_tracking simulates the G1: it needs the composed robot's layout")
+    layout = composed_layout(layout, spec.name)
     path = resolve_motion(spec.motion, spec_dir)
     motion = load_motion(path, num_joints=len(layout.qpos_adr), num_bodies=backend.dims.nbody - 1)
     return G1MotionTrackingTask(spec, backend, layout, step_dt=step_dt, motion=motion, seed=seed)

@@ -25,7 +25,7 @@ import torch
 from unilab.errors import UnilabError
 from unilab.robot import g1
 from unilab.spec.models import G1WalkSpec
-from unilab.tasks.base import Task
+from unilab.tasks.base import Task, composed_layout
 from unilab.tasks.events import shared_events
 from unilab.tasks.g1_walk import G1_WALK
 from unilab.tasks.terms import CommandTerm, EventTerm, ObservationTerm, TensorFn, TerminationTerm
@@ -89,9 +89,7 @@ def build(
     seed: int,
     spec_dir: Path,
 ) -> G1WalkTask:
-    if layout is None:
-        raise ValueError("g1_walk simulates the G1: it needs the composed robot's layout")
-    return G1WalkTask(spec, backend, layout, step_dt=step_dt, seed=seed)
+    return G1WalkTask(spec, backend, composed_layout(layout, spec.name), step_dt=step_dt, seed=seed)
 
 
 class G1WalkTask(Task[G1WalkSpec]):
