@@ -113,11 +113,11 @@ def test_plan_preflight_and_run_time_preflight_agree(task: dict[str, object]) ->
     """The plan refuses from the spec what the collector would refuse from the built task: the same
     kinds of blocker (noise, interval events, each curriculum by name), not only the same yes or no."""
     from unilab.collect.update_graph import INTERVAL_BLOCKER, graph_blockers
-    from unilab.tasks.registry import declared_terms
+    from unilab.tasks.registry import task_def
 
     fields = {"name": "g1_walk", "num_envs": 2, **task}
     spec = task_spec(**fields)
-    terms = declared_terms(spec)
+    terms = task_def(spec).terms(spec)
     planned: set[str] = set()  # the plan names a term per blocker; the run time names the kind once
     for t in terms:
         kinds = {

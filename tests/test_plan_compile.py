@@ -253,7 +253,7 @@ def test_a_plan_made_before_reward_weights_still_loads_with_its_id(tmp_path: Pat
     """Run directories keep their plan: one written before the key existed reads back with the
     plan_id it was made with (so --resume, eval and export still take it) and runs the defaults."""
     from unilab.plan.models import Plan
-    from unilab.tasks.registry import reward_weights, task_def
+    from unilab.tasks.registry import task_def
 
     body = _plan().model_dump(mode="json")
     body["task"].pop("reward_weights")
@@ -264,7 +264,7 @@ def test_a_plan_made_before_reward_weights_still_loads_with_its_id(tmp_path: Pat
     path.write_text(render(old))
     loaded = load_plan(path)
     assert loaded.plan_id == old.plan_id and loaded.task.reward_weights is None
-    assert reward_weights(loaded.task) == task_def("g1_walk").reward_weights(loaded.task)
+    assert task_def(loaded.task).weights(loaded.task) == task_def("g1_walk").reward_weights(loaded.task)
 
 
 def test_a_hand_edited_plan_must_weigh_every_reward_term(tmp_path: Path) -> None:

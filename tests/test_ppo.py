@@ -19,7 +19,7 @@ from tests.conftest import ROOT
 from tests.test_apply import _env, _wait_for_checkpoint, apply, leftover_pids, only_run_dir, spec_copy
 from unilab.spec.load import load_spec
 from unilab.spec.models import PpoSpec
-from unilab.tasks.registry import declared_terms
+from unilab.tasks.registry import task_def
 
 NUM_ENVS, STEPS_PER_ENV = 16, 8
 PER_ITERATION = NUM_ENVS * STEPS_PER_ENV  # env steps of one PPO iteration on one rank
@@ -135,7 +135,8 @@ def test_ppo_single_rank_completes_with_a_valid_manifest(tmp_path: Path) -> None
     assert np.abs(got).max() <= 1.0
     # The file says what each input column holds: the task's observation terms, in order, end to end.
     layout = json.loads(sess.get_modelmeta().custom_metadata_map["unilab.observation_layout"])
-    declared = [t.name for t in declared_terms(load_spec(spec).spec.task) if t.kind == "observation"]
+    task = load_spec(spec).spec.task
+    declared = [t.name for t in task_def(task).terms(task) if t.kind == "observation"]
     assert list(layout) == declared and layout[declared[0]][0] == 0 and layout[declared[-1]][1] == obs_dim
     assert all(layout[a][1] == layout[b][0] for a, b in itertools.pairwise(declared))
 

@@ -47,10 +47,10 @@ def test_what_cannot_be_honoured_is_refused_with_rule_key_and_fix(names: list[st
 
 
 def test_every_term_privileged_leaves_the_actor_nothing_and_is_refused() -> None:
-    from unilab.tasks.registry import observation_names
+    from unilab.tasks.registry import task_def
 
     plan = _plan()
-    every = list(observation_names(plan.task))
+    every = list(task_def(plan.task).observations(plan.task))
     with pytest.raises(PlanRefused) as e:
         _plan(task__privileged_observations=every)
     assert "the actor would see nothing" in e.value.diagnostics[0].condition

@@ -1,4 +1,4 @@
-"""The runtime term inventory of each task equals what the planner's preflight reads (declared_terms)."""
+"""The runtime term inventory of each task equals what the planner's preflight reads (TaskDef.terms)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,15 @@ from unilab.errors import UnilabError
 from unilab.robot.model import RobotLayout, build_model_xml, model_from_xml
 from unilab.sim.mujoco_cpu import MujocoCpuBackend
 from unilab.spec.models import task_spec
+from unilab.tasks.declarations import TermDecl
 from unilab.tasks.events import BASE_MASS_RANGE, FRICTION_RANGE
-from unilab.tasks.registry import build_task, declared_terms
+from unilab.tasks.registry import build_task, task_def
+
+
+def _declared(spec: Any) -> list[TermDecl]:
+    """What the planner reads: the task's record's inventory."""
+    return task_def(spec).terms(spec)
+
 
 N = 4
 
@@ -53,7 +60,7 @@ def test_runtime_inventory_equals_declared(robot: tuple[str, RobotLayout], field
     with ParamsBackend(xml, N, 4) as backend:
         task = build_task(spec, backend, posed(xml, layout, spec), step_dt=0.02)
         runtime = task.term_decls()
-    declared = declared_terms(spec)
+    declared = _declared(spec)
     assert [(d.name, d.kind) for d in runtime] == [(d.name, d.kind) for d in declared]
     assert runtime == declared  # every graph-safety flag too
     assert len({d.name for d in declared if d.kind == "reward"}) == sum(d.kind == "reward" for d in declared)
@@ -61,20 +68,20 @@ def test_runtime_inventory_equals_declared(robot: tuple[str, RobotLayout], field
 
 def test_flags_follow_the_spec() -> None:
     once = {"commands": {"resample_s": 0.0}}  # one command per episode
-    plain = declared_terms(task_spec(name="g1_walk", num_envs=1, **once))
+    plain = _declared(task_spec(name="g1_walk", num_envs=1, **once))
     assert all(d.graph_safe for d in plain)
-    noisy = declared_terms(task_spec(name="g1_walk", num_envs=1, observation_noise=True, push_interval_s=5.0, **once))
+    noisy = _declared(task_spec(name="g1_walk", num_envs=1, observation_noise=True, push_interval_s=5.0, **once))
     blockers = {d.name: d.graph_blockers() for d in noisy if not d.graph_safe}
     assert blockers == {
         "observation_noise": ["adds observation noise or corruption"],
         "push_robot": ["is an interval event"],
     }
     # The default draws a new command every 10 s inside the update body: an interval draw.
-    resampled = declared_terms(task_spec(name="g1_walk", num_envs=1))
+    resampled = _declared(task_spec(name="g1_walk", num_envs=1))
     assert {d.name: d.graph_blockers() for d in resampled if not d.graph_safe} == {
         "velocity_command": ["is an interval event"]
     }
-    dr = declared_terms(
+    dr = _declared(
         task_spec(name="g1_motion_tracking", num_envs=1, motion="builtin:g1_squat", domain_randomization=True)
     )
     names = [d.name for d in dr]

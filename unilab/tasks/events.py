@@ -93,7 +93,7 @@ def domain_randomization_events(task: Task) -> list[EventTerm]:
 
 
 def shared_events(task: Task) -> list[EventTerm]:
-    """Events from the spec's optional switches, in ``declared_terms`` order."""
+    """Events from the spec's optional switches, in `TaskDef.terms` order."""
     out: list[EventTerm] = []
     if task.spec.domain_randomization:
         out += domain_randomization_events(task)

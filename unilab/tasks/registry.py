@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING, Any, cast
 
 from unilab.errors import UnilabError
 from unilab.tasks.cartpole import CARTPOLE
-from unilab.tasks.declarations import TermDecl
 from unilab.tasks.g1_motion_tracking import G1_MOTION_TRACKING
 from unilab.tasks.g1_walk import G1_WALK
 from unilab.tasks.taskdef import TaskDef
@@ -29,21 +28,6 @@ def task_def(task: object) -> TaskDef:
     if d is None:
         raise UnilabError(f"unknown task {name!r}", fix=f"set task.name to one of {', '.join(sorted(TASKS))}")
     return d
-
-
-def declared_terms(task: Any) -> list[TermDecl]:
-    """The task's exact term inventory (names, kinds, graph-safety flags, order)."""
-    return task_def(task).terms(task)
-
-
-def observation_names(task: Any) -> tuple[str, ...]:
-    """The task's observation terms, in the order its observation concatenates them."""
-    return task_def(task).observations(task)
-
-
-def reward_weights(task: Any) -> dict[str, float]:
-    """Every reward term's weight per second: the task's defaults with `task.reward_weights` applied."""
-    return task_def(task).weights(task)
 
 
 def robot_spec(task: object) -> G1TaskSpec | None:
