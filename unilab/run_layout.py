@@ -46,10 +46,3 @@ class RunLayout:
     @property
     def tensorboard(self) -> Path:
         return self.root / TENSORBOARD
-
-    def has_plan(self) -> bool:
-        """A run directory is one that holds its plan (the first file `unilab apply` writes)."""
-        return self.plan.is_file()
-
-    def has_manifest(self) -> bool:
-        return self.manifest.is_file()
