@@ -53,6 +53,8 @@ NUM_JOINTS: Final[int] = 29
 LEG_JOINTS: Final[tuple[str, ...]] = tuple(
     n for n in JOINT_NAMES if n.split("_", 1)[1].startswith(("hip_", "knee_", "ankle_"))
 )
+# The legs and the waist's yaw, in JOINT_NAMES order: the joints of the 23-DoF G1 below the arms.
+LEG_AND_WAIST_YAW_JOINTS: Final[tuple[str, ...]] = (*LEG_JOINTS, "waist_yaw_joint")
 
 # ---------------------------------------------------------------------------------------------
 # Bodies and sites.

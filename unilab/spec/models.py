@@ -289,11 +289,12 @@ class G1WalkSpec(G1TaskSpec):
         "knees at 0.669 rad, which mjlab, MuJoCo Playground and holosoma train their velocity tasks from: a foot "
         "lifts by bending the knee further) or `home` (Menagerie's keyframe, knees at 0.3 rad).",
     )
-    actions: Literal["all", "legs"] = Field(
+    actions: Literal["all", "legs", "legs_waist_yaw"] = Field(
         "all",
         description="The joints the policy drives: `all` 29, or the 12 `legs` joints (hips, knees, ankles), as "
         "unitree_rl_gym trains the G1, with the waist and arms held at the default pose by their PD loops: "
-        "12 action dimensions to explore instead of 29.",
+        "12 action dimensions to explore instead of 29; `legs_waist_yaw` adds the waist's yaw (13), with which "
+        "the upper body can turn against the swing leg's yaw moment instead of the pelvis.",
     )
     commands: CommandRanges = Field(default_factory=CommandRanges, description="Velocity command ranges.")
     tracking_std: TrackingStd = Field(

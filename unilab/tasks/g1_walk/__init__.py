@@ -3,7 +3,7 @@ inventory the planner reads, torch-free; the runtime task is `task.py`."""
 
 from __future__ import annotations
 
-from unilab.robot.g1 import LEG_JOINTS
+from unilab.robot.g1 import LEG_AND_WAIST_YAW_JOINTS, LEG_JOINTS
 from unilab.spec.models import G1WalkSpec
 from unilab.tasks.declarations import TermDecl, g1_shared_tail
 from unilab.tasks.taskdef import TaskDef
@@ -75,8 +75,16 @@ def terms(task: G1WalkSpec) -> list[TermDecl]:
     ]
 
 
+# The joints each `task.actions` choice drives; None: all 29.
+_ACTION_JOINTS: dict[str, tuple[str, ...] | None] = {
+    "all": None,
+    "legs": LEG_JOINTS,
+    "legs_waist_yaw": LEG_AND_WAIST_YAW_JOINTS,
+}
+
+
 def action_joints(task: G1WalkSpec) -> tuple[str, ...] | None:
-    return LEG_JOINTS if task.actions == "legs" else None
+    return _ACTION_JOINTS[task.actions]
 
 
 G1_WALK = TaskDef(
