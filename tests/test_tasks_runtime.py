@@ -358,27 +358,35 @@ def test_actions_are_offsets_from_the_standing_pose_scaled_by_effort_over_kp(wal
     assert torch.allclose(ctrl, (default + scale * actions).to(ctrl.dtype), atol=1e-6)
 
 
-def test_legs_only_actions_drive_the_twelve_leg_joints_and_hold_the_rest(robot: tuple[str, RobotLayout]) -> None:
-    """`task.actions = "legs"`: 12 actions, each a leg joint's offset (same rule), and every other
-    joint's target its default position, step after step."""
+@pytest.mark.parametrize(
+    ("actions", "joints"), [("legs", "LEG_JOINTS"), ("legs_waist_yaw", "LEG_AND_WAIST_YAW_JOINTS")]
+)
+def test_leg_actions_drive_their_joints_and_hold_the_rest(
+    robot: tuple[str, RobotLayout], actions: str, joints: str
+) -> None:
+    """`task.actions = "legs"` (12) or `"legs_waist_yaw"` (13): one action per joint of the set, each
+    that joint's offset (same rule), and every other joint's target its default position, step
+    after step."""
     from unilab.robot import g1
 
-    made = _collector(robot, name="g1_walk", actions="legs")
+    driven = getattr(g1, joints)
+    n = len(driven)
+    made = _collector(robot, name="g1_walk", actions=actions)
     c = next(made)
     try:
         task = c.task
-        assert c.action_dim == task.num_actions == 12 and task.num_joints == 29
-        assert task.observation_layout()["last_action"].stop - task.observation_layout()["last_action"].start == 12
+        assert c.action_dim == task.num_actions == n and task.num_joints == 29
+        assert task.observation_layout()["last_action"].stop - task.observation_layout()["last_action"].start == n
         default = torch.tensor(g1.default_pose_vector(task.spec.default_pose))
-        legs = [g1.JOINT_NAMES.index(j) for j in g1.LEG_JOINTS]
-        scale = torch.tensor([0.25 * g1.EFFORT_LIMIT[j] / g1.KP[j] for j in g1.LEG_JOINTS])
-        for a in (torch.linspace(-1.0, 1.0, 12), torch.ones(12)):
+        idx = [g1.JOINT_NAMES.index(j) for j in driven]
+        scale = torch.tensor([0.25 * g1.EFFORT_LIMIT[j] / g1.KP[j] for j in driven])
+        for a in (torch.linspace(-1.0, 1.0, n), torch.ones(n)):
             ctrl = task.apply_actions(a.expand(task.num_envs, -1)).clone()
             want = default.clone()
-            want[legs] += scale * a
+            want[idx] += scale * a
             assert torch.allclose(ctrl, want.expand_as(ctrl).to(ctrl.dtype), atol=1e-6)
         c.reset_all()
-        c.step(torch.ones(task.num_envs, 12))  # steps with 12-dim actions
+        c.step(torch.ones(task.num_envs, n))  # steps with n-dim actions
     finally:
         made.close()
 
