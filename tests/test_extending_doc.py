@@ -41,8 +41,8 @@ def _sources() -> dict[Path, str]:
 
 @functools.cache
 def corpus() -> str:
-    """unilab's source, its tests (but this one) and its tools."""
-    others = [*(ROOT / "tests").glob("*.py"), *(ROOT / "tools").glob("*.py")]
+    """unilab's source, its tests (but this one), its tools and its examples."""
+    others = [*(ROOT / "tests").glob("*.py"), *(ROOT / "tools").glob("*.py"), *(ROOT / "examples").rglob("*.py")]
     here = Path(__file__).resolve()
     return "\n".join([*_sources().values(), *(p.read_text() for p in sorted(others) if p != here)])
 

@@ -208,6 +208,49 @@ def _cmd_rules(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _plugin_rows() -> list[dict[str, str]]:
+    """Every installed plugin entry point and what loading it gives."""
+    from unilab import plugins
+    from unilab.algos.registry import ALGOS, plugin_algo_def
+    from unilab.tasks.registry import TASKS, plugin_task_def
+
+    rows: list[dict[str, str]] = []
+    kinds = (
+        (plugins.TASK_GROUP, "task", TASKS, plugin_task_def),
+        (plugins.ALGO_GROUP, "algorithm", ALGOS, plugin_algo_def),
+    )
+    for group, kind, builtin, load in kinds:
+        for name, declared in plugins.declared(group).items():  # type: ignore[arg-type]
+            row = {"kind": kind, "name": name, "package": ", ".join(d.package for d in declared)}
+            row["value"] = ", ".join(d.value for d in declared)
+            if name in builtin:
+                row |= {"status": "shadowed", "detail": f"unilab's built-in {kind} {name!r} keeps the name"}
+            else:
+                try:
+                    record = load(name)
+                    row |= {"status": "ok", "detail": getattr(record, "title", name)}
+                except UnilabError as exc:
+                    row |= {"status": "broken", "detail": exc.render()}
+            rows.append(row)
+    return rows
+
+
+def _cmd_plugins(args: argparse.Namespace) -> int:
+    import json
+
+    rows = _plugin_rows()
+    if args.json:
+        print(json.dumps({"plugins": rows}, indent=2))
+        return EXIT_OK
+    if not rows:
+        print("no plugin is installed (entry-point groups unilab.tasks, unilab.algos; docs/extending.md)")
+        return EXIT_OK
+    for r in rows:
+        print(f"{r['kind']} {r['name']}: {r['status']} ({r['package']}, {r['value']})")
+        print("  " + r["detail"].replace("\n", "\n  "))
+    return EXIT_OK
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="unilab",
@@ -226,7 +269,7 @@ def build_parser() -> argparse.ArgumentParser:
     eval_cmd.add_parser(sub)
     play_cmd.add_parser(sub)
     _add_plan_parsers(sub)  # plan, diff
-    _add_info_parsers(sub)  # host, schema, rules
+    _add_info_parsers(sub)  # host, schema, rules, plugins
     mps_cmd.add_parser(sub)
     profile_cmd.add_parser(sub)
     completion.add_parser(sub)
@@ -329,6 +372,20 @@ def _add_info_parsers(sub: argparse._SubParsersAction) -> None:
         "--json", action="store_true", help="machine-readable: {plan_rules: [{id, key, requires}], spec_checks}"
     )
     sp.set_defaults(func=_cmd_rules)
+
+    sp = sub.add_parser(
+        "plugins",
+        help="list the tasks and algorithms installed packages register, and whether each loads",
+        description="List the entry points of the groups unilab.tasks and unilab.algos: each plugin's name (the "
+        "task.name or algo.name a spec gives), its package, and whether its record loads (ok), cannot be used "
+        "(broken: why, and the fix) or is shadowed by a built-in of the same name. Exit 0 either way.",
+    )
+    sp.add_argument(
+        "--json",
+        action="store_true",
+        help="machine-readable: {plugins: [{kind, name, package, value, status, detail}]}",
+    )
+    sp.set_defaults(func=_cmd_plugins)
 
 
 class _OutputError(Exception):

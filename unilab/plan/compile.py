@@ -34,6 +34,7 @@ from unilab.plan.models import (
     SimPlan,
     SyncPlan,
     TaskPlan,
+    TaskPlanSection,
     TopologyPlan,
     WirePlan,
 )
@@ -182,7 +183,7 @@ def effective_env_steps(spec: Spec, world_size: int) -> int:
     return world_size * -(-share // unit) * unit
 
 
-_TASK_PLAN: TypeAdapter[TaskPlan] = TypeAdapter(TaskPlan)
+_TASK_PLAN: TypeAdapter[TaskPlan] = TypeAdapter(TaskPlanSection)
 
 
 def _task(ctx: Context, dt: float) -> TaskPlan:

@@ -6,21 +6,24 @@ Frozen and free of timestamps: the same spec and facts give byte-identical rende
 
 from __future__ import annotations
 
+import functools
 from typing import Annotated, Any, Literal, cast
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, WrapValidator, model_validator
 
 from unilab.sim.backends import backend_def
 from unilab.spec.models import (
-    AlgoSpec,
+    TASK_MODELS,
+    AlgoSection,
     CartpoleSpec,
     G1MotionTrackingSpec,
     G1WalkSpec,
     RunSpec,
     SimSpec,
     TaskSpec,
+    chosen_by_name,
 )
-from unilab.tasks.registry import task_def
+from unilab.tasks.registry import plugin_task_def, task_def
 
 PLAN_SCHEMA_VERSION = 1
 BF16_MIN_GROUP_ELEMENTS = 1024
@@ -132,6 +135,36 @@ class CartpolePlan(_TaskResolved, CartpoleSpec):
 
 TaskPlan = Annotated[G1WalkPlan | G1MotionTrackingPlan | CartpolePlan, Field(discriminator="name")]
 
+# A plugin task's plan model is made from its spec model, as the built-in ones above, under a
+# name this module answers (`__getattr__`): a plan pickled to a collector process finds its class.
+_PLUGIN_PLAN_PREFIX = "PluginTaskPlan_"
+
+
+@functools.cache
+def plugin_task_plan(name: str) -> type[_TaskResolved] | None:
+    """The plan model of the installed plugin task ``name`` (unilab.plugins), or None."""
+    d = plugin_task_def(name)
+    if d is None:
+        return None
+    cls_name = _PLUGIN_PLAN_PREFIX + name
+    doc = f"The spec's {name} `[task]` (a plugin's) plus what the plan resolved from it."
+    return type(cls_name, (_TaskResolved, d.spec), {"__module__": __name__, "__qualname__": cls_name, "__doc__": doc})
+
+
+def __getattr__(attr: str) -> Any:
+    if attr.startswith(_PLUGIN_PLAN_PREFIX):
+        model = plugin_task_plan(attr.removeprefix(_PLUGIN_PLAN_PREFIX))
+        if model is not None:
+            return model
+    raise AttributeError(f"module {__name__!r} has no attribute {attr!r}")
+
+
+_BUILTIN_PLANS = {"g1_walk": G1WalkPlan, "g1_motion_tracking": G1MotionTrackingPlan, "cartpole": CartpolePlan}
+if sorted(_BUILTIN_PLANS) != sorted(TASK_MODELS):
+    raise TypeError("every built-in task has a plan model")
+# The plan's `[task]`: a built-in task's plan model or a plugin's, serialized as the model it is.
+TaskPlanSection = Annotated[SerializeAsAny[TaskPlan], WrapValidator(chosen_by_name(_BUILTIN_PLANS, plugin_task_plan))]
+
 
 class SimPlan(SimSpec):
     """The spec's `[sim]` plus the resolved worker count."""
@@ -235,9 +268,9 @@ class EnvVarPlan(_P):
 class PlanBody(_P):
     plan: PlanHeader = Field(description="Which unilab compiled the plan, from which spec, for which host facts.")
     run: RunPlan = Field(description="The spec's [run], resolved.")
-    task: TaskPlan = Field(description="The spec's [task], resolved: robot and motion files pinned by digest.")
+    task: TaskPlanSection = Field(description="The spec's [task], resolved: robot and motion files pinned by digest.")
     sim: SimPlan = Field(description="The spec's [sim], resolved.")
-    algo: AlgoSpec = Field(description="The spec's [algo] with every default filled in.")
+    algo: AlgoSection = Field(description="The spec's [algo] with every default filled in.")
     learner: LearnerPlan | None = Field(
         None,
         description="The learner's precision and thread decisions (absent from plans made before unilab made "

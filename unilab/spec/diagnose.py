@@ -12,6 +12,7 @@ from __future__ import annotations
 import difflib
 import re
 import types
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
@@ -20,7 +21,8 @@ from pydantic import BaseModel, ValidationError
 from pydantic_core import PydanticUndefined
 
 from unilab.errors import Diagnostic, SpecError
-from unilab.spec.models import ALGO_MODELS, TASK_MODELS, Spec
+from unilab.plugins import PluginError
+from unilab.spec.models import ALGO_MODELS, TASK_MODELS, Spec, plugin_algo_model, plugin_task_model
 
 
 @dataclass(frozen=True)
@@ -60,6 +62,25 @@ _BRANCH_TAGS = frozenset({"int", "float", "str", "bool", "list", "tuple", "dict"
 _USER_KEY_TABLES = frozenset({"reward_weights"})
 # The sections whose model is chosen by their `name` key, and their models by name.
 CHOSEN_BY_NAME: dict[str, dict[str, type[BaseModel]]] = {"algo": dict(ALGO_MODELS), "task": dict(TASK_MODELS)}
+_PLUGIN_MODELS: dict[str, Callable[[str], type[BaseModel] | None]] = {
+    "algo": plugin_algo_model,
+    "task": plugin_task_model,
+}
+
+
+def chosen_model(section: str, name: str | None) -> type[BaseModel] | None:
+    """The `[algo]` or `[task]` model a `name` chooses: a built-in one or an installed plugin's."""
+    if name is None:
+        return None
+    model = CHOSEN_BY_NAME[section].get(name)
+    if model is None:
+        try:
+            model = _PLUGIN_MODELS[section](name)
+        except PluginError:  # validation reports it; here it only has no keys to show
+            return None
+    return model
+
+
 _TABLE_ERRORS = ("model_type", "model_attributes_type", "dict_type")
 # Pydantic's sequence types; a TOML spec only has lists (arrays), whatever the model holds.
 _LIST_ERRORS = ("list_type", "tuple_type", "set_type", "frozen_set_type")
@@ -289,7 +310,7 @@ def _section(keys: list[str], data: dict[str, Any]) -> type[BaseModel] | None:
     for key in keys[:-1]:
         if model is Spec and key in CHOSEN_BY_NAME:
             name = member_name(data, key)
-            nxt = CHOSEN_BY_NAME[key].get(name) if name is not None else None
+            nxt = chosen_model(key, name)
         else:
             field = model.model_fields.get(key)
             ann = field.annotation if field is not None else None
@@ -370,7 +391,9 @@ def _set_member_name(keys: list[str], data: dict[str, Any], overridden: set[str]
 def member_table_fix(section: str, name: str) -> str:
     """The fix for keys `--set algo.name=...` (`task.name`) left behind: the file's keys are another
     member's, so the whole table goes in the --set, with the member's required keys."""
-    model = CHOSEN_BY_NAME[section][name]
+    model = chosen_model(section, name)
+    if model is None:
+        raise KeyError(name)
     required = [k for k, f in model.model_fields.items() if f.is_required() and k != "name"]
     braces = ", ".join([f"name={_toml(name)}", *(f"{k}=..." for k in required)])
     return (

@@ -8,19 +8,25 @@ host can honour a request is decided later, by the plan's rules, against recorde
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Mapping
 from typing import Annotated, Any, Literal, get_args
 
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    SerializeAsAny,
     Strict,
     TypeAdapter,
     ValidationError,
     ValidationInfo,
+    ValidatorFunctionWrapHandler,
+    WrapValidator,
     field_validator,
     model_validator,
 )
+
+from unilab import plugins
 
 SPEC_SCHEMA_VERSION = 1
 # The largest count a spec takes: exact as a float (JSON readers) and far inside TOML's 64-bit integers,
@@ -335,7 +341,49 @@ TaskSpec = Annotated[G1WalkSpec | G1MotionTrackingSpec | CartpoleSpec, Field(dis
 TASK_MODELS: dict[str, type[TaskSpecBase]] = {
     m.model_fields["name"].annotation.__args__[0]: m for m in get_args(get_args(TaskSpec)[0])
 }
-_TASK: TypeAdapter[TaskSpec] = TypeAdapter(TaskSpec)
+
+
+def _plugin_model(base: type[BaseModel], name: str, record: object) -> str | None:
+    """What is wrong with a plugin's record as far as its spec model goes, or None."""
+    model = getattr(record, "spec", None)
+    if not (isinstance(model, type) and issubclass(model, base)):
+        return f"its record's `spec` is {model!r}, not a subclass of unilab.spec.models.{base.__name__}"
+    field = model.model_fields.get("name")
+    if field is None or get_args(field.annotation) != (name,):
+        return f"its spec model {model.__name__} must declare `name: Literal[{name!r}]`, its entry point's name"
+    return None
+
+
+def task_record_problem(name: str, record: object) -> str | None:
+    return _plugin_model(TaskSpecBase, name, record)
+
+
+def plugin_task_model(name: str) -> type[TaskSpecBase] | None:
+    """The `[task]` model of the installed plugin task ``name`` (unilab.plugins), or None."""
+    record = plugins.load(plugins.TASK_GROUP, name, task_record_problem)
+    return None if record is None else record.spec  # type: ignore[attr-defined]
+
+
+def chosen_by_name(
+    builtin: Mapping[str, type[BaseModel]], plugin: Callable[[str], type[BaseModel] | None]
+) -> Callable[[Any, ValidatorFunctionWrapHandler, ValidationInfo], Any]:
+    """A section chosen by its `name`: a built-in member through the discriminated union (its
+    JSON Schema and messages), a name no built-in has through the installed plugin of that name."""
+
+    def validate(value: Any, handler: ValidatorFunctionWrapHandler, info: ValidationInfo) -> Any:
+        name = value.get("name") if isinstance(value, Mapping) else getattr(value, "name", None)
+        if isinstance(name, str) and name not in builtin:
+            model = plugin(name)
+            if model is not None:
+                return value if type(value) is model else model.model_validate(value, context=info.context)
+        return handler(value)
+
+    return validate
+
+
+# `Spec.task`: a built-in task's model or an installed plugin's, serialized as the model it is.
+TaskSection = Annotated[SerializeAsAny[TaskSpec], WrapValidator(chosen_by_name(TASK_MODELS, plugin_task_model))]
+_TASK: TypeAdapter[TaskSpec] = TypeAdapter(TaskSection)
 
 
 def task_spec(**keys: Any) -> TaskSpec:
@@ -569,6 +617,20 @@ ALGO_MODELS: dict[str, type[_AlgoBase]] = {
     m.model_fields["name"].annotation.__args__[0]: m for m in get_args(get_args(AlgoSpec)[0])
 }
 
+
+def algo_record_problem(name: str, record: object) -> str | None:
+    return _plugin_model(_AlgoBase, name, record)
+
+
+def plugin_algo_model(name: str) -> type[_AlgoBase] | None:
+    """The `[algo]` model of the installed plugin algorithm ``name`` (unilab.plugins), or None."""
+    record = plugins.load(plugins.ALGO_GROUP, name, algo_record_problem)
+    return None if record is None else record.spec  # type: ignore[attr-defined]
+
+
+# `Spec.algo` and the plan's: a built-in algorithm's model or an installed plugin's.
+AlgoSection = Annotated[SerializeAsAny[AlgoSpec], WrapValidator(chosen_by_name(ALGO_MODELS, plugin_algo_model))]
+
 DeviceRef = (
     Literal["cpu"]
     | Annotated[int, Field(ge=0, le=MAX_COUNT)]
@@ -632,12 +694,12 @@ class Spec(_Section):
 
     schema_version: Literal[1] = Field(description="Spec format version; this unilab reads 1.")
     run: RunSpec = Field(description="The run: name, seed, budget, output, checkpoints, logging.")
-    task: TaskSpec = Field(
+    task: TaskSection = Field(
         description=f"What to learn: {', '.join(f'`{n}`' for n in TASK_MODELS)}, chosen by `name`, and its "
         "settings (robot, number of envs, episode, rewards)."
     )
     sim: SimSpec = Field(default_factory=SimSpec, description="Physics: backend, timestep, decimation, workers.")
-    algo: AlgoSpec = Field(
+    algo: AlgoSection = Field(
         description=f"The learner: {', '.join(f'`{n}`' for n in ALGO_MODELS)}, chosen by `name`, and its settings."
     )
     training: TrainingSpec = Field(

@@ -178,6 +178,8 @@ class Task(ABC, Generic[SpecT]):
                 fix="build the backend and the task from the same model (unilab.robot.model.build_model_xml)",
             )
         self._qpos_idx = torch.tensor(qpos_adr, device=dev, dtype=torch.long)
+        # Where each joint's position sits in qpos (a task's reset event writes `reset_qpos` there).
+        self.joint_qpos_index = self._qpos_idx
         self._qvel_idx = torch.tensor(qvel_adr, device=dev, dtype=torch.long)
         self._qpos_slice = _contiguous(qpos_adr)
         self._qvel_slice = _contiguous(qvel_adr)
