@@ -216,3 +216,48 @@ def test_broken_plugins_break_nothing_else(broken_site: Path, tmp_path: Path) ->
     # An unknown name lists the plugins' names beside the built-in ones.
     r = unilab("plan", "specs/cartpole.toml", "--host-facts", HOST, "--set", 'task.name="nothing"', site=(broken_site,))
     assert r.returncode == 1 and "Traceback" not in r.stderr and "nothing" in r.stderr, r.stderr
+
+
+# ----------------------------------------------------------------------------- an algorithm plugin
+_SAC_COPY = """
+import dataclasses
+from typing import Literal
+from pydantic import Field
+from unilab.algos.sac import SAC
+from unilab.spec.models import SacSpec
+
+class SacCopySpec(SacSpec):
+    name: Literal["sac_copy"] = Field(description="The algorithm.")
+
+ALGO = dataclasses.replace(SAC, name="sac_copy", title="SAC (a plugin's copy)", spec=SacCopySpec)
+"""
+
+
+def test_an_algorithm_plugin_plans_and_trains(tmp_path: Path) -> None:
+    """An `unilab.algos` entry point: its `[algo]` keys are checked by its model and the rules of
+    its record, and `unilab apply` trains with the learner it names."""
+    site = tmp_path / "site"
+    _fake_package(site, "sac-copy", "[unilab.algos]\nsac_copy = sac_copy:ALGO\n", {"sac_copy": _SAC_COPY})
+    r = unilab("plan", "specs/cartpole.toml", "--host-facts", HOST, "--set", 'algo.name="sac_copy"', site=(site,))
+    assert r.returncode == 0, r.stderr
+    assert '[algo]\nname = "sac_copy"' in r.stdout and "alpha_init = 0.01" in r.stdout
+    # SAC's rules hold for the copy (its record's): a scalar critic ignores a support set beside it.
+    r = unilab(
+        "plan",
+        "specs/cartpole.toml",
+        "--host-facts",
+        HOST,
+        "--set",
+        'algo.name="sac_copy"',
+        "--set",
+        "algo.v_min=-5.0",
+        site=(site,),
+    )
+    assert r.returncode == 1 and "[algo.options]" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    out = tmp_path / "runs"
+    sets = ["--set", 'algo.name="sac_copy"', "--set", "run.total_env_steps=3000", "--set", f'run.output_dir="{out}"']
+    r = unilab("apply", "specs/cartpole.toml", *sets, "--quiet", site=(site,))
+    assert r.returncode == 0, r.stdout + r.stderr
+    (run,) = list(out.iterdir())
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["status"] == "succeeded" and manifest["counters"]["updates"] > 0
