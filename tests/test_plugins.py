@@ -82,6 +82,21 @@ def test_the_example_plugin_is_listed_with_its_package(example_site: Path) -> No
     ]
 
 
+def test_the_docs_generator_lists_the_plugin_keys(example_site: Path, tmp_path: Path) -> None:
+    out = tmp_path / "plugins.md"
+    r = subprocess.run(
+        [sys.executable, "tools/gen_docs.py", "--plugins", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=_env(example_site),
+    )
+    assert r.returncode == 0, r.stderr
+    text = out.read_text()
+    assert '## `[task] name = "g1_stand"`' in text and "From unilab-g1-stand 0.1.0." in text
+    assert "| `target_height` | float in [0.5, 0.85] | `0.76` |" in text
+
+
 def test_planning_the_plugin_task_imports_no_torch_and_not_its_runtime(example_site: Path) -> None:
     spec = str(EXAMPLE / "g1_stand.toml")
     code = (

@@ -1,5 +1,6 @@
 """Regenerate the generated parts of docs/: spec.md (from the spec models) and rules.md (from the
-rule catalog). `python tools/gen_docs.py --check` exits 1 on drift; the tests run the check."""
+rule catalog). `python tools/gen_docs.py --check` exits 1 on drift; the tests run the check.
+`--plugins FILE` writes the spec keys of the tasks and algorithms installed plugins register."""
 
 from __future__ import annotations
 
@@ -20,7 +21,14 @@ def outputs() -> dict[Path, str]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--check", action="store_true")
+    ap.add_argument("--plugins", type=Path, metavar="FILE", help="write the installed plugins' spec keys to FILE")
     args = ap.parse_args()
+    if args.plugins is not None:
+        from unilab.spec.doc import render_plugins_markdown
+
+        args.plugins.write_text(render_plugins_markdown())
+        print(f"wrote {args.plugins}")
+        return 0
     stale = [p for p, text in outputs().items() if not p.exists() or p.read_text() != text]
     if args.check:
         if stale:
