@@ -276,3 +276,41 @@ def test_an_algorithm_plugin_plans_and_trains(tmp_path: Path) -> None:
     (run,) = list(out.iterdir())
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["status"] == "succeeded" and manifest["counters"]["updates"] > 0
+
+
+_NO_PROTOCOL = """
+import dataclasses
+from typing import Literal
+from pydantic import Field
+from unilab.algos.sac import SAC
+from unilab.spec.models import SacSpec
+
+class HalfSpec(SacSpec):
+    name: Literal["half_learner"] = Field(description="The algorithm.")
+
+class HalfLearner:
+    def __init__(self, obs_dim, act_dim, algo, device, seed, compute_dtype, actor_cols):
+        self.obs_dim, self.act_dim = obs_dim, act_dim
+
+ALGO = dataclasses.replace(SAC, name="half_learner", spec=HalfSpec, learner="half_learner:HalfLearner")
+"""
+
+
+def test_a_plugin_learner_without_the_runtime_protocol_is_refused(tmp_path: Path) -> None:
+    site = tmp_path / "site"
+    _fake_package(
+        site, "half-learner", "[unilab.algos]\nhalf_learner = half_learner:ALGO\n", {"half_learner": _NO_PROTOCOL}
+    )
+    out = tmp_path / "runs"
+    sets = [
+        "--set",
+        'algo.name="half_learner"',
+        "--set",
+        "run.total_env_steps=3000",
+        "--set",
+        f'run.output_dir="{out}"',
+    ]
+    r = unilab("apply", "specs/cartpole.toml", *sets, "--quiet", site=(site,))
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "Traceback" not in r.stderr and "internal error" not in r.stderr, r.stderr
+    assert "half_learner:HalfLearner" in r.stderr and "OffPolicyLearner" in r.stderr and "it lacks act," in r.stderr

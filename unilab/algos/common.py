@@ -4,30 +4,59 @@ learner, and the deployable policy of a checkpoint (export and eval read it here
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 from torch import nn
 
 from unilab.algos.registry import algo_def
 from unilab.errors import UnilabError
+from unilab.learn.precision import DTYPES
+from unilab.learn.protocol import OffPolicyLearner
+
+if TYPE_CHECKING:
+    from unilab.plan.models import Plan
+    from unilab.spec.models import ReplayAlgoSpec
+
+# The learner's compute precision, as the plan decides it (`learner.precision.effective`).
+Precision = Literal["float32", "bfloat16"]
 
 
 def make_learner(
-    algo: Any,
+    algo: ReplayAlgoSpec,
     obs_dim: int,
     act_dim: int,
     device: torch.device,
     seed: int,
-    precision: str = "float32",
+    precision: Precision = "float32",
     actor_cols: list[int] | None = None,
-) -> Any:
+) -> OffPolicyLearner:
     """The plan's replay learner; `precision` is the plan's `learner.precision.effective`,
-    `actor_cols` the observation's columns its actor reads (`actor_columns`)."""
-    from unilab.learn.precision import DTYPES
+    `actor_cols` the observation's columns its actor reads (`actor_columns`). A learner class
+    (a plugin's, say) that does not offer the runtime's protocol is refused before it trains."""
+    d = algo_def(algo)
+    learner = d.learner_class()(
+        obs_dim, act_dim, algo, device, seed, compute_dtype=DTYPES[precision], actor_cols=actor_cols
+    )
+    if not isinstance(learner, OffPolicyLearner):
+        missing = [m for m in _PROTOCOL_MEMBERS if not hasattr(learner, m)]
+        raise UnilabError(
+            f"the {d.title} learner ({d.learner}) does not offer what the runtime asks of a replay learner "
+            f"(unilab.learn.protocol.OffPolicyLearner): it lacks {', '.join(missing)}",
+            fix="subclass unilab.learn.replay_learner.ReplayLearner (docs/extending.md, 'Add an algorithm')",
+        )
+    return learner
 
-    cls = algo_def(algo).learner_class()
-    return cls(obs_dim, act_dim, algo, device, seed, compute_dtype=DTYPES[precision], actor_cols=actor_cols)
+
+# What the protocol names: its attributes and its methods.
+_PROTOCOL_MEMBERS = tuple(
+    sorted(
+        {
+            *OffPolicyLearner.__annotations__,
+            *(n for n, v in vars(OffPolicyLearner).items() if callable(v) and not n.startswith("_")),
+        }
+    )
+)
 
 
 def actor_columns(task: Any, obs_terms: Sequence[tuple[str, int]]) -> list[int] | None:
@@ -103,7 +132,7 @@ def policy_columns(plan: Any, state: dict[str, Any]) -> list[int] | None:
     return actor_columns(plan.task, [(str(n), int(d)) for n, d in terms])
 
 
-def planned_precision(plan: Any) -> Literal["float32", "bfloat16"]:
+def planned_precision(plan: Plan) -> Precision:
     """The learner precision a plan decided (plans made before the decision: float32)."""
     return plan.learner.precision.effective if plan.learner is not None else "float32"
 

@@ -18,6 +18,10 @@ class OffPolicyLearner(Protocol):
     obs_dim: int
     act_dim: int
     num_critic_updates: int
+    # The policy network and the observation columns it reads (all but privileged ones): what a
+    # checkpoint's deployable policy is made of (unilab.algos.common.replay_policy).
+    actor: nn.Module
+    actor_obs_dim: int
 
     def act(self, obs_normalized: torch.Tensor, deterministic: bool = False) -> torch.Tensor:
         """Actions in [-1, 1], [N, act_dim], on the learner's device; no autograd."""
