@@ -75,7 +75,7 @@ def _load(group: Group, name: str, check: Check) -> object:
             fix=f"uninstall all but one of {', '.join(d.package for d in ds)}",
         )
     d = ds[0]
-    (ep,) = (ep for ep in entry_points(group=group) if ep.name == name and ep.value == d.value)
+    ep = next(ep for ep in entry_points(group=group) if ep.name == name and ep.value == d.value)
     try:
         record = ep.load()
     except Exception as exc:  # a plugin's import may raise anything; it is reported, not re-raised
