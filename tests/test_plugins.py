@@ -314,3 +314,9 @@ def test_a_plugin_learner_without_the_runtime_protocol_is_refused(tmp_path: Path
     assert r.returncode == 1, r.stdout + r.stderr
     assert "Traceback" not in r.stderr and "internal error" not in r.stderr, r.stderr
     assert "half_learner:HalfLearner" in r.stderr and "OffPolicyLearner" in r.stderr and "it lacks act," in r.stderr
+
+
+def test_a_spec_naming_a_plugin_that_is_not_installed_says_so() -> None:
+    r = unilab("plan", str(EXAMPLE / "g1_stand.toml"), "--host-facts", HOST)
+    assert r.returncode == 1 and r.stderr.startswith("error:") and "Traceback" not in r.stderr, r.stderr
+    assert "(got 'g1_stand')" in r.stderr and 'install the package that registers "g1_stand"' in r.stderr

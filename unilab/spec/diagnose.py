@@ -364,7 +364,15 @@ def _tag_fix(err: Any, where: str, data: dict[str, Any], source: str, overridden
         return f"pass --set {where}=<{_one_of(tags)}>, or drop that --set"
     if near is not None:
         return f"did you mean {_toml(near)}? set `{where} = {_toml(near)}` in {source}"
-    return f"set `{where}` in {source} to {_one_of(tags) if tags else 'the name of one of its variants'}"
+    fix = f"set `{where}` in {source} to {_one_of(tags) if tags else 'the name of one of its variants'}"
+    if where in _PLUGIN_NAMED:
+        # A name no built-in has may be a plugin's whose package is not installed here.
+        fix += f", or install the package that registers {_toml(given) if isinstance(given, str) else 'it'} (`unilab plugins` lists the installed ones)"
+    return fix
+
+
+# The keys whose name an installed package may supply (unilab.plugins).
+_PLUGIN_NAMED = ("task.name", "algo.name")
 
 
 def _meant_choice(where: str, data: dict[str, Any]) -> str | None:
