@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from unilab.sim.contract import PhysicsBackend, PhysicsState
-    from unilab.tasks.base import Task
+    from unilab.tasks.contract import CollectorTask
 
 
 _NO_TIMER = PhaseTimer(enabled=False)  # inside a captured body there is no host clock to read
@@ -46,7 +46,7 @@ class Collector:
     def __init__(
         self,
         backend: PhysicsBackend,
-        task: Task,
+        task: CollectorTask,
         *,
         finite_check_interval: int = 100,
         timing: bool = True,

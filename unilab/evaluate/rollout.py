@@ -27,6 +27,7 @@ from unilab.host.platform import require_runtime_platform
 from unilab.plan.inputs import applied_from, check_planned_inputs, planned_input_paths, planned_task
 from unilab.plan.models import Plan
 from unilab.sim.backends import CPU_BACKEND
+from unilab.tasks.base import as_g1_task
 
 if TYPE_CHECKING:
     from unilab.collect.collector import Collector
@@ -176,7 +177,8 @@ class _TrackingSums:
         if command is None:
             return
         cmd_all = command.double()
-        vel = torch.cat([task.base_lin_vel_b[:, :2], task.base_yaw_rate.unsqueeze(1)], dim=1).double()
+        g1 = as_g1_task(task)
+        vel = torch.cat([g1.base_lin_vel_b[:, :2], g1.base_yaw_rate.unsqueeze(1)], dim=1).double()
         self._average(cmd_all, vel, counted)
         if not bool(counted.any()):
             return
@@ -252,7 +254,7 @@ class _GaitSums:
 
         self.height = FOOT_CONTACT_HEIGHT
         self.control_dt = c.task.step_dt
-        self.feet = [int(b) for b in c.task.layout.feet_body_ids.tolist()]
+        self.feet = [int(b) for b in as_g1_task(c.task).layout.feet_body_ids.tolist()]
         self.contact = self._contact(c)  # of the reset state: an episode starts standing
         self.sums = torch.zeros(4, dtype=torch.float64)  # swing steps, feet in swing, touchdowns, stance width
         self.steps = 0
@@ -286,7 +288,7 @@ class _GaitSums:
         """[k] |lateral distance| between the two feet in the base's heading (yaw) frame, metres."""
         feet = c.task.state.xpos[rows][:, self.feet, :2].double()
         d = feet[:, 0] - feet[:, 1]
-        w, x, y, z = c.task.base_quat[rows].double().unbind(dim=1)
+        w, x, y, z = as_g1_task(c.task).base_quat[rows].double().unbind(dim=1)
         yaw = torch.atan2(2.0 * (w * z + x * y), 1.0 - 2.0 * (y * y + z * z))
         return (d[:, 1] * torch.cos(yaw) - d[:, 0] * torch.sin(yaw)).abs()
 
@@ -418,7 +420,7 @@ def _film_episodes(c: Collector, recorder: ClipRecorder, live: torch.Tensor) -> 
             reference=task.reference_qpos(k),
             command=command,
             # A commanded robot's base velocity (world frame), read from the state the task reads.
-            velocity=None if command is None else task.base_lin_vel_w[:k],
+            velocity=None if command is None else as_g1_task(task).base_lin_vel_w[:k],
         )
 
     film(c.backend.state.qpos, 0, None)

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from unilab.errors import UnilabError
+from unilab.tasks.base import as_g1_task
 from unilab.tasks.registry import robot_spec
 
 if TYPE_CHECKING:
@@ -83,7 +84,7 @@ class PlaySession:
         self.checkpoint_env_steps = checkpoint_env_steps
         self.policy = policy
         self.model = model  # the run's robot model, compiled: the viewer's geometry
-        self.task = collector.task
+        self.task = as_g1_task(collector.task)  # the viewer is the G1's (`play` refuses other tasks first)
         self.reward_names = list(self.task.reward_names)
         self.control_dt = float(self.task.step_dt)
         self.command_ranges = self.task.velocity_command_ranges()

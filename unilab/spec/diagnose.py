@@ -367,7 +367,8 @@ def _tag_fix(err: Any, where: str, data: dict[str, Any], source: str, overridden
     fix = f"set `{where}` in {source} to {_one_of(tags) if tags else 'the name of one of its variants'}"
     if where in _PLUGIN_NAMED:
         # A name no built-in has may be a plugin's whose package is not installed here.
-        fix += f", or install the package that registers {_toml(given) if isinstance(given, str) else 'it'} (`unilab plugins` lists the installed ones)"
+        named = _toml(given) if isinstance(given, str) else "it"
+        fix += f", or install the package that registers {named} (`unilab plugins` lists the installed ones)"
     return fix
 
 

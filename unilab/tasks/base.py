@@ -50,6 +50,7 @@ BUILT_APART = frozenset({"observation_noise"})
 if TYPE_CHECKING:
     from unilab.robot.model import RobotLayout
     from unilab.sim.contract import ModelDims, PhysicsBackend, PhysicsState
+    from unilab.tasks.contract import CollectorTask
     from unilab.tasks.taskdef import TaskDef
 
 
@@ -86,6 +87,17 @@ def composed_layout(layout: RobotLayout | None, task: str) -> RobotLayout:
     if layout is None:
         raise ValueError(f"{task} simulates the G1: it needs the composed robot's layout")
     return layout
+
+
+def as_g1_task(task: CollectorTask) -> Task[Any]:
+    """``task`` as a G1 task (its base frame, layout, command and clip controls), for the lines
+    eval and play draw of the G1 alone; they reach here only for a task that simulates it."""
+    if not isinstance(task, Task):
+        raise UnilabError(
+            f"the task {task.name} does not simulate the G1: its base frame and feet are not there to read",
+            fix="evaluate it without the G1's tracking and gait lines (they are drawn for G1 tasks only)",
+        )
+    return task
 
 
 class Task(ABC, Generic[SpecT]):

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from unilab.robot.model import RobotLayout
     from unilab.sim.contract import PhysicsBackend
     from unilab.spec.models import G1TaskSpec
-    from unilab.tasks.base import Task
+    from unilab.tasks.contract import CollectorTask
 
 TASKS: dict[str, TaskDef] = {d.name: d for d in (G1_WALK, G1_MOTION_TRACKING, CARTPOLE)}
 
@@ -66,7 +66,7 @@ def build_task(
     step_dt: float,
     seed: int = 0,
     spec_dir: Path = Path("."),
-) -> Task[Any]:
+) -> CollectorTask:
     """The task for ``spec`` over ``backend`` (built from the model ``layout`` describes).
 
     ``step_dt`` is the env step, ``sim.timestep * sim.decimation``; ``spec_dir`` is the directory

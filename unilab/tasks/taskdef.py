@@ -19,7 +19,7 @@ from unilab.tasks.declarations import TermDecl
 if TYPE_CHECKING:
     from unilab.robot.model import RobotLayout
     from unilab.sim.contract import PhysicsBackend
-    from unilab.tasks.base import Task
+    from unilab.tasks.contract import CollectorTask
 
 
 class BuildTask(Protocol):
@@ -36,7 +36,7 @@ class BuildTask(Protocol):
         step_dt: float,
         seed: int,
         spec_dir: Path,
-    ) -> Task[Any]: ...
+    ) -> CollectorTask: ...
 
 
 def _none(spec: Any) -> None:
