@@ -7,7 +7,7 @@ Frozen and free of timestamps: the same spec and facts give byte-identical rende
 from __future__ import annotations
 
 import functools
-from typing import Annotated, Any, Literal, cast
+from typing import Annotated, Any, Literal, cast, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, WrapValidator, model_validator
 
@@ -159,7 +159,10 @@ def __getattr__(attr: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {attr!r}")
 
 
-_BUILTIN_PLANS = {"g1_walk": G1WalkPlan, "g1_motion_tracking": G1MotionTrackingPlan, "cartpole": CartpolePlan}
+# Each built-in task's plan model by its `name`.
+_BUILTIN_PLANS: dict[str, type[_TaskResolved]] = {
+    m.model_fields["name"].annotation.__args__[0]: m for m in get_args(get_args(TaskPlan)[0])
+}
 if sorted(_BUILTIN_PLANS) != sorted(TASK_MODELS):
     raise TypeError("every built-in task has a plan model")
 # The plan's `[task]`: a built-in task's plan model or a plugin's, serialized as the model it is.
