@@ -232,12 +232,12 @@ def test_apply_leaves_a_complete_run_directory_and_resumes(tmp_path: Path) -> No
     obs = np.random.default_rng(0).normal(size=(8, obs_dim)).astype(np.float32) * 3
     sess = ort.InferenceSession(str(run_dir / "policy.onnx"))
     # The file states its shapes, as docs/running.md gives them: obs [batch, obs_dim], action
-    # [batch, action_dim], 13 for g1.toml's legs and waist yaw (the joints `unilab.action_joints` names).
+    # [batch, action_dim], 12 for g1.toml's legs (the joints `unilab.action_joints` names).
     assert [(i.name, i.shape[1]) for i in sess.get_inputs()] == [("obs", obs.shape[1])]
-    assert [(o.name, o.shape) for o in sess.get_outputs()] == [("action", ["batch", 13])]
+    assert [(o.name, o.shape) for o in sess.get_outputs()] == [("action", ["batch", 12])]
     got = sess.run(None, {"obs": obs})[0]
     want = policy(torch.from_numpy(obs)).detach().numpy()
-    assert got.shape == (8, 13) and np.abs(got - want).max() < 1e-5
+    assert got.shape == (8, 12) and np.abs(got - want).max() < 1e-5
     # It carries what turns an action into joint targets, as the task the run trained did.
     from unilab.collect.build import build_collector
     from unilab.plan.render import load_plan
@@ -251,7 +251,7 @@ def test_apply_leaves_a_complete_run_directory_and_resumes(tmp_path: Path) -> No
     with build_collector(spec_task.task, spec_task.sim, spec_dir=tmp_path, num_envs=1, workers=1) as c:
         task = c.task
         assert json.loads(meta["unilab.joint_names"]) == list(task.layout.joint_names)
-        assert len(json.loads(meta["unilab.action_joints"])) == task.num_actions == 13
+        assert len(json.loads(meta["unilab.action_joints"])) == task.num_actions == 12
         np.testing.assert_allclose(json.loads(meta["unilab.action_scale"]), task.action_scale.numpy(), rtol=1e-5)
         np.testing.assert_allclose(
             json.loads(meta["unilab.default_joint_pos"]), task.default_joint_pos.numpy(), atol=1e-6

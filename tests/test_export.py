@@ -117,8 +117,8 @@ def test_the_metadata_names_the_joints_the_actions_drive_and_the_pose_they_offse
     from unilab.spec.load import load_spec
 
     for sets, joints, pose in (
-        ([], g1.LEG_AND_WAIST_YAW_JOINTS, "knees_bent"),
-        (['task.actions="legs"'], g1.LEG_JOINTS, "knees_bent"),
+        ([], g1.LEG_JOINTS, "knees_bent"),
+        (['task.actions="legs_waist_yaw"'], g1.LEG_AND_WAIST_YAW_JOINTS, "knees_bent"),
         (['task.actions="all"', 'task.default_pose="home"'], g1.JOINT_NAMES, "home"),
     ):
         loaded = load_spec(SPECS / "g1.toml", sets)
