@@ -230,7 +230,7 @@ def _plugin_rows() -> list[dict[str, str]]:
                     record = load(name)
                     row |= {"status": "ok", "detail": getattr(record, "title", name)}
                 except UnilabError as exc:
-                    row |= {"status": "broken", "detail": exc.render()}
+                    row |= {"status": "broken", "detail": exc.render().removeprefix("error: ")}
             rows.append(row)
     return rows
 
