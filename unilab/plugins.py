@@ -13,10 +13,10 @@ packages claim its name, ...) is refused in one paragraph naming it, its package
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from importlib.metadata import EntryPoint, entry_points
-from typing import Literal
+from typing import Literal, TypeVar
 
 from unilab.errors import UnilabError
 
@@ -104,3 +104,42 @@ def load(group: Group, name: str, check: Check) -> object | None:
 
 def plugin_names(group: Group) -> tuple[str, ...]:
     return tuple(declared(group))
+
+
+R = TypeVar("R")
+
+
+def record_check(record_type: type, spec_problem: Check) -> Check:
+    """The check of a plugin's record: an instance of ``record_type`` named as its entry point,
+    whose spec model passes ``spec_problem``. Make it once per registry (loads are cached by it)."""
+
+    def check(name: str, record: object) -> str | None:
+        kind = record_type.__name__
+        if not isinstance(record, record_type):
+            return f"it is {type(record).__name__}, not a {record_type.__module__}.{kind}"
+        if record.name != name:  # type: ignore[attr-defined]
+            return f"its {kind} is named {record.name!r}, its entry point {name!r}: the two must agree"  # type: ignore[attr-defined]
+        return spec_problem(name, record)
+
+    return check
+
+
+def plugin_record(builtin: Mapping[str, R], group: Group, name: str, check: Check) -> R | None:
+    """The record of the installed plugin ``name``, or None where no package registers one; a
+    built-in name is never a plugin's."""
+    if name in builtin:
+        return None
+    return load(group, name, check)  # type: ignore[return-value]
+
+
+def record_named(builtin: Mapping[str, R], group: Group, section: object, check: Check, key: str) -> R:
+    """The record a `[task]`/`[algo]` section (or a name) names: a built-in one or an installed
+    plugin's; an unknown name is refused with the names there are."""
+    name = section if isinstance(section, str) else getattr(section, "name", None)
+    record = builtin.get(name) if isinstance(name, str) else None
+    if record is None and isinstance(name, str):
+        record = plugin_record(builtin, group, name, check)
+    if record is None:
+        known = sorted({*builtin, *plugin_names(group)})
+        raise UnilabError(f"unknown {_WHAT[group]} {name!r}", fix=f"set {key} to one of {', '.join(known)}")
+    return record

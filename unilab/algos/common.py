@@ -39,24 +39,14 @@ def make_learner(
         obs_dim, act_dim, algo, device, seed, compute_dtype=DTYPES[precision], actor_cols=actor_cols
     )
     if not isinstance(learner, OffPolicyLearner):
-        missing = [m for m in _PROTOCOL_MEMBERS if not hasattr(learner, m)]
+        members = {*OffPolicyLearner.__annotations__, *(n for n in vars(OffPolicyLearner) if not n.startswith("_"))}
+        missing = sorted(m for m in members if not hasattr(learner, m))
         raise UnilabError(
             f"the {d.title} learner ({d.learner}) does not offer what the runtime asks of a replay learner "
             f"(unilab.learn.protocol.OffPolicyLearner): it lacks {', '.join(missing)}",
             fix="subclass unilab.learn.replay_learner.ReplayLearner (docs/extending.md, 'Add an algorithm')",
         )
     return learner
-
-
-# What the protocol names: its attributes and its methods.
-_PROTOCOL_MEMBERS = tuple(
-    sorted(
-        {
-            *OffPolicyLearner.__annotations__,
-            *(n for n, v in vars(OffPolicyLearner).items() if callable(v) and not n.startswith("_")),
-        }
-    )
-)
 
 
 def actor_columns(task: Any, obs_terms: Sequence[tuple[str, int]]) -> list[int] | None:

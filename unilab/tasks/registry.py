@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from unilab import plugins
-from unilab.errors import UnilabError
 from unilab.spec.models import task_record_problem
 from unilab.tasks.cartpole import CARTPOLE
 from unilab.tasks.g1_motion_tracking import G1_MOTION_TRACKING
@@ -23,33 +22,18 @@ if TYPE_CHECKING:
 TASKS: dict[str, TaskDef] = {d.name: d for d in (G1_WALK, G1_MOTION_TRACKING, CARTPOLE)}
 
 
-def _task_record(name: str, record: object) -> str | None:
-    if not isinstance(record, TaskDef):
-        return f"it is {type(record).__name__}, not a unilab.tasks.taskdef.TaskDef"
-    if record.name != name:
-        return f"its TaskDef is named {record.name!r}, its entry point {name!r}: the two must agree"
-    return task_record_problem(name, record)
+_CHECK = plugins.record_check(TaskDef, task_record_problem)
 
 
 def plugin_task_def(name: str) -> TaskDef | None:
-    """The record of the installed plugin task ``name`` (unilab.plugins), or None where no
-    package registers one; a built-in name is never a plugin's."""
-    if name in TASKS:
-        return None
-    return cast("TaskDef | None", plugins.load(plugins.TASK_GROUP, name, _task_record))
+    """The record of the installed plugin task ``name`` (unilab.plugins), or None."""
+    return plugins.plugin_record(TASKS, plugins.TASK_GROUP, name, _CHECK)
 
 
 def task_def(task: object) -> TaskDef:
     """The definition of a `[task]` section (a spec or plan model) or of a task's name: a
     built-in task's or an installed plugin's."""
-    name = task if isinstance(task, str) else getattr(task, "name", None)
-    d = TASKS.get(name) if isinstance(name, str) else None  # type: ignore[arg-type]
-    if d is None and isinstance(name, str):
-        d = plugin_task_def(name)
-    if d is None:
-        known = sorted({*TASKS, *plugins.plugin_names(plugins.TASK_GROUP)})
-        raise UnilabError(f"unknown task {name!r}", fix=f"set task.name to one of {', '.join(known)}")
-    return d
+    return plugins.record_named(TASKS, plugins.TASK_GROUP, task, _CHECK, "task.name")
 
 
 def robot_spec(task: object) -> G1TaskSpec | None:
