@@ -479,6 +479,48 @@ CASES = [
     ),
     Case("task.reward-weights", "cpu_laptop", {"task__reward_weights": {"alive": 1.0, "base_height": 0.0}}, False),
     Case(
+        "task.reward-curriculum",
+        "cpu_laptop",
+        {"task__reward_curriculum": {"track_yaw": {"weight": 3.0, "start_env_steps": 0}}},
+        True,
+        "g1_walk has no reward term 'track_yaw'",
+        "use one of its terms: track_lin_vel_xy_exp, track_ang_vel_z_exp",
+    ),
+    Case(
+        "task.reward-curriculum",
+        "cpu_laptop",
+        {
+            "run__total_env_steps": 1_000_000,
+            "task__reward_curriculum": {
+                "track_ang_vel_z_exp": {"weight": 3.0, "start_env_steps": 500_000, "end_env_steps": 1_500_000}
+            },
+        },
+        True,
+        "the change ends at 1,500,000 env steps, after the run's 1,000,000 (run.total_env_steps)",
+        "end it by 1_000_000 env steps, or raise run.total_env_steps to at least 1_500_000",
+    ),
+    Case(
+        "task.reward-curriculum",
+        "cpu_laptop",
+        {
+            "task__reward_curriculum": {
+                "track_ang_vel_z_exp": {"weight": 3.0, "start_env_steps": 2_000, "end_env_steps": 1_000}
+            }
+        },
+        True,
+        "the change ends (1,000 env steps) before it starts (2,000)",
+        "set its end_env_steps to 2_000 or later (or leave it out: a step)",
+    ),
+    Case(
+        "task.reward-curriculum",
+        "cpu_laptop",
+        {
+            "run__total_env_steps": 1_000_000,
+            "task__reward_curriculum": {"track_ang_vel_z_exp": {"weight": 3.0, "start_env_steps": 500_000}},
+        },
+        False,
+    ),
+    Case(
         "task.privileged-observations",
         "cpu_laptop",
         {"task__privileged_observations": ["base_lin_vel"], "algo": {"name": "td3"}},

@@ -64,13 +64,20 @@ class CollectorStats:
 def collector_for(plan: Plan, rank: int, resume_state: dict[str, Any] | None) -> CollectorClient:
     """The rank's collector client. A resumed run's environments continue on a fresh random
     stream (offset by the syncs already done), not a replay of the first session's."""
-    resumed_syncs = (resume_state or {}).get("counters", {}).get("syncs", 0)
-    return CollectorClient(plan, rank, seed=plan.ranks[rank].seed + 7919 * resumed_syncs)
+    counters = (resume_state or {}).get("counters", {})
+    resumed_syncs, resumed_steps = counters.get("syncs", 0), counters.get("env_steps", 0)
+    return CollectorClient(
+        plan,
+        rank,
+        seed=plan.ranks[rank].seed + 7919 * resumed_syncs,
+        env_steps_start=resumed_steps * plan.topology.world_size,  # the counters are this rank's
+    )
 
 
 class CollectorClient:
-    def __init__(self, plan: Plan, rank: int, seed: int) -> None:
+    def __init__(self, plan: Plan, rank: int, seed: int, env_steps_start: int = 0) -> None:
         self.plan, self.rank, self.seed = plan, rank, seed
+        self.env_steps_start = env_steps_start
         self.rp = plan.ranks[rank]
         self.where = f"rank{rank}.collector"
         self.ctx = tmp.get_context("spawn")
@@ -98,6 +105,8 @@ class CollectorClient:
             update_graph=p.graphs.collector.enabled,
             seed=self.seed,
             parent_pid=os.getpid(),
+            env_steps_start=self.env_steps_start,
+            env_steps_per_step=p.task.num_envs * p.topology.world_size,
         )
         msg_r, msg_w = self.ctx.Pipe(duplex=False)
         obs_r, obs_w = self.ctx.Pipe(duplex=False)

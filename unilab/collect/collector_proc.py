@@ -21,6 +21,7 @@ from unilab.stop import STOP_SIGNALS
 if TYPE_CHECKING:
     from unilab.collect.channel import Hello, SharedBuffers
     from unilab.collect.collector import Collector
+    from unilab.collect.curriculum import RewardCurriculum
 
 WAIT_SLICE_S = 0.5
 
@@ -39,6 +40,10 @@ class CollectorConfig:
     update_graph: bool  # the experimental collector update-state graph (CUDA)
     seed: int
     parent_pid: int
+    # The run's env steps (summed over ranks) when this session starts, and per vector step of
+    # every rank together: where `task.reward_curriculum` stands (unilab.collect.curriculum).
+    env_steps_start: int = 0
+    env_steps_per_step: int = 0
 
 
 def collector_main(cfg: CollectorConfig, messages: Any, obs_conn: Any, act_conn: Any) -> None:
@@ -58,6 +63,7 @@ def collector_main(cfg: CollectorConfig, messages: Any, obs_conn: Any, act_conn:
 
         from unilab.collect.build import build_collector
         from unilab.collect.channel import SharedBuffers
+        from unilab.collect.curriculum import RewardCurriculum
 
         torch.set_num_threads(1)
         if cfg.cpu_ids and hasattr(os, "sched_setaffinity"):
@@ -83,7 +89,8 @@ def collector_main(cfg: CollectorConfig, messages: Any, obs_conn: Any, act_conn:
             len(collector.health_names),
         )
         messages.send(("hello", _hello(cfg, collector, bufs, reward_names)))
-        _serve(cfg, collector, bufs, obs_conn, act_conn)
+        curriculum = RewardCurriculum.of(cfg.task, cfg.env_steps_start, cfg.env_steps_per_step)
+        _serve(cfg, collector, bufs, obs_conn, act_conn, curriculum)
     except BaseException as exc:  # report the first error of this process to the learner, then exit non-zero
         report = _error_report(where, exc)
         try:
@@ -120,7 +127,14 @@ def _hello(cfg: CollectorConfig, collector: Collector, bufs: SharedBuffers, rewa
     )
 
 
-def _serve(cfg: CollectorConfig, collector: Collector, bufs: SharedBuffers, obs_conn: Any, act_conn: Any) -> None:
+def _serve(
+    cfg: CollectorConfig,
+    collector: Collector,
+    bufs: SharedBuffers,
+    obs_conn: Any,
+    act_conn: Any,
+    curriculum: RewardCurriculum | None,
+) -> None:
     """Reset every world, then step once per step token until told to quit, the learner's end of the
     pipe is gone, or the learner's process is (this process's parent changed)."""
     from unilab.collect.channel import (
@@ -152,6 +166,8 @@ def _serve(cfg: CollectorConfig, collector: Collector, bufs: SharedBuffers, obs_
         if os.read(act_fd, 1) != TOKEN_STEP:  # told to quit, or the learner's end is gone
             return
         stats[STAT_WAIT_S] += time.perf_counter() - t0
+        if curriculum is not None:
+            curriculum.apply(collector.task, t)
         obs, reward, terminated, truncated = collector.step(bufs.action)
         t += 1
         bufs.obs[t % 2].copy_(obs)

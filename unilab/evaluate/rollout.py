@@ -462,6 +462,7 @@ def evaluate(req: EvalRequest) -> EvalReport:
 
         load_mujoco_for_rendering()  # before the imports below bring MuJoCo in with no platform chosen
     from unilab.collect.build import build_collector
+    from unilab.collect.curriculum import RewardCurriculum
     from unilab.sim.mujoco_cpu import MujocoCpuBackend
 
     run_dir = req.run_dir
@@ -484,6 +485,10 @@ def evaluate(req: EvalRequest) -> EvalReport:
                 fix="evaluate it with the unilab that wrote it (the version and commit its run's manifest names); "
                 "`unilab export` still exports it, with the observation layout it was trained on",
             )
+            # Scored under the reward weights the run had reached at this checkpoint (task.reward_curriculum).
+            curriculum = RewardCurriculum.of(task, run.env_steps, 0)
+            if curriculum is not None:
+                curriculum.apply(c.task, 0)
             played = _play(c, run.policy, req.progress, recorder)
             reward_names = list(c.task.reward_names)
             max_steps = c.task.max_episode_steps

@@ -205,6 +205,25 @@ class CommandRanges(_Section):
         return v
 
 
+class RewardWeightChange(_Section):
+    """One reward term's weight changed during the run, keyed on the run's env steps (as Isaac Lab's
+    `modify_reward_weight` curriculum changes a term's weight after a number of steps): the term keeps
+    its weight (`task.reward_weights` or the task's default) up to `start_env_steps`, moves linearly to
+    `weight` by `end_env_steps`, and keeps `weight` from there on."""
+
+    weight: Annotated[float, Field(ge=-1e6, le=1e6)] = Field(description="The term's weight from `end_env_steps` on.")
+    start_env_steps: Annotated[int, Field(ge=0)] = Field(
+        description="The run's env steps (summed over ranks) at which the change starts."
+    )
+    end_env_steps: Annotated[int, Field(ge=0)] | None = Field(
+        None, description="The run's env steps at which the term reaches `weight`; absent: `start_env_steps` (a step)."
+    )
+
+    @property
+    def end(self) -> int:
+        return self.start_env_steps if self.end_env_steps is None else self.end_env_steps
+
+
 class TaskSpecBase(_Section):
     """The keys every task takes."""
 
@@ -221,6 +240,15 @@ class TaskSpecBase(_Section):
         "e.g. `{ alive = 1.0, base_height = -20.0 }` for g1_walk; terms not named keep the task's defaults "
         "(docs/tasks.md lists each task's), "
         "and 0 takes a term out of the reward. The plan lists every term's weight.",
+    )
+    reward_curriculum: dict[str, RewardWeightChange] | None = Field(
+        None,
+        description="Reward term weights changed during the run, by term name, each `{ weight, start_env_steps, "
+        "end_env_steps }`: the term keeps its weight up to `start_env_steps` of the run (summed over ranks), moves "
+        "linearly to `weight` by `end_env_steps` (absent: a step at `start_env_steps`) and keeps it, as Isaac Lab's "
+        "`modify_reward_weight` curriculum does. E.g. `{ track_ang_vel_z_exp = { weight = 3.0, start_env_steps = "
+        "8_000_000, end_env_steps = 10_000_000 } }` raises g1_walk's yaw tracking once the policy walks. A resumed "
+        "run continues with the weights of its env steps; `unilab eval` scores a checkpoint under them.",
     )
 
 

@@ -397,6 +397,13 @@ class Task(ABC, Generic[SpecT]):
         torch.sum(self.reward_terms, dim=1, out=self.reward)
         return self.reward
 
+    def set_reward_weights(self, weights: Sequence[float]) -> None:
+        if len(weights) != len(self.rewards):
+            raise UnilabError(f"internal: {len(weights)} reward weights for {len(self.rewards)} terms")
+        for t, w in zip(self.rewards, weights, strict=True):
+            t.weight = float(w)
+        self._reward_scale.copy_(torch.tensor([t.weight * self.step_dt for t in self.rewards]))
+
     def compute_terminations(self) -> tuple[torch.Tensor, torch.Tensor]:
         self._any_of(self._terminating, self.terminated)
         self._any_of(self._time_outs, self.truncated)

@@ -10,6 +10,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     import torch
 
     from unilab.sim.contract import PhysicsBackend, PhysicsState
@@ -51,6 +53,11 @@ class CollectorTask(Protocol):
         ...
 
     def compute_rewards(self) -> torch.Tensor: ...
+
+    def set_reward_weights(self, weights: Sequence[float]) -> None:
+        """The reward terms' weights per second from the next step on, in `rewards` order
+        (``task.reward_curriculum``; unilab.collect.curriculum)."""
+        ...
 
     def step_events(self) -> None: ...
 

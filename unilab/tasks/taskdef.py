@@ -86,6 +86,20 @@ class TaskDef:
             raise ValueError(f"{self.name} has no reward term {unknown[0]!r}")
         return {name: float(overrides.get(name, w)) for name, w in weights.items()}
 
+    def weights_at(self, spec: Any, env_steps: int) -> dict[str, float]:
+        """The weight of every reward term after ``env_steps`` of the run (summed over ranks):
+        `weights` with ``task.reward_curriculum`` applied, each change linear from its start to its end."""
+        weights = self.weights(spec)
+        for name, change in (spec.reward_curriculum or {}).items():
+            if name not in weights:
+                raise ValueError(f"{self.name} has no reward term {name!r}")
+            before, start, end = weights[name], change.start_env_steps, change.end
+            if env_steps >= end:
+                weights[name] = float(change.weight)
+            elif env_steps > start:
+                weights[name] = before + (change.weight - before) * (env_steps - start) / (end - start)
+        return weights
+
     def builder(self) -> BuildTask:
         return _load(self.runtime)  # type: ignore[no-any-return]
 

@@ -83,6 +83,46 @@ def task_reward_weights(r: Rule, ctx: Context) -> list[Diagnostic]:
 
 
 @rule(
+    "task.reward-curriculum",
+    "task.reward_curriculum",
+    "Every name in task.reward_curriculum is a reward term of the task, and each change ends no earlier than it "
+    "starts and reaches its weight within the run (`end_env_steps <= run.total_env_steps`).",
+)
+def task_reward_curriculum(r: Rule, ctx: Context) -> list[Diagnostic]:
+    t, total = ctx.spec.task, ctx.spec.run.total_env_steps
+    terms = list(task_def(t).reward_weights(t))
+    out = []
+    for name, change in (t.reward_curriculum or {}).items():
+        key = f"task.reward_curriculum.{name}"
+        if name not in terms:
+            out.append(
+                r.diag(
+                    f"{t.name} has no reward term {name!r}{_did_you_mean(name, terms)}",
+                    f"use one of its terms: {', '.join(terms)}",
+                    key,
+                )
+            )
+        elif change.end < change.start_env_steps:
+            out.append(
+                r.diag(
+                    f"the change ends ({change.end:,} env steps) before it starts ({change.start_env_steps:,})",
+                    f"set its end_env_steps to {change.start_env_steps:_} or later (or leave it out: a step)",
+                    key,
+                )
+            )
+        elif change.end > total:
+            # A change the run never completes would train under weights the plan does not show.
+            out.append(
+                r.diag(
+                    f"the change ends at {change.end:,} env steps, after the run's {total:,} (run.total_env_steps)",
+                    f"end it by {total:_} env steps, or raise run.total_env_steps to at least {change.end:_}",
+                    key,
+                )
+            )
+    return out
+
+
+@rule(
     "task.privileged-observations",
     "task.privileged_observations",
     "Each name in task.privileged_observations is one of the task's observation terms, the actor keeps at least "

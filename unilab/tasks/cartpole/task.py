@@ -25,6 +25,8 @@ from unilab.tasks.terms import ObservationTerm, RewardTerm, TensorFn, Terminatio
 from unilab.tasks.timing import max_episode_steps
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from unilab.sim.contract import PhysicsBackend, PhysicsState
     from unilab.spec.models import CartpoleSpec
 
@@ -140,6 +142,11 @@ class CartpoleTask:
         self.reward_terms.mul_(self._scale)
         torch.sum(self.reward_terms, dim=1, out=self.reward)
         return self.reward
+
+    def set_reward_weights(self, weights: Sequence[float]) -> None:
+        for t, w in zip(self.rewards, weights, strict=True):
+            t.weight = float(w)
+        self._scale.copy_(torch.tensor([t.weight * self.step_dt for t in self.rewards]))
 
     def compute_terminations(self) -> tuple[torch.Tensor, torch.Tensor]:
         self.terminated.zero_()
