@@ -13,7 +13,8 @@ import torch
 from unilab.collect.build import build_collector
 from unilab.collect.collector import Collector
 from unilab.errors import UnilabError
-from unilab.spec.models import CommandRanges, SimSpec, task_spec
+from unilab.spec.models import SimSpec, task_spec
+from unilab.tasks.g1_walk.spec import CommandRanges
 
 N = 8
 

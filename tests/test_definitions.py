@@ -65,25 +65,48 @@ def _isinstance_checks(classes: set[str], outside: tuple[str, ...], root: Path =
     ]
 
 
-def test_no_task_name_or_task_spec_class_is_compared_outside_the_tasks_package() -> None:
+def _mentions(names: set[str], outside: tuple[str, ...], root: Path = ROOT) -> list[str]:
+    """`file:line` of each use of one of ``names`` (a name, an attribute, an import) outside ``outside``."""
+    found = []
+    for rel, node in _nodes(root, outside):
+        used = (
+            getattr(node, "id", None) if isinstance(node, ast.Name) else
+            node.attr if isinstance(node, ast.Attribute) else
+            node.name if isinstance(node, ast.alias) else None
+        )  # fmt: skip
+        if used in names:
+            found.append(f"{rel}:{getattr(node, 'lineno', 0)}")
+    return found
+
+
+def test_no_task_name_or_task_spec_class_is_used_outside_the_tasks_package() -> None:
     assert _name_comparisons(set(TASKS), "unilab/tasks/", about="task|name") == []
-    from unilab.spec import models
+    # Each task's `[task]` model lives in its package; the spec and the plan take them from the registry.
+    assert all(d.spec.__module__ == f"unilab.tasks.{name}.spec" for name, d in TASKS.items())
+    own = {d.spec.__name__ for d in TASKS.values()} | {"CommandRanges", "TrackingStd"}
+    plans = {f"{d.spec.__name__.removesuffix('Spec')}Plan" for d in TASKS.values()}
+    assert {"G1WalkSpec", "CartpoleSpec", "CartpolePlan"} <= own | plans
+    assert _mentions(own | plans, ("unilab/tasks/",)) == []
+    assert _isinstance_checks({"G1TaskSpec"}, ("unilab/tasks/",)) == []
 
-    task_classes = {
-        n for n, v in vars(models).items() if isinstance(v, type) and issubclass(v, models.TaskSpecBase)
-    } | {f"{d.spec.__name__.removesuffix('Spec')}Plan" for d in TASKS.values()}
-    assert {"G1TaskSpec", "G1WalkSpec", "CartpolePlan"} <= task_classes
-    assert _isinstance_checks(task_classes, ("unilab/tasks/", "unilab/spec/")) == []
 
-
-def test_no_algorithm_name_or_spec_class_is_compared_outside_the_algorithm_packages() -> None:
+def test_no_algorithm_name_or_spec_class_is_used_outside_the_algorithm_packages() -> None:
     """Families (`ReplayAlgoSpec`: the replay learners' keys) may be tested; one algorithm may not."""
     from unilab.algos.registry import ALGOS
 
     assert _name_comparisons(set(ALGOS), "unilab/algos/", about="algo|name") == []
+    assert all(d.spec.__module__ == f"unilab.algos.{name}.spec" for name, d in ALGOS.items())
     own = {d.spec.__name__ for d in ALGOS.values()}
     assert own == {"SacSpec", "FlashSacSpec", "Td3Spec", "PpoSpec"}
-    assert _isinstance_checks(own, ("unilab/algos/", "unilab/spec/")) == []
+    assert _mentions(own, ("unilab/algos/",)) == []
+
+
+def test_the_use_finder_finds_one(tmp_path: Path) -> None:
+    """The check above can fail: a module outside the package that imports a task's model is reported."""
+    (tmp_path / "unilab" / "tasks").mkdir(parents=True)
+    (tmp_path / "unilab" / "probe.py").write_text("from unilab.tasks.g1_walk.spec import G1WalkSpec\n")
+    (tmp_path / "unilab" / "tasks" / "ok.py").write_text("from unilab.tasks.g1_walk.spec import G1WalkSpec\n")
+    assert _mentions({"G1WalkSpec"}, ("unilab/tasks/",), tmp_path) == ["unilab/probe.py:1"]
 
 
 def test_each_task_is_a_package_behind_its_record() -> None:

@@ -27,12 +27,13 @@ import torch
 import torch.distributed as dist
 
 from unilab.algos.flashsac.learner import FlashSacLearner
+from unilab.algos.flashsac.spec import FlashSacSpec
 from unilab.algos.sac.learner import SacLearner
+from unilab.algos.sac.spec import SacSpec
 from unilab.dist import BufferSync, GradSync, broadcast_parameters, param_digest
 from unilab.errors import UnilabError
 from unilab.learn.replay import Batch
 from unilab.plan.models import WirePlan
-from unilab.spec.models import FlashSacSpec, SacSpec
 
 WORLD = 2
 OBS_DIM, ACT_DIM = 99, 29  # G1 walk: 99 observations, 29 joints

@@ -293,7 +293,8 @@ def test_command_tracking_compares_the_base_with_its_command_and_with_standing_s
 
     from unilab.collect.build import build_collector
     from unilab.evaluate.rollout import _play
-    from unilab.spec.models import CommandRanges, SimSpec, task_spec
+    from unilab.spec.models import SimSpec, task_spec
+    from unilab.tasks.g1_walk.spec import CommandRanges
 
     commands = CommandRanges(lin_vel_x=(0.6, 0.6), lin_vel_y=(-0.8, -0.8), ang_vel_z=(0.3, 0.3))
     task = task_spec(name="g1_walk", num_envs=3, episode_length_s=0.3, commands=commands)
@@ -327,7 +328,8 @@ def test_command_tracking_also_averages_the_velocity_over_one_second() -> None:
 
     from unilab.collect.build import build_collector
     from unilab.evaluate.rollout import _play
-    from unilab.spec.models import CommandRanges, SimSpec, task_spec
+    from unilab.spec.models import SimSpec, task_spec
+    from unilab.tasks.g1_walk.spec import CommandRanges
 
     commands = CommandRanges(lin_vel_x=(0.6, 0.6), lin_vel_y=(-0.8, -0.8), ang_vel_z=(0.3, 0.3))
     task = task_spec(name="g1_walk", num_envs=2, episode_length_s=1.3, commands=commands)

@@ -11,10 +11,11 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from tests.conftest import random_batch
 from unilab.algos.flashsac.learner import BatchNorm, FlashSacLearner, RMSNorm, UnitLinear
+from unilab.algos.flashsac.spec import FlashSacSpec
 from unilab.algos.sac.learner import SacLearner
+from unilab.algos.sac.spec import SacSpec
 from unilab.errors import UnilabError
 from unilab.learn.replay import Batch
-from unilab.spec.models import FlashSacSpec, SacSpec
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -226,7 +227,7 @@ def test_both_learners_offer_the_runtime_protocol() -> None:
 
     assert isinstance(_sac(), OffPolicyLearner) and isinstance(_flash(), OffPolicyLearner)
     from unilab.algos.td3.learner import Td3Learner
-    from unilab.spec.models import Td3Spec
+    from unilab.algos.td3.spec import Td3Spec
 
     assert isinstance(Td3Learner(4, 2, Td3Spec(name="td3")), OffPolicyLearner)
 

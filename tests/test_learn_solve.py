@@ -15,10 +15,11 @@ import pytest
 import torch
 
 from unilab.algos.flashsac.learner import FlashSacLearner
+from unilab.algos.flashsac.spec import FlashSacSpec
 from unilab.algos.sac.learner import SacLearner
+from unilab.algos.sac.spec import SacSpec
 from unilab.learn.normalizer import ObsNormalizer
 from unilab.learn.replay import ReplayBuffer
-from unilab.spec.models import FlashSacSpec, SacSpec
 
 HORIZON = 20
 

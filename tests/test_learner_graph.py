@@ -12,11 +12,12 @@ import torch
 
 from tests.conftest import random_batch
 from unilab.algos.flashsac.learner import FlashSacLearner
+from unilab.algos.flashsac.spec import FlashSacSpec
 from unilab.algos.sac.learner import SacLearner
+from unilab.algos.sac.spec import SacSpec
 from unilab.errors import UnilabError
 from unilab.learn.graph import LearnerGraph
 from unilab.learn.replay import Batch
-from unilab.spec.models import FlashSacSpec, SacSpec
 
 OBS, ACT, B = 7, 3, 16
 

@@ -8,9 +8,10 @@ import pytest
 import torch
 
 from unilab.algos.common import make_learner
+from unilab.algos.flashsac.spec import FlashSacSpec
+from unilab.algos.sac.spec import SacSpec
 from unilab.learn.graph import LearnerGraph
 from unilab.learn.replay import Batch
-from unilab.spec.models import FlashSacSpec, SacSpec
 
 pytestmark = [
     pytest.mark.cuda,

@@ -52,9 +52,11 @@ def test_an_episode_without_a_measured_start_or_ended_non_finite_is_left_out() -
 
 def _learners() -> dict[str, object]:
     from unilab.algos.flashsac.learner import FlashSacLearner
+    from unilab.algos.flashsac.spec import FlashSacSpec
     from unilab.algos.sac.learner import SacLearner
+    from unilab.algos.sac.spec import SacSpec
     from unilab.algos.td3.learner import Td3Learner
-    from unilab.spec.models import FlashSacSpec, SacSpec, Td3Spec
+    from unilab.algos.td3.spec import Td3Spec
 
     return {
         "sac": SacLearner(5, 2, SacSpec(name="sac", hidden_dims=(8,)), seed=1),

@@ -196,7 +196,7 @@ def broken_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     [
         ("task", "import_error", ["plug-import 1.0", "ModuleNotFoundError", "a_module_nobody_installed"]),
         ("algo", "algo_import_error", ["the algorithm 'algo_import_error'", "plug-import 1.0", "ModuleNotFoundError"]),
-        ("task", "not_a_model", ["plug-model 1.0", "not a subclass of unilab.spec.models.TaskSpecBase"]),
+        ("task", "not_a_model", ["plug-model 1.0", "not a subclass of unilab.sections.TaskSpecBase"]),
         ("task", "not_a_record", ["plug-record 1.0", "TaskSpecBase"]),
         ("task", "twice", ["2 installed packages register the task 'twice'", "plug-dup-a 1.0", "plug-dup-b 1.0"]),
     ],
@@ -239,7 +239,7 @@ import dataclasses
 from typing import Literal
 from pydantic import Field
 from unilab.algos.sac import SAC
-from unilab.spec.models import SacSpec
+from unilab.algos.sac.spec import SacSpec
 
 class SacCopySpec(SacSpec):
     name: Literal["sac_copy"] = Field(description="The algorithm.")
@@ -283,7 +283,7 @@ import dataclasses
 from typing import Literal
 from pydantic import Field
 from unilab.algos.sac import SAC
-from unilab.spec.models import SacSpec
+from unilab.algos.sac.spec import SacSpec
 
 class HalfSpec(SacSpec):
     name: Literal["half_learner"] = Field(description="The algorithm.")

@@ -17,8 +17,8 @@ import torch
 
 from tests.conftest import ROOT
 from tests.test_apply import _env, _wait_for_checkpoint, apply, leftover_pids, only_run_dir, spec_copy
+from unilab.algos.ppo.spec import PpoSpec
 from unilab.spec.load import load_spec
-from unilab.spec.models import PpoSpec
 from unilab.tasks.registry import task_def
 
 NUM_ENVS, STEPS_PER_ENV = 16, 8

@@ -59,7 +59,7 @@ def test_unknown_key_without_a_near_match_lists_the_section() -> None:
 
 def test_default_fix_from_the_right_algo_variant() -> None:
     d = diags(G1, 'algo.name="flashsac"', "algo.batch_size=0")
-    from unilab.spec.models import FlashSacSpec
+    from unilab.algos.flashsac.spec import FlashSacSpec
 
     assert f"algo.batch_size={FlashSacSpec.model_fields['batch_size'].default}" in d["algo.batch_size"].fix
 

@@ -115,7 +115,7 @@ def test_walk_standing_beats_falling(walk: Collector) -> None:
 def walk_variants(request: pytest.FixtureRequest, robot: tuple[str, RobotLayout]) -> Iterator[Collector]:
     """g1_walk as it defaults, with a gait clock and commands that change within the episode, and
     driving its legs alone from the home pose with narrower tracking kernels."""
-    from unilab.spec.models import CommandRanges, TrackingStd
+    from unilab.tasks.g1_walk.spec import CommandRanges, TrackingStd
 
     if request.param == "plain":
         yield from _collector(robot, name="g1_walk")
@@ -227,7 +227,7 @@ def test_walk_gait_clock_cycles_per_stride_and_restarts_at_reset(robot: tuple[st
 def test_walk_commands_change_within_the_episode(robot: tuple[str, RobotLayout], standing_share: float) -> None:
     """Every `commands.resample_s` of an episode a new command is drawn, a `standing_share` of
     them zero; between draws the command holds."""
-    from unilab.spec.models import CommandRanges
+    from unilab.tasks.g1_walk.spec import CommandRanges
 
     commands = CommandRanges(resample_s=0.1, standing_share=standing_share)  # 5 env steps
     for walk in _collector(robot, name="g1_walk", num_envs=16, commands=commands):

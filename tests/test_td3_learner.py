@@ -10,10 +10,10 @@ from pydantic import ValidationError
 
 from tests.conftest import random_batch
 from unilab.algos.td3.learner import Td3Learner
+from unilab.algos.td3.spec import Td3Spec
 from unilab.errors import UnilabError
 from unilab.learn import categorical
 from unilab.learn.replay import Batch
-from unilab.spec.models import Td3Spec
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -13,9 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel
-
-from unilab.spec.models import ReplayAlgoSpec
+from unilab.sections import AlgoSpecBase, ReplayAlgoSpec
 
 Loop = Literal["offpolicy", "onpolicy"]
 # A broken key rule: (condition, fix, the key path where it is not the rule's own).
@@ -49,7 +47,7 @@ class IgnoredKeys:
 class AlgoDef:
     name: str  # the spec's `algo.name`
     title: str  # how messages name it ("SAC")
-    spec: type[BaseModel]  # its `[algo]` model in unilab.spec.models
+    spec: type[AlgoSpecBase]  # its `[algo]` model (its package's spec.py)
     # "offpolicy": the learner of this package steps against a replay buffer beside a collector that
     # runs ahead of it (unilab.run.offpolicy); "onpolicy": a runner collects whole rollouts, then
     # updates while the collector waits (unilab.run.onpolicy).
@@ -77,6 +75,8 @@ class AlgoDef:
     zero_centred_support: bool = False
     rules: tuple[KeyRule, ...] = ()  # plan rules on its own keys
     ignored_keys: tuple[IgnoredKeys, ...] = ()  # keys it ignores in some configurations
+    # What docs/spec.md says above its keys (None: its spec model's docstring after the `[algo] ...:` lead).
+    doc_note: str | None = None
 
     @property
     def overlaps_collector(self) -> bool:

@@ -16,7 +16,7 @@ from unilab.learn.protocol import OffPolicyLearner
 
 if TYPE_CHECKING:
     from unilab.plan.models import Plan
-    from unilab.spec.models import ReplayAlgoSpec
+    from unilab.sections import ReplayAlgoSpec
 
 # The learner's compute precision, as the plan decides it (`learner.precision.effective`).
 Precision = Literal["float32", "bfloat16"]

@@ -8,7 +8,7 @@ from unilab.algos.flashsac import FLASHSAC
 from unilab.algos.ppo import PPO
 from unilab.algos.sac import SAC
 from unilab.algos.td3 import TD3
-from unilab.spec.models import algo_record_problem
+from unilab.sections import algo_record_problem
 
 ALGOS: dict[str, AlgoDef] = {d.name: d for d in (SAC, FLASHSAC, TD3, PPO)}
 

@@ -22,15 +22,8 @@ def spec_keys() -> dict[str, list[str]]:
     one of a few (`algo.name`: sac, flashsac, ...)."""
     from pydantic import BaseModel
 
-    from unilab.spec.models import (
-        ALGO_MODELS,
-        TASK_MODELS,
-        CommandRanges,
-        RunSpec,
-        SimSpec,
-        TrainingSpec,
-        WandbSpec,
-    )
+    from unilab.spec.doc import sub_sections
+    from unilab.spec.models import ALGO_MODELS, TASK_MODELS, RunSpec, SimSpec, TrainingSpec, WandbSpec
 
     keys: dict[str, set[str]] = {}
 
@@ -46,7 +39,8 @@ def spec_keys() -> dict[str, list[str]]:
     add("run.wandb", WandbSpec)
     for model in TASK_MODELS.values():
         add("task", model)
-    add("task.commands", CommandRanges)
+        for key, sub in sub_sections(model):
+            add(f"task.{key}", sub)
     add("sim", SimSpec)
     for model in ALGO_MODELS.values():
         add("algo", model)

@@ -7,23 +7,17 @@ Frozen and free of timestamps: the same spec and facts give byte-identical rende
 from __future__ import annotations
 
 import functools
-from typing import Annotated, Any, Literal, cast, get_args
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Union, cast
 
-from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, WrapValidator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, WrapValidator, create_model, model_validator
 
+from unilab.sections import TaskSpecBase
 from unilab.sim.backends import backend_def
-from unilab.spec.models import (
-    TASK_MODELS,
-    AlgoSection,
-    CartpoleSpec,
-    G1MotionTrackingSpec,
-    G1WalkSpec,
-    RunSpec,
-    SimSpec,
-    TaskSpec,
-    chosen_by_name,
-)
-from unilab.tasks.registry import plugin_task_def, task_def
+from unilab.spec.models import AlgoSection, RunSpec, SimSpec, TaskSpec, chosen_by_name
+from unilab.tasks.registry import TASKS, plugin_task_def, task_def
+
+if TYPE_CHECKING:
+    from unilab.tasks.taskdef import TaskDef
 
 PLAN_SCHEMA_VERSION = 1
 BF16_MIN_GROUP_ELEMENTS = 1024
@@ -115,25 +109,33 @@ class _TaskResolved(_P):
         return self
 
 
-class G1WalkPlan(_TaskResolved, G1WalkSpec):
-    """The spec's g1_walk `[task]` plus what the plan resolved from it."""
+def _plan_model(d: TaskDef, cls_name: str, doc: str) -> type[_TaskResolved]:
+    """A task's plan model: its spec model with what the plan resolves (`_TaskResolved` first, so
+    that the spec's keys come first) and the task's own plan-only keys (`TaskDef.plan_fields`)."""
+    model = create_model(  # type: ignore[call-overload]
+        cls_name, __base__=(_TaskResolved, d.spec), __module__=__name__, __doc__=doc, **d.plan_fields
+    )
+    return cast("type[_TaskResolved]", model)
 
 
-class G1MotionTrackingPlan(_TaskResolved, G1MotionTrackingSpec):
-    """The spec's g1_motion_tracking `[task]` plus what the plan resolved from it."""
+# Each built-in task's plan model by its `name` (G1WalkSpec's is G1WalkPlan), a name of this module
+# so that a plan pickled to a collector process finds its class.
+_BUILTIN_PLANS: dict[str, type[_TaskResolved]] = {
+    name: _plan_model(
+        d,
+        d.spec.__name__.removesuffix("Spec") + "Plan",
+        f"The spec's {name} `[task]` plus what the plan resolved from it.",
+    )
+    for name, d in TASKS.items()
+}
+globals().update({m.__name__: m for m in _BUILTIN_PLANS.values()})
+if TYPE_CHECKING:
 
+    class TaskPlan(_TaskResolved, TaskSpecBase):  # what the type checker knows of any plan's `[task]`
+        pass
 
-class CartpolePlan(_TaskResolved, CartpoleSpec):
-    """The spec's cartpole `[task]` plus what the plan resolved from it."""
-
-    # Plans made while one `[task]` model served every task wrote these two G1 keys, always false;
-    # accepted so that those runs still evaluate, export, resume and seed `run.init_from`. A new
-    # plan leaves them out (null), so its plan_id does not see them.
-    observation_noise: Literal[False] | None = Field(None, description="Absent (false in older plans).")
-    domain_randomization: Literal[False] | None = Field(None, description="Absent (false in older plans).")
-
-
-TaskPlan = Annotated[G1WalkPlan | G1MotionTrackingPlan | CartpolePlan, Field(discriminator="name")]
+else:  # the discriminated union of the built-in tasks' plan models: their JSON Schema and messages
+    TaskPlan = Annotated[Union[tuple(_BUILTIN_PLANS.values())], Field(discriminator="name")]  # noqa: UP007
 
 # A plugin task's plan model is made from its spec model, as the built-in ones above, under a
 # name this module answers (`__getattr__`): a plan pickled to a collector process finds its class.
@@ -146,9 +148,8 @@ def plugin_task_plan(name: str) -> type[_TaskResolved] | None:
     d = plugin_task_def(name)
     if d is None:
         return None
-    cls_name = _PLUGIN_PLAN_PREFIX + name
     doc = f"The spec's {name} `[task]` (a plugin's) plus what the plan resolved from it."
-    return type(cls_name, (_TaskResolved, d.spec), {"__module__": __name__, "__qualname__": cls_name, "__doc__": doc})
+    return _plan_model(d, _PLUGIN_PLAN_PREFIX + name, doc)
 
 
 def __getattr__(attr: str) -> Any:
@@ -159,12 +160,6 @@ def __getattr__(attr: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {attr!r}")
 
 
-# Each built-in task's plan model by its `name`.
-_BUILTIN_PLANS: dict[str, type[_TaskResolved]] = {
-    m.model_fields["name"].annotation.__args__[0]: m for m in get_args(get_args(TaskPlan)[0])
-}
-if sorted(_BUILTIN_PLANS) != sorted(TASK_MODELS):
-    raise TypeError("every built-in task has a plan model")
 # The plan's `[task]`: a built-in task's plan model or a plugin's, serialized as the model it is.
 TaskPlanSection = Annotated[SerializeAsAny[TaskPlan], WrapValidator(chosen_by_name(_BUILTIN_PLANS, plugin_task_plan))]
 

@@ -18,7 +18,7 @@ from unilab.errors import UnilabError
 from unilab.inputfile import reading
 from unilab.plan.models import Plan
 from unilab.plan.rules.task import _first_update_syncs
-from unilab.spec.models import ReplayAlgoSpec
+from unilab.sections import ReplayAlgoSpec
 
 # Syncs after the first update (a replay learner) or rollouts (an on-policy one): enough to see the
 # learner update more than once, few enough to stay a smoke run.

@@ -33,7 +33,7 @@ from unilab.records.progress import Progress
 from unilab.run.cpu_tuning import keep_freed_memory
 from unilab.run.init_state import loading_init
 from unilab.run.rank_loop import RankLoop
-from unilab.spec.models import ReplayAlgoSpec
+from unilab.sections import ReplayAlgoSpec
 
 
 class LearnerThreads:

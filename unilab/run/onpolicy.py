@@ -20,11 +20,11 @@ a stop request on any rank stops all ranks at the same iteration boundary.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any
 
 import torch
 
-from unilab.algos.ppo.runner import RankSyncedMLPModel, UnilabOnPolicyRunner, train_cfg
+from unilab.algos.ppo.runner import RankSyncedMLPModel, UnilabOnPolicyRunner
 from unilab.algos.registry import algo_def
 from unilab.collect import channel as ch
 from unilab.dist import param_digest
@@ -33,9 +33,6 @@ from unilab.plan.models import Plan
 from unilab.run.init_state import loading_init
 from unilab.run.rank_loop import RankLoop
 from unilab.run.vecenv import CollectorVecEnv, RolloutStopped
-
-if TYPE_CHECKING:
-    from unilab.spec.models import PpoSpec
 
 
 class OnPolicyRank(RankLoop):
@@ -46,7 +43,7 @@ class OnPolicyRank(RankLoop):
         if d.loop != "onpolicy":  # PPO, the one on-policy algorithm (unilab.algos.registry)
             raise UnilabError(f"internal: OnPolicyRank runs an on-policy algorithm, the plan's is {d.title}")
         super().__init__(plan, *args, **kwargs)
-        self.algo = cast("PpoSpec", plan.algo)
+        self.rollout_steps = d.syncs_per_unit(plan.algo)  # syncs per env in one rollout
         self.state_key = d.state_key  # where a checkpoint holds the runner's state
         self.learner: UnilabOnPolicyRunner | None = None  # the rsl-rl runner, once built
         self.env: CollectorVecEnv | None = None
@@ -96,11 +93,11 @@ class OnPolicyRank(RankLoop):
         """The plan's resolved budget: a whole number of this rank's rollouts."""
         p, n = self.plan, self.n
         total = p.run.effective_env_steps // p.topology.world_size
-        per_iteration = self.algo.num_steps_per_env * n
+        per_iteration = self.rollout_steps * n
         if total % per_iteration:
             raise UnilabError(
                 f"the plan's budget of {total} env steps per rank is not a whole number of rollouts of "
-                f"{per_iteration} ({self.algo.num_steps_per_env} steps x {n} envs)",
+                f"{per_iteration} ({self.rollout_steps} steps x {n} envs)",
                 fix="re-plan the spec with this unilab (unilab plan SPEC) and apply the new plan",
             )
         return total
@@ -123,7 +120,7 @@ class OnPolicyRank(RankLoop):
         # Same initial weights on every rank (rank 0's are broadcast anyway).
         torch.manual_seed(p.run.seed)
         dev = f"cuda:{torch.cuda.current_device()}" if self.device.type == "cuda" else "cpu"
-        runner = UnilabOnPolicyRunner(env, train_cfg(self.algo), device=dev)
+        runner = UnilabOnPolicyRunner.for_plan(env, p.algo, dev)
         self.learner = runner
         if self.resume_state is not None:
             runner.alg.load(self.resume_state[self.state_key], None, strict=True)
@@ -178,7 +175,7 @@ class OnPolicyRank(RankLoop):
         metrics["learning_rate"] = float(runner.alg.learning_rate)
         metrics["action_std"] = float(runner.alg.get_policy().output_std.detach().mean())
         metrics["iterations"] = float(self.iterations)
-        metrics["steps_per_iteration"] = float(self.algo.num_steps_per_env * self.n)
+        metrics["steps_per_iteration"] = float(self.rollout_steps * self.n)
         return metrics
 
     def _account(self, env: CollectorVecEnv, base_syncs: int, base_env_steps: int, n: int) -> None:

@@ -11,11 +11,11 @@ from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
 from unilab import plugins
+from unilab.algos.registry import ALGOS
 from unilab.errors import UnilabError
 from unilab.spec.models import (
     ALGO_MODELS,
     TASK_MODELS,
-    CommandRanges,
     RunSpec,
     SimSpec,
     TrainingSpec,
@@ -110,24 +110,13 @@ def _default(field: Any) -> str:
     return f"`{json.dumps(value)}`"
 
 
-FLASHSAC_NOTE = (
-    "FlashSAC (arXiv:2604.04539): the paper's networks, update order and defaults (batch 2048, 0.5 updates per "
-    "env step, 3-step returns, 101-bin critic on [-5, 5], temperature 0.01, tau 0.01). Where it differs from the "
-    "reference code (leeyngdo/FlashSAC): the actor is as wide as the critic by default "
-    "(`actor_hidden_dims = [256]`; the reference's actor is 128 wide against a 256 critic); learning rates are "
-    "constant (the reference decays them from 3e-4 to 1.5e-4 on a cosine); exploration draws fresh noise every "
-    "step (the reference repeats it for a zeta-distributed number of steps); the update runs without "
-    "torch.compile, in the plan's precision (the reference compiles it and runs bf16; on CUDA unilab's learner "
-    "graph captures the whole update instead, docs/gpu.md)."
-)
-
-
-# What the table of an algorithm says above its keys; others say their model's docstring.
-ALGO_NOTES = {
-    "sac": "Soft actor-critic with FastSAC's large-batch options.",
-    "flashsac": FLASHSAC_NOTE,
-    "ppo": "PPO through rsl-rl-lib. Off-policy keys (e.g. `batch_size`) are refused by rule `algo.ppo-offpolicy-keys`.",
-}
+def sub_sections(model: type[BaseModel]) -> list[tuple[str, type[BaseModel]]]:
+    """The keys of ``model`` that are tables of their own (g1_walk's `commands`), with their models."""
+    return [
+        (key, field.annotation)
+        for key, field in model.model_fields.items()
+        if isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel)
+    ]
 
 
 def _docstring_note(model: type[BaseModel]) -> str:
@@ -160,11 +149,11 @@ def render_markdown() -> str:
     )
     for name, model in TASK_MODELS.items():
         lines += _table(f'[task] name = "{name}"', model, _docstring_note(model))
-        if "commands" in model.model_fields:
-            lines += _table("[task.commands]", CommandRanges)
+        for key, sub in sub_sections(model):
+            lines += _table(f"[task.{key}]", sub)
     lines += _table("[sim]", SimSpec)
     for name, model in ALGO_MODELS.items():
-        lines += _table(f'[algo] name = "{name}"', model, ALGO_NOTES.get(name, _docstring_note(model)))
+        lines += _table(f'[algo] name = "{name}"', model, ALGOS[name].doc_note or _docstring_note(model))
     lines += _table("[training]", TrainingSpec, "Execution modes; each is honoured or refused at plan time.")
     return "\n".join(lines).rstrip() + "\n"
 

@@ -15,10 +15,12 @@ from pydantic import ValidationError
 
 from unilab.errors import Diagnostic, SpecError
 from unilab.inputfile import read_input
-from unilab.spec.diagnose import CHOSEN_BY_NAME, format_validation_error, member_name, member_table_fix, spec_error
-from unilab.spec.models import ALGO_MODELS, SPEC_CONTEXT, ReplayAlgoSpec, Spec
 
 # `algo.hidden_dims` is the shorthand for both networks' widths (unilab.spec.models): given by --set,
+from unilab.sections import SPEC_CONTEXT, ReplayAlgoSpec
+from unilab.spec.diagnose import CHOSEN_BY_NAME, format_validation_error, member_name, member_table_fix, spec_error
+from unilab.spec.models import ALGO_MODELS, Spec
+
 # it replaces the file's per-network widths, as any later --set wins over the file.
 WIDTHS_SHORTHAND, WIDTHS_KEYS = "hidden_dims", ("actor_hidden_dims", "critic_hidden_dims")
 

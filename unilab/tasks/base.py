@@ -24,7 +24,7 @@ import torch
 
 from unilab.errors import UnilabError
 from unilab.robot import g1
-from unilab.spec.models import G1TaskSpec
+from unilab.sections import G1TaskSpec
 from unilab.tasks.declarations import TermDecl, TermKind
 from unilab.tasks.terms import (
     CommandTerm,

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from unilab.spec.models import G1TaskSpec
+from unilab.sections import G1TaskSpec
 
 TermKind = Literal["observation", "reward", "termination", "command", "event", "curriculum", "recorder"]
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from unilab import plugins
-from unilab.spec.models import task_record_problem
+from unilab.sections import task_record_problem
 from unilab.tasks.cartpole import CARTPOLE
 from unilab.tasks.g1_motion_tracking import G1_MOTION_TRACKING
 from unilab.tasks.g1_walk import G1_WALK
@@ -15,8 +15,8 @@ from unilab.tasks.taskdef import TaskDef
 
 if TYPE_CHECKING:
     from unilab.robot.model import RobotLayout
+    from unilab.sections import G1TaskSpec
     from unilab.sim.contract import PhysicsBackend
-    from unilab.spec.models import G1TaskSpec
     from unilab.tasks.contract import CollectorTask
 
 TASKS: dict[str, TaskDef] = {d.name: d for d in (G1_WALK, G1_MOTION_TRACKING, CARTPOLE)}

@@ -8,12 +8,12 @@ ask these questions instead of comparing `task.name`s or task spec classes (docs
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from unilab.spec.models import G1TaskSpec, TaskSpecBase
+from unilab.sections import G1TaskSpec, TaskSpecBase
 from unilab.tasks.declarations import TermDecl
 
 if TYPE_CHECKING:
@@ -47,7 +47,7 @@ def _none(spec: Any) -> None:
 class TaskDef:
     name: str  # the spec's `task.name`
     title: str  # how messages name it
-    spec: type[TaskSpecBase]  # its `[task]` model in unilab.spec.models
+    spec: type[TaskSpecBase]  # its `[task]` model (its package's spec.py)
     runtime: str  # "module:function", a `BuildTask`, imported lazily by `builder`
     # Its reward terms and their default weights per second, in the order it builds them.
     reward_weights: Callable[[Any], dict[str, float]]
@@ -69,6 +69,9 @@ class TaskDef:
     # "module:function" (the plan's `[task]`) -> what an exported policy's metadata adds for this
     # task (strings; unilab.run.export), or None: nothing.
     deployment: str | None = None
+    # Keys its plan's `[task]` takes beyond the spec's and what the plan resolves, as pydantic's
+    # create_model takes them (name -> (type, Field)): e.g. keys older plans wrote, still read.
+    plan_fields: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.robot and not issubclass(self.spec, G1TaskSpec):

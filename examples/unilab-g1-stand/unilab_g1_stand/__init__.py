@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 from pydantic import Field
 
 from unilab.robot.g1 import LEG_JOINTS
-from unilab.spec.models import G1TaskSpec
+from unilab.sections import G1TaskSpec
 from unilab.tasks.declarations import TermDecl, g1_shared_tail
 from unilab.tasks.taskdef import TaskDef
 

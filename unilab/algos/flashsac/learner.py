@@ -52,13 +52,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from unilab.algos.flashsac.spec import FlashSacSpec
 from unilab.errors import UnilabError
 from unilab.learn import categorical, squashed_gaussian
 from unilab.learn.optim import GradSyncFn, MaskedAdam, agree, set_grads
 from unilab.learn.replay import Batch
 from unilab.learn.replay_learner import ReplayLearner, seeded
 from unilab.learn.reward_scale import RewardScaler
-from unilab.spec.models import FlashSacSpec
 
 LOG_STD_MIN, LOG_STD_MAX = -10.0, 2.0
 BN_MOMENTUM, BN_EPS, RMS_EPS = 0.01, 1e-5, 1e-6

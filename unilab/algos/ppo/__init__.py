@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from unilab.algos.algodef import AlgoDef, IgnoredKeys, KeyRule, Violation
-from unilab.spec.models import PpoSpec
+from unilab.algos.ppo.spec import PpoSpec
 
 
 def _minibatches(spec: Any) -> list[Violation]:
@@ -54,4 +54,6 @@ PPO = AlgoDef(
             'set algo.schedule = "adaptive"',
         ),
     ),
+    doc_note="PPO through rsl-rl-lib. Off-policy keys (e.g. `batch_size`) are refused by rule "
+    "`algo.ppo-offpolicy-keys`.",
 )

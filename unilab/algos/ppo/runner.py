@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import io
 import time
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.distributed as dist
@@ -28,7 +28,7 @@ from rsl_rl.modules.distribution import GaussianDistribution
 from rsl_rl.runners import OnPolicyRunner
 from tensordict import TensorDict
 
-from unilab.spec.models import PpoSpec
+from unilab.algos.ppo.spec import PpoSpec
 
 
 def _distributed() -> bool:
@@ -81,6 +81,11 @@ class UnilabOnPolicyRunner(OnPolicyRunner):
         # rsl-rl prints the model architectures while constructing; unilab's output is its own.
         with contextlib.redirect_stdout(io.StringIO()):
             super().__init__(env, train_cfg, log_dir=None, device=device)
+
+    @classmethod
+    def for_plan(cls, env: Any, algo: Any, device: str) -> UnilabOnPolicyRunner:
+        """The runner of a plan's `[algo]` (this package's `PpoSpec`) over ``env``."""
+        return cls(env, train_cfg(cast("PpoSpec", algo)), device)
 
     def _configure_multi_gpu(self) -> None:
         """Use the process group unilab initialised, on whatever device this rank's plan chose."""

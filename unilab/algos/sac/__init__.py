@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from unilab.algos.algodef import AlgoDef, IgnoredKeys
-from unilab.spec.models import SacSpec
+from unilab.algos.sac.spec import SacSpec
 
 
 def network_keys(algo: Any) -> tuple[str, ...]:
@@ -37,4 +37,5 @@ SAC = AlgoDef(
     carried_what="entropy temperature",
     n_step=lambda algo: algo.n_step,
     ignored_keys=(CRITIC_CHOICE,),
+    doc_note="Soft actor-critic with FastSAC's large-batch options.",
 )

@@ -41,12 +41,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from unilab.algos.sac.spec import SacSpec
 from unilab.errors import UnilabError
 from unilab.learn import categorical, squashed_gaussian
 from unilab.learn.optim import GradSyncFn, MaskedAdam, agree, set_grads
 from unilab.learn.replay import Batch
 from unilab.learn.replay_learner import ReplayLearner, seeded
-from unilab.spec.models import SacSpec
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
 

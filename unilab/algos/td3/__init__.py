@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from unilab.algos.algodef import AlgoDef
 from unilab.algos.sac import CRITIC_CHOICE, network_keys
-from unilab.spec.models import Td3Spec
+from unilab.algos.td3.spec import Td3Spec
 
 TD3 = AlgoDef(
     name="td3",

@@ -43,12 +43,12 @@ import torch
 from torch import nn
 
 from unilab.algos.sac.learner import TwinCritic, TwinCriticFit, distributional, mlp
+from unilab.algos.td3.spec import Td3Spec
 from unilab.learn import categorical
 from unilab.learn.optim import GradSyncFn, agree, polyak_, set_grads
 from unilab.learn.precision import WorkingCopy
 from unilab.learn.replay import Batch
 from unilab.learn.replay_learner import ReplayLearner, seeded
-from unilab.spec.models import Td3Spec
 
 
 class DeterministicActor(nn.Module):

@@ -9,7 +9,7 @@ from unilab.algos.registry import ALGOS, algo_def, names
 from unilab.errors import Diagnostic, UnilabError
 from unilab.plan.context import Context
 from unilab.plan.rules.registry import Rule, rule
-from unilab.spec.models import ReplayAlgoSpec
+from unilab.sections import ReplayAlgoSpec
 from unilab.tasks.registry import robot_spec, task_def
 from unilab.tasks.timing import control_dt, nearest_whole_step_seconds, seconds_text, whole_steps
 

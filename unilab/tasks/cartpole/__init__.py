@@ -3,7 +3,11 @@ term inventory the planner reads, torch-free; the runtime task and its model are
 
 from __future__ import annotations
 
-from unilab.spec.models import CartpoleSpec
+from typing import Literal
+
+from pydantic import Field
+
+from unilab.tasks.cartpole.spec import CartpoleSpec
 from unilab.tasks.declarations import TermDecl
 from unilab.tasks.taskdef import TaskDef
 
@@ -29,6 +33,14 @@ def terms(task: CartpoleSpec) -> list[TermDecl]:
     ]
 
 
+# Plans made while one `[task]` model served every task wrote these two G1 keys, always false;
+# accepted so that those runs still evaluate, export, resume and seed `run.init_from`. A new plan
+# leaves them out (null), so its plan_id does not see them.
+_OLDER_PLANS_KEYS = {
+    "observation_noise": (Literal[False] | None, Field(None, description="Absent (false in older plans).")),
+    "domain_randomization": (Literal[False] | None, Field(None, description="Absent (false in older plans).")),
+}
+
 CARTPOLE = TaskDef(
     name="cartpole",
     title="cart-pole",
@@ -38,5 +50,6 @@ CARTPOLE = TaskDef(
     observations=observations,
     terms=terms,
     robot=False,
+    plan_fields=_OLDER_PLANS_KEYS,
     own_model="unilab.tasks.cartpole.task:cartpole_xml",
 )

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from unilab.sim.contract import PhysicsBackend, PhysicsState
-    from unilab.spec.models import CartpoleSpec
+    from unilab.tasks.cartpole.spec import CartpoleSpec
 
 FALL_ANGLE = 0.8  # rad
 RAIL_LIMIT = 1.8  # m

@@ -3,8 +3,8 @@ the term inventory the planner reads, torch-free; the runtime task is `task.py`.
 
 from __future__ import annotations
 
-from unilab.spec.models import G1MotionTrackingSpec
 from unilab.tasks.declarations import TermDecl, g1_shared_tail
+from unilab.tasks.g1_motion_tracking.spec import G1MotionTrackingSpec
 from unilab.tasks.taskdef import TaskDef
 
 # The runtime task (task.py) builds exactly these terms, in this order; tests/test_tasks_inventory.py

@@ -14,11 +14,11 @@ from typing import TYPE_CHECKING
 import torch
 
 from unilab.errors import MotionFileError, UnilabError
-from unilab.spec.models import G1MotionTrackingSpec
 from unilab.tasks import quat as Q
 from unilab.tasks.base import Task, composed_layout
 from unilab.tasks.events import shared_events
 from unilab.tasks.g1_motion_tracking import G1_MOTION_TRACKING
+from unilab.tasks.g1_motion_tracking.spec import G1MotionTrackingSpec
 from unilab.tasks.motion_file import load_motion, resolve_motion
 from unilab.tasks.terms import CommandTerm, EventTerm, ObservationTerm, TerminationTerm
 

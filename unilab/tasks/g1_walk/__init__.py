@@ -4,8 +4,8 @@ inventory the planner reads, torch-free; the runtime task is `task.py`."""
 from __future__ import annotations
 
 from unilab.robot.g1 import LEG_AND_WAIST_YAW_JOINTS, LEG_JOINTS
-from unilab.spec.models import G1WalkSpec
 from unilab.tasks.declarations import TermDecl, g1_shared_tail
+from unilab.tasks.g1_walk.spec import G1WalkSpec
 from unilab.tasks.taskdef import TaskDef
 
 # The runtime task (task.py) builds exactly these terms, in this order, for a given task spec;

@@ -24,10 +24,10 @@ import torch
 
 from unilab.errors import UnilabError
 from unilab.robot import g1
-from unilab.spec.models import G1WalkSpec
 from unilab.tasks.base import Task, composed_layout
 from unilab.tasks.events import shared_events
 from unilab.tasks.g1_walk import G1_WALK
+from unilab.tasks.g1_walk.spec import G1WalkSpec
 from unilab.tasks.terms import CommandTerm, EventTerm, ObservationTerm, TensorFn, TerminationTerm
 
 if TYPE_CHECKING:
