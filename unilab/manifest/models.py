@@ -3,9 +3,16 @@ the end, validated against schemas/manifest.v1.json before every write."""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from unilab.sim.backends import BACKEND_NAMES, BACKEND_TITLES
+
+if TYPE_CHECKING:
+    BackendName = str
+else:  # each registered backend's name (unilab.sim.backends)
+    BackendName = Literal[BACKEND_NAMES]
 
 MANIFEST_SCHEMA_VERSION = 1
 SHA256 = r"^sha256:[0-9a-f]{64}$"
@@ -140,7 +147,7 @@ class SharingEvidence(_M):
 
 
 class BackendDiagnostics(_M):
-    physics: Literal["mujoco", "mjwarp"] = Field(description="Physics backend: CPU MuJoCo or MuJoCo Warp.")
+    physics: BackendName = Field(description=f"Physics backend: {BACKEND_TITLES}.")
     physics_graph: GraphEvidence = Field(description="MuJoCo Warp's step captured as a CUDA graph.")
     learner_graph: GraphEvidence = Field(description="The learner's update cycle captured as a CUDA graph.")
     collector_graph: GraphEvidence | None = Field(

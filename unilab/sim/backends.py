@@ -31,6 +31,9 @@ class BackendDef:
     tested: tuple[str, ...]
     # The unilab extra that installs what it needs beyond the base install (unilab.extras), if any.
     extra: str | None
+    # "module:function" that builds it (unilab.sim.factory.make_backend calls it with the model, the
+    # world count, the decimation and the options it checked), imported only when chosen.
+    runtime: str
 
 
 MUJOCO = BackendDef(
@@ -42,6 +45,7 @@ MUJOCO = BackendDef(
     packages=("mujoco",),
     tested=("mujoco",),
     extra=None,
+    runtime="unilab.sim.mujoco_cpu:build",
 )
 MJWARP = BackendDef(
     name="mjwarp",
@@ -52,9 +56,14 @@ MJWARP = BackendDef(
     packages=("mujoco", "warp-lang", "mujoco-warp"),
     tested=("mujoco", "mujoco-warp"),
     extra="gpu",
+    runtime="unilab.sim.mjwarp_backend:build",
 )
 
 BACKENDS: dict[str, BackendDef] = {b.name: b for b in (MUJOCO, MJWARP)}
+# The names `sim.backend` takes, for the spec's and the manifest's models (a Literal of them).
+BACKEND_NAMES = tuple(BACKENDS)
+# How the spec and the manifest describe the choice: "CPU MuJoCo or MuJoCo Warp".
+BACKEND_TITLES = " or ".join(b.title for b in BACKENDS.values())
 # Where a run's policy is played whatever it trained on (eval, play, sim2sim): every host has it.
 CPU_BACKEND = MUJOCO
 # The backend that steps physics on a GPU and shares it (the fixes of CUDA-only options name it).

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING
 
 from unilab.errors import UnilabError
-from unilab.sim.backends import MUJOCO, backend_def
+from unilab.sim.backends import backend_def
 
 if TYPE_CHECKING:
     from unilab.sim.contract import PhysicsBackend
@@ -25,9 +26,10 @@ def make_backend(
     nconmax: int | None = None,
     acc_sensors: bool = True,
 ) -> PhysicsBackend:
-    """``backend`` names a `BackendDef` (unilab.sim.backends). ``mujoco``: C MuJoCo in ``workers``
-    processes (``device`` must be ``cpu``; ``physics_graph`` must be false). ``mjwarp``: MuJoCo
-    Warp on ``device`` (``cpu_ids``/``workers`` do not apply).
+    """``backend`` names a `BackendDef` (unilab.sim.backends), whose `runtime` builds it once the
+    options fit it: a CPU backend (``mujoco``: C MuJoCo in ``workers`` processes) takes ``device``
+    ``cpu`` and no ``physics_graph``; a backend that steps every world at once (``mjwarp``: MuJoCo
+    Warp on ``device``) one worker (``cpu_ids`` do not apply).
     ``world_params``: per-world floor friction and base mass (``set_world_params``, domain randomization).
     ``njmax`` / ``nconmax``: MuJoCo Warp's per-world constraint and contact capacities (None: defaults).
     ``acc_sensors``: acceleration-stage sensors of the returned state (False: skip that constraint
@@ -48,25 +50,15 @@ def make_backend(
             f"workers = {workers} applies to CPU worker backends; {d.title} steps all worlds at once",
             fix=f"set workers = 1 for backend {d.name}",
         )
-    if d is MUJOCO:
-        from unilab.sim.mujoco_cpu import MujocoCpuBackend
-
-        return MujocoCpuBackend(
-            model_xml,
-            num_envs,
-            decimation,
-            cpu_ids=cpu_ids,
-            workers=workers,
-            world_params=world_params,
-            acc_sensors=acc_sensors,
-        )
-    from unilab.sim.mjwarp_backend import MjwarpBackend
-
-    return MjwarpBackend(
+    module, _, function = d.runtime.partition(":")
+    build = getattr(importlib.import_module(module), function)
+    return build(  # type: ignore[no-any-return]
         model_xml,
         num_envs,
         decimation,
         device=device,
+        cpu_ids=cpu_ids,
+        workers=workers,
         physics_graph=physics_graph,
         world_params=world_params,
         njmax=njmax,

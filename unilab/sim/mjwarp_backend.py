@@ -422,3 +422,30 @@ class MjwarpBackend:
             "njmax": self.njmax,
             "nconmax": self.nconmax,
         }
+
+
+def build(
+    model_xml: str,
+    num_envs: int,
+    decimation: int,
+    *,
+    device: str,
+    physics_graph: bool,
+    world_params: bool,
+    njmax: int | None,
+    nconmax: int | None,
+    acc_sensors: bool,
+    **_cpu_options: Any,  # cpu_ids, workers: one process steps every world (make_backend checked workers)
+) -> MjwarpBackend:
+    """The backend `unilab.sim.backends.MJWARP` names (unilab.sim.factory.make_backend)."""
+    return MjwarpBackend(
+        model_xml,
+        num_envs,
+        decimation,
+        device=device,
+        physics_graph=physics_graph,
+        world_params=world_params,
+        njmax=njmax,
+        nconmax=nconmax,
+        acc_sensors=acc_sensors,
+    )

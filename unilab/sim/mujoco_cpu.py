@@ -488,3 +488,26 @@ def _check_args(num_envs: int, decimation: int, cpu_ids: list[int] | None, worke
                 f"cpu_ids {outside} are not in this process's CPU set {sorted(allowed)}",
                 fix="pick CPU ids from `taskset -cp $$` / the plan's CPU block",
             )
+
+
+def build(
+    model_xml: str,
+    num_envs: int,
+    decimation: int,
+    *,
+    cpu_ids: list[int] | None,
+    workers: int,
+    world_params: bool,
+    acc_sensors: bool,
+    **_gpu_options: Any,  # device, physics_graph, njmax, nconmax: make_backend refused any that applies
+) -> MujocoCpuBackend:
+    """The backend `unilab.sim.backends.MUJOCO` names (unilab.sim.factory.make_backend)."""
+    return MujocoCpuBackend(
+        model_xml,
+        num_envs,
+        decimation,
+        cpu_ids=cpu_ids,
+        workers=workers,
+        world_params=world_params,
+        acc_sensors=acc_sensors,
+    )

@@ -33,9 +33,14 @@ from unilab.sections import (
     home_resolves,
     task_record_problem,
 )
+from unilab.sim.backends import BACKEND_NAMES, BACKEND_TITLES, CPU_BACKEND
 from unilab.tasks.registry import TASKS
 
 SPEC_SCHEMA_VERSION = 1
+if TYPE_CHECKING:
+    BackendName = str
+else:  # each registered backend's name (unilab.sim.backends)
+    BackendName = Literal[BACKEND_NAMES]
 
 
 class WandbSpec(Section):
@@ -171,7 +176,7 @@ def task_spec(**keys: Any) -> TaskSpec:
 class SimSpec(Section):
     """`[sim]`: physics engine and time stepping."""
 
-    backend: Literal["mujoco", "mjwarp"] = Field("mujoco", description="CPU MuJoCo or MuJoCo Warp.")
+    backend: BackendName = Field(CPU_BACKEND.name, description=f"{BACKEND_TITLES}.")
     timestep: Annotated[float, Field(gt=0, le=0.05)] = Field(0.005, description="Physics timestep, seconds.")
     decimation: Annotated[int, Field(ge=1, le=100)] = Field(4, description="Physics steps per env (control) step.")
     workers: Annotated[int, Field(ge=1, le=1024)] | Literal["auto"] = Field(
