@@ -29,6 +29,7 @@ from unilab.manifest.models import Manifest
 from unilab.plan.from_spec import SpecSource, plan
 from unilab.plan.models import Plan
 from unilab.python_voice import python_api
+from unilab.run.resolve import resolve_apply, resolve_plan_object
 from unilab.stop import import_uninterrupted, stop_signals_interrupt
 
 
@@ -86,7 +87,6 @@ def apply(
 
     import_uninterrupted("numpy", "torch", "torch.utils.tensorboard", "unilab.run.apply")
     from unilab.run.apply import ApplyRequest, run_apply
-    from unilab.run.resolve import resolve_apply, resolve_plan_object
 
     resume_dir = None if resume is None else Path(resume)
     if checkpoint is not None and resume_dir is None:

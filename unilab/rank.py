@@ -20,9 +20,11 @@ from typing import TYPE_CHECKING
 
 from unilab.cli.args import path_arg
 from unilab.errors import UnilabError
+from unilab.host.probe import probe_host
 from unilab.inputfile import file_error
 from unilab.plan.fingerprint import compare_fingerprint
 from unilab.plan.inputs import check_planned_inputs
+from unilab.records.progress import cpu_ranges
 
 if TYPE_CHECKING:
     from unilab.plan.models import Plan
@@ -91,8 +93,6 @@ def check_node(plan: Plan, rank: int) -> None:
     stale-plan comparison does not (each node has its own CPU set), but the software must be the
     one planned for, the input files the ones whose digests the plan recorded, a GPU rank's GPU
     (pinned by UUID) must be on this node, and so must the CPUs the rank is pinned to."""
-    from unilab.host.probe import probe_host
-    from unilab.records.progress import cpu_ranges
 
     facts = probe_host()
     rp = plan.ranks[rank]

@@ -12,16 +12,16 @@ from pydantic import BaseModel
 
 from unilab.atomic import write_text_atomic
 from unilab.errors import UnilabError
+from unilab.evaluate.models import EVAL_SCHEMA_VERSION, EvalReport
 from unilab.host.facts import HOST_FACTS_SCHEMA_VERSION, HostFacts
+from unilab.manifest.models import MANIFEST_SCHEMA_VERSION, Manifest
 from unilab.plan.models import PLAN_SCHEMA_VERSION, Plan
+from unilab.profile.models import PROFILE_SCHEMA_VERSION, Profile
 from unilab.schema_document import schema_document
 from unilab.spec.models import SPEC_SCHEMA_VERSION, Spec
 
 
 def _documents() -> dict[str, tuple[type[BaseModel], int]]:
-    from unilab.evaluate.models import EVAL_SCHEMA_VERSION, EvalReport
-    from unilab.manifest.models import MANIFEST_SCHEMA_VERSION, Manifest
-    from unilab.profile.models import PROFILE_SCHEMA_VERSION, Profile
 
     return {
         "spec": (Spec, SPEC_SCHEMA_VERSION),

@@ -11,6 +11,7 @@ from torch import nn
 
 from unilab.algos.registry import algo_def
 from unilab.errors import UnilabError
+from unilab.learn.normalizer import ObsNormalizer
 from unilab.learn.precision import DTYPES
 from unilab.learn.protocol import OffPolicyLearner
 
@@ -86,7 +87,6 @@ def replay_policy(plan: Any, state: dict[str, Any]) -> tuple[nn.Module, int]:
     """A replay learner's checkpoint state -> its deployable policy and the size of the observation
     it takes: the actor's columns alone where the task keeps privileged observations for the critic
     (`policy_columns` says which)."""
-    from unilab.learn.normalizer import ObsNormalizer
 
     obs_dim, act_dim = int(state["obs_dim"]), int(state["act_dim"])
     cols = policy_columns(plan, state)

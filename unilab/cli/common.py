@@ -9,12 +9,13 @@ from unilab.atomic import check_out_path, write_text_atomic
 from unilab.errors import PlanRefused, UnilabError
 from unilab.host.record import read_host_facts
 from unilab.inputfile import reading
+from unilab.plan.compile import compile_plan
 from unilab.plan.models import Plan
+from unilab.plan.render import is_plan_file, load_plan
 
 
 def plan_from_path(path: Path, overrides: list[str], host_facts: Path | None) -> Plan:
     """A spec is compiled against the host (or recorded facts); a saved plan is read back."""
-    from unilab.plan.render import is_plan_file, load_plan
 
     with reading(path, "spec or plan"):
         if path.exists() and path.is_file() and is_plan_file(path):
@@ -32,7 +33,6 @@ def plan_from_path(path: Path, overrides: list[str], host_facts: Path | None) ->
         from unilab.spec.load import load_spec
 
         loaded = load_spec(path, overrides)
-    from unilab.plan.compile import compile_plan
 
     facts = read_host_facts(host_facts)
     try:

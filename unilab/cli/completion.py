@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any, Literal, get_args, get_origin
 
 from unilab.run_layout import RunLayout
+from unilab.spec.doc import sub_sections
+from unilab.spec.models import ALGO_MODELS, TASK_MODELS, RunSpec, SimSpec, TrainingSpec, WandbSpec
 
 SHELLS = ("bash", "zsh", "fish")
 
@@ -21,9 +23,6 @@ def spec_keys() -> dict[str, list[str]]:
     """Every key a spec may set, as `section.key` paths, with the names a key takes where it takes
     one of a few (`algo.name`: sac, flashsac, ...)."""
     from pydantic import BaseModel
-
-    from unilab.spec.doc import sub_sections
-    from unilab.spec.models import ALGO_MODELS, TASK_MODELS, RunSpec, SimSpec, TrainingSpec, WandbSpec
 
     keys: dict[str, set[str]] = {}
 

@@ -10,10 +10,21 @@ import os
 import sys
 from pathlib import Path
 
-from unilab import __version__
+from unilab import __version__, plugins, schemas
+from unilab.algos.registry import ALGOS, plugin_algo_def
+from unilab.cli import completion, eval_cmd, mps_cmd, play_cmd, profile_cmd, run_cmd
 from unilab.cli.args import path_arg
+from unilab.cli.common import check_out_file, plan_from_path, write_atomic
+from unilab.cli.completion import autocomplete
 from unilab.errors import UnilabError
+from unilab.host.facts import LEARNER_CPU_FLAGS
+from unilab.host.probe import probe_host
+from unilab.plan.diff import diff_plans
+from unilab.plan.inputs import planned_input_paths
+from unilab.plan.render import is_plan_file, plan_data, render
+from unilab.plan.rules_doc import render_json, render_markdown, render_text
 from unilab.run_layout import RunLayout
+from unilab.tasks.registry import TASKS, plugin_task_def
 
 EXIT_OK, EXIT_ERROR, EXIT_DIFFERENT, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -34,9 +45,6 @@ def _plan_format(fmt: str | None, out: Path | None) -> str:
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
-    from unilab.cli.common import check_out_file, plan_from_path, write_atomic
-    from unilab.plan.inputs import planned_input_paths
-    from unilab.plan.render import render
 
     fmt = _plan_format(args.format, args.out)
     inputs = [args.spec, *([args.host_facts] if args.host_facts is not None else [])]
@@ -76,9 +84,6 @@ def _plan_of_run_dir(side: str, path: Path) -> Path:
 
 
 def _cmd_diff(args: argparse.Namespace) -> int:
-    from unilab.cli.common import plan_from_path
-    from unilab.plan.diff import diff_plans
-    from unilab.plan.render import is_plan_file, plan_data
 
     paths = [_plan_of_run_dir(side, path) for side, path in (("A", args.a), ("B", args.b))]
     saved = [p.is_file() and is_plan_file(p) for p in paths]
@@ -118,8 +123,6 @@ def _cmd_diff(args: argparse.Namespace) -> int:
 
 
 def _cmd_host(args: argparse.Namespace) -> int:
-    from unilab.host.facts import LEARNER_CPU_FLAGS
-    from unilab.host.probe import probe_host
 
     facts = probe_host()
     if args.json:
@@ -171,7 +174,6 @@ def _cmd_host(args: argparse.Namespace) -> int:
 
 
 def _cmd_schema(args: argparse.Namespace) -> int:
-    from unilab import schemas
 
     if args.out.exists() and not args.out.is_dir():
         raise UnilabError(f"--out {args.out} is not a directory", fix="pass the directory that holds the schema files")
@@ -200,7 +202,6 @@ def _cmd_schema(args: argparse.Namespace) -> int:
 
 
 def _cmd_rules(args: argparse.Namespace) -> int:
-    from unilab.plan.rules_doc import render_json, render_markdown, render_text
 
     if args.json and args.markdown:
         raise UnilabError("--json and --markdown are two renderings of the same list", fix="pass one of them")
@@ -210,9 +211,6 @@ def _cmd_rules(args: argparse.Namespace) -> int:
 
 def _plugin_rows() -> list[dict[str, str]]:
     """Every installed plugin entry point and what loading it gives."""
-    from unilab import plugins
-    from unilab.algos.registry import ALGOS, plugin_algo_def
-    from unilab.tasks.registry import TASKS, plugin_task_def
 
     rows: list[dict[str, str]] = []
     kinds = (
@@ -262,8 +260,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--version", action="version", version=f"unilab {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
-
-    from unilab.cli import completion, eval_cmd, mps_cmd, play_cmd, profile_cmd, run_cmd
 
     run_cmd.add_parsers(sub, _spec_opts)  # apply (the main job), manifest, export
     eval_cmd.add_parser(sub)
@@ -468,7 +464,6 @@ def main(argv: list[str] | None = None) -> int:
     if _TRACKER_QUIET not in sys.warnoptions:
         sys.warnoptions.append(_TRACKER_QUIET)
     parser = build_parser()
-    from unilab.cli.completion import autocomplete
 
     autocomplete(parser)  # the shell asking for completions (tab): answered here, and the process ends
     _reserve_standard_fds()

@@ -8,19 +8,19 @@ import signal
 import time
 
 from unilab.errors import UnilabError
+from unilab.host.mps_registry import probe_service, state_directory
+from unilab.host.probe import probe_host
+from unilab.mps import service
 
 EXIT_OK, EXIT_ERROR = 0, 1
 
 
 def _state(args: argparse.Namespace):
-    from unilab.host.mps_registry import state_directory
 
     return state_directory()
 
 
 def _cmd_start(args: argparse.Namespace) -> int:
-    from unilab.host.probe import probe_host
-    from unilab.mps import service
 
     state = _state(args)
     svc = service.start(probe_host(), args.gpus, args.name, state)
@@ -32,7 +32,6 @@ def _cmd_start(args: argparse.Namespace) -> int:
     stopping = []
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stopping.append(True))
-    from unilab.host.mps_registry import probe_service
 
     entry = service.find(args.name, state)
     while not stopping and probe_service(entry).daemon_alive:
@@ -45,7 +44,6 @@ def _cmd_start(args: argparse.Namespace) -> int:
 
 
 def _cmd_stop(args: argparse.Namespace) -> int:
-    from unilab.mps import service
 
     svc = service.stop(args.name, _state(args))
     if svc.daemon_alive:
@@ -57,8 +55,6 @@ def _cmd_stop(args: argparse.Namespace) -> int:
 
 def _cmd_status(args: argparse.Namespace) -> int:
     import shutil
-
-    from unilab.mps import service
 
     if shutil.which(service.CONTROL_BINARY) is None:
         raise UnilabError(
@@ -81,8 +77,6 @@ def _cmd_status(args: argparse.Namespace) -> int:
 
 
 def _cmd_env(args: argparse.Namespace) -> int:
-    from unilab.host.mps_registry import probe_service
-    from unilab.mps import service
 
     entry = service.find(args.name, _state(args))
     live = probe_service(entry)

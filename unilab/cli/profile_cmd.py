@@ -9,6 +9,11 @@ from collections.abc import Callable
 from unilab.cli.args import path_arg
 from unilab.errors import UnilabError
 from unilab.inputfile import reading
+from unilab.plan.render import is_plan_file
+from unilab.profile.arms import default_arms, parse_arms
+from unilab.profile.report import render_markdown
+from unilab.profile.session import ProfileRequest, collector_device, run_profile
+from unilab.spec.load import load_spec
 from unilab.stop import stop_signals_interrupt
 
 
@@ -27,11 +32,6 @@ def _command(args: argparse.Namespace) -> list[str]:
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
-    from unilab.plan.render import is_plan_file
-    from unilab.profile.arms import default_arms, parse_arms
-    from unilab.profile.report import render_markdown
-    from unilab.profile.session import ProfileRequest, collector_device, run_profile
-    from unilab.spec.load import load_spec
 
     with reading(args.spec, "spec"):
         if args.spec.is_file() and is_plan_file(args.spec):

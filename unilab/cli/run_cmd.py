@@ -9,6 +9,8 @@ import os
 from unilab.cli.args import add_checkpoint_arg, add_run_dir_arg, path_arg
 from unilab.errors import UnilabError
 from unilab.lifetime import DIE_WITH_PARENT_ENV, die_with_parent
+from unilab.run.resolve import resolve_apply
+from unilab.run.terminal import terminal_may_go
 from unilab.run_layout import RunLayout
 from unilab.stop import stop_signals_interrupt
 
@@ -26,7 +28,6 @@ def _die_with_a_parent_that_asked() -> None:
 
 def cmd_apply(args: argparse.Namespace) -> int:
     from unilab.run.apply import ApplyRequest, run_apply
-    from unilab.run.resolve import resolve_apply
 
     _die_with_a_parent_that_asked()
 
@@ -36,7 +37,6 @@ def cmd_apply(args: argparse.Namespace) -> int:
             fix="use it with --resume RUN_DIR; to start a new run from a checkpoint's policy, set run.init_from",
         )
     plan, resumes_plan = resolve_apply(args.target, args.set, args.resume, args.replan, args.smoke)
-    from unilab.run.terminal import terminal_may_go
 
     # A closed pipe or hung-up terminal must not end the training run; a SIGTERM before the run's
     # own stop handling is in place ends it as cleanly as a Ctrl-C.

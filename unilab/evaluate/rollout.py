@@ -19,6 +19,9 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 import torch
 
+from unilab.algos.common import policy_columns
+from unilab.collect.collector import SATURATED_ACTION
+from unilab.collect.curriculum import RewardCurriculum
 from unilab.errors import UnilabError
 from unilab.evaluate.models import AveragedTracking, CommandTracking, EvalReport, EvalVideo, Gait, Stat, VideoClip
 from unilab.evaluate.status import StatusLine
@@ -26,8 +29,12 @@ from unilab.evaluate.video_request import check_video_request
 from unilab.host.platform import require_runtime_platform
 from unilab.plan.inputs import applied_from, check_planned_inputs, planned_input_paths, planned_task
 from unilab.plan.models import Plan
+from unilab.records.checkpoint import check_policy_fits, env_steps_of
+from unilab.records.policy import policy_from_state, read_run_plan, run_checkpoint, verified_checkpoint
 from unilab.sim.backends import CPU_BACKEND
+from unilab.sim.mujoco_cpu import MujocoCpuBackend
 from unilab.tasks.base import as_g1_task
+from unilab.tasks.g1_walk.task import FOOT_CONTACT_HEIGHT
 
 if TYPE_CHECKING:
     from unilab.collect.collector import Collector
@@ -98,7 +105,6 @@ class RunPolicy:
         return self.plan.sim.model_copy(update={"backend": CPU_BACKEND.name})
 
     def check_fits(self, c: Collector, fix: str) -> None:
-        from unilab.records.checkpoint import check_policy_fits
 
         check_policy_fits(
             self.state, c.obs_dim, c.action_dim, c.obs_terms, what=f"checkpoint {self.checkpoint.name}", fix=fix
@@ -108,8 +114,6 @@ class RunPolicy:
 def load_run_policy(run_dir: Path, checkpoint: Path | None, command: str) -> RunPolicy:
     """RUN_DIR's newest checkpoint (or ``checkpoint``), verified; ``command`` names the `unilab`
     command in the fixes. A missing or unreadable run directory is named first."""
-    from unilab.records.checkpoint import env_steps_of
-    from unilab.records.policy import policy_from_state, read_run_plan, run_checkpoint, verified_checkpoint
 
     plan = read_run_plan(run_dir, command)
     path = run_checkpoint(run_dir, checkpoint, command)
@@ -250,7 +254,6 @@ class _GaitSums:
     contact height, as the task's own contact flags read it."""
 
     def __init__(self, c: Collector) -> None:
-        from unilab.tasks.g1_walk.task import FOOT_CONTACT_HEIGHT
 
         self.height = FOOT_CONTACT_HEIGHT
         self.control_dt = c.task.step_dt
@@ -314,7 +317,6 @@ class _SaturationSums:
         self.components = 0
 
     def add(self, actions: torch.Tensor, counted: torch.Tensor) -> None:
-        from unilab.collect.collector import SATURATED_ACTION
 
         if not bool(counted.any()):
             return
@@ -462,8 +464,6 @@ def evaluate(req: EvalRequest) -> EvalReport:
 
         load_mujoco_for_rendering()  # before the imports below bring MuJoCo in with no platform chosen
     from unilab.collect.build import build_collector
-    from unilab.collect.curriculum import RewardCurriculum
-    from unilab.sim.mujoco_cpu import MujocoCpuBackend
 
     run_dir = req.run_dir
     run = load_run_policy(run_dir, req.checkpoint, "eval")
@@ -533,7 +533,6 @@ def evaluate(req: EvalRequest) -> EvalReport:
 def on_task_observation(policy: Any, plan: Plan, state: dict[str, Any]) -> Any:
     """The deployed policy fed from the task's whole observation: it takes the actor's columns alone
     where the run kept privileged observations for its critic (task.privileged_observations)."""
-    from unilab.algos.common import policy_columns
 
     cols = policy_columns(plan, state)
     if cols is None:

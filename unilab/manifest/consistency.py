@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
+from unilab import __version__
 from unilab.digests import file_sha256
 from unilab.errors import UnilabError
 from unilab.manifest.models import Manifest
@@ -94,8 +95,6 @@ def _older_unilabs_plan_id(plan: Path) -> str | None:
     """The plan_id of a plan another unilab version wrote (whose fields this one may not read or
     hash alike): only its id can be compared. None for this version's plans and unreadable files."""
     import tomllib
-
-    from unilab import __version__
 
     try:
         data = tomllib.loads(plan.read_text(encoding="utf-8"))

@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from unilab.host.facts import GpuFacts, HostFacts
+from unilab.plan.init_from import inspect_init_from
+from unilab.plan.inputs import inspect_robot, inspect_task_motion
 from unilab.spec.models import Spec
 from unilab.tasks.registry import robot_spec, task_def
 
@@ -35,7 +37,6 @@ class Context:
         """MjcfInfo of the robot (builtin or the user's), the UnilabError explaining why not, or None
         for the cart-pole check task.
         Cached: rules and the plan builder read it without inspecting the file twice."""
-        from unilab.plan.inputs import inspect_robot
 
         task = robot_spec(self.spec.task)
         if task is None:
@@ -45,7 +46,6 @@ class Context:
     @cached_property
     def motion(self) -> Any:
         """MotionInfo of task.motion (None for a task without one), or the UnilabError explaining why not."""
-        from unilab.plan.inputs import inspect_task_motion
 
         motion = task_def(self.spec.task).motion(self.spec.task)
         if motion is None:
@@ -55,7 +55,6 @@ class Context:
     @cached_property
     def init_from(self) -> Any:
         """InitSource of run.init_from (None when unset), or the UnilabError explaining why not."""
-        from unilab.plan.init_from import inspect_init_from
 
         return inspect_init_from(self.spec.run.init_from, self.spec_dir)
 

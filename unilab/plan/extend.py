@@ -14,8 +14,11 @@ from pathlib import Path
 
 from unilab.errors import Diagnostic, PlanRefused, SpecError, UnilabError
 from unilab.host.facts import HostFacts
+from unilab.plan.compile import compile_plan
 from unilab.plan.diff import Change, first_of
 from unilab.plan.models import Plan
+from unilab.plan.recheck import differences, spec_of_plan
+from unilab.plan.replan import trains_differently
 from unilab.spec.load import parse_override
 from unilab.spec.models import RunSpec
 
@@ -63,9 +66,6 @@ def budget_override(overrides: list[str], run_dir: Path) -> int:
 def extend_for_resume(old: Plan, facts: HostFacts, run_dir: Path, total_env_steps: int) -> tuple[Plan, list[Change]]:
     """The run's plan with the budget `total_env_steps`, compiled for this host, and what changed.
     Refused when the budget does not grow or when another key of what is trained would change."""
-    from unilab.plan.compile import compile_plan
-    from unilab.plan.recheck import differences, spec_of_plan
-    from unilab.plan.replan import trains_differently
 
     if total_env_steps <= old.run.total_env_steps:
         raise UnilabError(

@@ -11,6 +11,7 @@ from typing import Any
 from unilab.host.facts import HostFacts
 from unilab.host.record import read_host_facts
 from unilab.inputfile import reading
+from unilab.plan.compile import compile_plan
 from unilab.plan.models import Plan
 from unilab.python_voice import python_api
 from unilab.spec.load import load_spec, spec_from_data
@@ -35,7 +36,6 @@ def plan(
         from unilab.plan.smoke import smoke_plan
 
         return smoke_plan(lambda o: plan(spec, o, host_facts), overrides, flag="smoke=True")
-    from unilab.plan.compile import compile_plan
 
     if isinstance(spec, Mapping):
         loaded_spec, spec_dir = spec_from_data(_plain(spec), list(overrides), "<spec mapping>"), Path.cwd()

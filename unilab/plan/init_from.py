@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING
 
 from unilab.digests import env_steps_of, file_sha256, list_checkpoints, recorded_digests
 from unilab.errors import UnilabError
+from unilab.plan.inputs import resolve_input_path
+from unilab.plan.render import load_plan
 from unilab.run_layout import CHECKPOINTS, RunLayout
 
 if TYPE_CHECKING:
@@ -51,8 +53,6 @@ def _checkpoint_of(path: Path) -> tuple[Path, Path]:
 
 def inspect_init_from(ref: str | None, spec_dir: Path) -> InitSource | UnilabError | None:
     """The checkpoint ``run.init_from`` names (None when unset), or the UnilabError saying why not."""
-    from unilab.plan.inputs import resolve_input_path
-    from unilab.plan.render import load_plan
 
     if ref is None:
         return None

@@ -11,6 +11,7 @@ from unilab.digests import file_sha256
 from unilab.errors import UnilabError
 from unilab.robot.inspect import builtin_mjcf_path, inspect_mjcf, mjcf_digest
 from unilab.run_layout import RunLayout
+from unilab.tasks.motion_file import inspect_motion, resolve_motion
 from unilab.tasks.registry import robot_spec
 
 if TYPE_CHECKING:
@@ -41,7 +42,6 @@ def inspect_robot(robot_mjcf: str | None, spec_dir: Path) -> Any:
 
 
 def inspect_task_motion(motion: str, spec_dir: Path, robot: Any) -> Any:
-    from unilab.tasks.motion_file import inspect_motion, resolve_motion
 
     try:
         path = resolve_motion(motion, spec_dir)

@@ -16,6 +16,7 @@ from typing import Any
 
 from unilab.errors import Diagnostic, PlanRefused, UnilabError, first_validation_error
 from unilab.host.facts import HostFacts
+from unilab.plan.compile import compile_plan
 from unilab.plan.diff import Change, diff_plans, first_of
 from unilab.plan.models import Plan
 from unilab.spec.models import Spec, TrainingSpec
@@ -109,8 +110,6 @@ def recheck_saved_plan(plan: Plan, facts: HostFacts, source: Path) -> None:
     """Refuse a saved plan (read from ``source``) that its own spec does not compile to on this
     host: it was edited. Its rules are run again on the way (a rule's refusal names the rule)."""
     from pydantic import ValidationError
-
-    from unilab.plan.compile import compile_plan
 
     fix = f"re-plan from the spec (unilab plan SPEC --out {source}) instead of editing the plan"
     changes: list[Change] = []

@@ -17,8 +17,11 @@ from pathlib import Path
 
 from unilab.errors import PlanRefused, UnilabError
 from unilab.host.facts import HostFacts
+from unilab.plan.compile import compile_plan
 from unilab.plan.diff import Change, first_of
 from unilab.plan.models import Plan
+from unilab.plan.recheck import differences, spec_of_plan
+from unilab.plan.render import compute_plan_id
 
 # Plan keys (prefixes) that record how a run executes, not what it trains.
 EXECUTION_KEYS = (
@@ -54,9 +57,6 @@ def trains_differently(change: Change) -> bool:
 def replan_for_resume(old: Plan, facts: HostFacts, run_dir: Path) -> tuple[Plan, list[Change]]:
     """The run's plan compiled for this host, and what changed; refused when a change alters what
     is trained or the spec no longer passes the rules here."""
-    from unilab.plan.compile import compile_plan
-    from unilab.plan.recheck import differences, spec_of_plan
-    from unilab.plan.render import compute_plan_id
 
     fix = (
         f"resume on a host like the one the run started on, or start a new run from its spec (see {run_dir}/plan.toml)"

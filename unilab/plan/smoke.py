@@ -17,6 +17,7 @@ from unilab.algos.registry import algo_def
 from unilab.errors import UnilabError
 from unilab.inputfile import reading
 from unilab.plan.models import Plan
+from unilab.plan.render import is_plan_file
 from unilab.plan.rules.task import _first_update_syncs
 from unilab.sections import ReplayAlgoSpec
 
@@ -41,7 +42,6 @@ def smoke_overrides(plan: Plan) -> list[str]:
 
 def refuse_saved_plan(target: Path, command: str) -> None:
     """A smoke run re-plans a spec: a saved plan (``target``) has no spec to re-plan."""
-    from unilab.plan.render import is_plan_file
 
     with reading(target, "spec or plan"):
         if target.is_file() and is_plan_file(target):

@@ -14,7 +14,10 @@ import mujoco
 import numpy as np
 import torch
 
+from unilab.collect.build import build_collector, compose_robot
 from unilab.errors import UnilabError
+from unilab.evaluate.rollout import load_run_policy
+from unilab.host.platform import require_runtime_platform
 from unilab.tasks.base import as_g1_task
 from unilab.tasks.registry import robot_spec
 
@@ -197,9 +200,6 @@ class PlaySession:
 
 def open_session(req: PlayRequest) -> PlaySession:
     """The run's newest (or named) checkpoint, verified, playing ``req.worlds`` worlds of its task."""
-    from unilab.collect.build import build_collector, compose_robot
-    from unilab.evaluate.rollout import load_run_policy
-    from unilab.host.platform import require_runtime_platform
 
     require_runtime_platform("unilab play")
     if not 1 <= req.worlds <= MAX_WORLDS:

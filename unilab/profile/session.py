@@ -13,11 +13,13 @@ from typing import TYPE_CHECKING
 from unilab.algos.registry import algo_def
 from unilab.atomic import write_text_atomic
 from unilab.errors import UnilabError
+from unilab.host.probe import probe_host
 from unilab.plan.compile import compile_plan
 from unilab.plan.models import Plan
 from unilab.profile.arms import RESERVED_KEYS, Arm, schedule
 from unilab.profile.attribution import COVERAGE_TOLERANCE, GRAPH_THRESHOLD, arm_result, verdict
 from unilab.profile.models import ArmRun, HostSyncInventory, Profile, ProfileProvenance
+from unilab.profile.report import render_markdown, render_png, require_matplotlib
 from unilab.profile.runner import Windows, apply_command, place_windows, run_apply_subprocess, window_sample
 from unilab.run_layout import RunLayout
 from unilab.sim.backends import backend_def
@@ -91,7 +93,6 @@ def run_profile(req: ProfileRequest, say=print) -> ProfileOutput:
     algo_warmup = d.uses_replay and not any(
         s.split("=", 1)[0].strip() == "algo.warmup_env_steps" for s in req.base_sets
     )
-    from unilab.host.probe import probe_host
 
     facts = probe_host()
     arm_windows, arm_plans = _plan_arms(req, spec_path, windows, facts)
@@ -131,7 +132,6 @@ def _refuse_request(req: ProfileRequest) -> None:
         raise UnilabError(
             "a profile needs at least one arm", fix="pass --arm NAME:KEY=VALUE, or no --arm for the defaults"
         )
-    from unilab.profile.report import require_matplotlib
 
     require_matplotlib()
     for s in req.base_sets:  # the profile sets these itself, after every --set: refuse, never drop
@@ -298,7 +298,6 @@ def take_plan_inventory(plan: Plan, spec_dir: Path, steps: int, repeat: int) -> 
 
 
 def write_outputs(profile: Profile, out: Path) -> None:
-    from unilab.profile.report import render_markdown, render_png
 
     write_text_atomic(out / "profile.json", json.dumps(profile.model_dump(mode="json"), indent=2) + "\n", "profile")
     write_text_atomic(out / "profile.md", render_markdown(profile), "profile report")

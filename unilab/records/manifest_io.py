@@ -20,7 +20,7 @@ from unilab.errors import UnilabError
 from unilab.host.facts import HostFacts
 from unilab.inputfile import read_input
 from unilab.manifest.consistency import ConsistencyReport, check_manifest
-from unilab.manifest.models import Manifest, Provenance
+from unilab.manifest.models import MANIFEST_SCHEMA_VERSION, Manifest, Provenance
 from unilab.records.events import EventLog
 from unilab.run_layout import RunLayout
 from unilab.schema_document import schema_document
@@ -135,7 +135,6 @@ def provenance(facts: HostFacts) -> Provenance:
 
 @lru_cache(maxsize=1)
 def _validator() -> jsonschema.protocols.Validator:
-    from unilab.manifest.models import MANIFEST_SCHEMA_VERSION
 
     schema = schema_document(Manifest, "manifest", MANIFEST_SCHEMA_VERSION)
     cls = jsonschema.validators.validator_for(schema)

@@ -15,6 +15,13 @@ from unilab.algos.registry import algo_def
 from unilab.errors import UnilabError
 from unilab.plan.models import Plan
 from unilab.plan.render import load_plan
+from unilab.records.checkpoint import (
+    check_finite_weights,
+    check_recorded_digest,
+    list_checkpoints,
+    load_checkpoint,
+    run_plan_ids,
+)
 from unilab.run_layout import RunLayout
 
 
@@ -71,7 +78,6 @@ def newest_state(run_dir: Path, plan: Plan) -> dict[str, Any]:
 def run_checkpoint(run_dir: Path, name: Path | None, command: str) -> Path:
     """The newest checkpoint of `run_dir`, or the one ``name`` gives (a file name in
     RUN_DIR/checkpoints, or a path to one); ``command``: the `unilab` command the fixes name."""
-    from unilab.records.checkpoint import list_checkpoints
 
     directory = RunLayout(run_dir).checkpoints
     try:
@@ -107,7 +113,6 @@ def run_checkpoint(run_dir: Path, name: Path | None, command: str) -> Path:
 def verified_checkpoint(run_dir: Path, plan: Plan, path: Path) -> tuple[dict[str, Any], str]:
     """A checkpoint of the run loaded (refused when corrupt or another plan's) and its bytes checked
     against the sha256 the run recorded; returns the checkpoint and that digest."""
-    from unilab.records.checkpoint import check_finite_weights, check_recorded_digest, load_checkpoint, run_plan_ids
 
     blob = load_checkpoint(  # a corrupt file is named first
         path,

@@ -28,8 +28,9 @@ from unilab.manifest.models import (
     Topology,
 )
 from unilab.plan.models import Plan
+from unilab.records.checkpoint import env_steps_of, list_checkpoints, recorded_digests, save_checkpoint
 from unilab.records.events import EventLog
-from unilab.records.manifest_io import keep_code_diff, provenance, utc_now, write_manifest
+from unilab.records.manifest_io import keep_code_diff, provenance, read_run_manifest, utc_now, write_manifest
 from unilab.records.progress import Progress, ProgressLine, cpu_ranges, plural
 from unilab.records.wandb_mirror import FINISH_TIMEOUT_S, WandbMirror
 from unilab.run_layout import RunLayout
@@ -41,7 +42,6 @@ def existing_checkpoints(run_dir: Path) -> list[CheckpointRecord]:
     """Records of the checkpoints already in a run directory (a resume continues its record), with
     the digests the run recorded for them, never ones taken from the files now: a checkpoint whose
     digest was not recorded is left out rather than vouched for."""
-    from unilab.records.checkpoint import env_steps_of, list_checkpoints, recorded_digests
 
     recorded = recorded_digests(run_dir)
     out = []
@@ -56,7 +56,6 @@ def previous_sessions(run_dir: Path) -> list[ApplySession]:
     """The applies recorded in the manifest a resume finds (one synthesized from its fields when it
     predates session records). Its last apply, if the manifest still says `running`, was killed:
     this resume holds the run directory's lock, so no apply runs it."""
-    from unilab.records.manifest_io import read_run_manifest
 
     old = read_run_manifest(run_dir)
     if old is None:
@@ -368,7 +367,6 @@ class RunRecorder:
         )
 
     def on_checkpoint(self, prog: Progress, state: dict[str, Any]) -> Path:
-        from unilab.records.checkpoint import save_checkpoint
 
         self.prog = prog
         steps = prog.env_steps * self.world

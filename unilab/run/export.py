@@ -21,8 +21,10 @@ from unilab.errors import RobotModelError, UnilabError
 from unilab.plan.inputs import applied_from, resolve_input_path
 from unilab.plan.models import Plan
 from unilab.records.policy import policy_from_state, read_run_plan, run_checkpoint, verified_checkpoint
+from unilab.robot import g1
 from unilab.robot.inspect import mjcf_matches
 from unilab.run_layout import CHECKPOINTS
+from unilab.tasks.base import joint_action_scale
 from unilab.tasks.registry import robot_spec, task_def
 
 
@@ -86,7 +88,6 @@ def deployment_metadata(plan: Plan, applied_from: Path | None = None) -> dict[st
             {"source": ref.source, "sha256": ref.sha256, "num_frames": ref.num_frames, "fps": ref.fps}
         )
     from unilab.robot.model import RobotLayout, build_model_xml, model_from_xml
-    from unilab.tasks.base import joint_action_scale
 
     mjcf = None
     if task.robot.source != "builtin":
@@ -137,8 +138,6 @@ def _physics_metadata(plan: Plan, xml: str, layout: Any) -> dict[str, str]:
     standing height, and what the task adds (`TaskDef.deployment`: for a velocity policy how its
     episodes were drawn and ended; docs/deploy.md names every key)."""
     import json
-
-    from unilab.robot import g1
 
     meta = {
         "unilab.mjcf": xml,

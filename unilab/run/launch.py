@@ -17,9 +17,14 @@ from typing import Any
 from torch.distributed.elastic.multiprocessing.errors import record
 
 from unilab.errors import EXIT_INTERRUPTED, UnilabError
+from unilab.manifest.models import FirstError, Manifest
 from unilab.plan.models import Plan
 from unilab.plan.render import load_plan
+from unilab.records.manifest_io import utc_now, write_manifest
+from unilab.run.rank_env import prepare_rank_env
+from unilab.run.rank_run import RankJob, run_rank
 from unilab.run.run_dir import resume_command
+from unilab.run.terminal import terminal_may_go
 from unilab.run_layout import RunLayout
 from unilab.stop import STOP_SIGNALS, StopFlag, signals_via_helper_thread
 
@@ -59,10 +64,6 @@ def rank_entry(
         os._exit(EXIT_INTERRUPTED)
     import torch
     import torch.distributed as dist
-
-    from unilab.run.rank_env import prepare_rank_env
-    from unilab.run.rank_run import RankJob, run_rank
-    from unilab.run.terminal import terminal_may_go
 
     rank = int(os.environ["RANK"])
     world = int(os.environ["WORLD_SIZE"])
@@ -191,8 +192,6 @@ def _failure_message(failure: Any) -> str:
 def _record_failure(run_dir: Path, where: str, message: str) -> None:
     """The launcher knows which rank failed first; put that in the manifest (rank 0 may have
     recorded only the secondary error it saw when its peer vanished)."""
-    from unilab.manifest.models import FirstError, Manifest
-    from unilab.records.manifest_io import utc_now, write_manifest
 
     path = RunLayout(run_dir).manifest
     if not path.exists():

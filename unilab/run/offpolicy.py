@@ -26,6 +26,7 @@ from unilab.collect import channel as ch
 from unilab.dist import param_digest
 from unilab.errors import UnilabError
 from unilab.learn.critic_bias import StartValueBias
+from unilab.learn.graph import DP_WARMUP, LearnerGraph
 from unilab.learn.normalizer import ObsNormalizer
 from unilab.learn.replay import ReplayBuffer
 from unilab.plan.models import Plan
@@ -219,7 +220,6 @@ class OffPolicyRank(RankLoop):
     def _graph(self, learner: Any, update: Callable[..., dict[str, torch.Tensor]]) -> Any:
         """The plan enabled the learner graph: capture the whole update cycle (with data parallel,
         the all-reduce and sentinel too). Its evidence reaches the manifest through `Progress`."""
-        from unilab.learn.graph import DP_WARMUP, LearnerGraph
 
         counters: list[tuple[Any, str]] = []
         agree = None

@@ -18,11 +18,14 @@ from unilab.algos.registry import algo_def
 from unilab.collect.collector_client import RunFailed
 from unilab.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, UnilabError
 from unilab.extras import install_command
+from unilab.host.probe import probe_host
 from unilab.manifest.models import FirstError, RankEvidence
 from unilab.plan.models import Plan
+from unilab.records.checkpoint import load_checkpoint, run_plan_ids
 from unilab.records.events import EventLog
 from unilab.records.progress import ProgressLine
 from unilab.records.recorder import RunRecorder
+from unilab.run import mps_attach
 from unilab.run.offpolicy import OffPolicyRank
 from unilab.run.rank_loop import RankHooks, RankLoop
 from unilab.run_layout import RunLayout
@@ -59,7 +62,6 @@ def _gather(obj: Any, world: int) -> list[Any]:
 
 def _starting_states(job: RankJob) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
     """The checkpoint state a resume continues from, or run.init_from's to start from (not both)."""
-    from unilab.records.checkpoint import load_checkpoint, run_plan_ids
 
     plan = job.plan
     if job.resume_checkpoint is not None:
@@ -76,7 +78,6 @@ def _starting_states(job: RankJob) -> tuple[dict[str, Any] | None, dict[str, Any
 
 def _open_record(job: RankJob) -> tuple[RunRecorder, EventLog]:
     """Rank 0's record of the run: its event log (which says the run started) and recorder."""
-    from unilab.host.probe import probe_host
 
     plan = job.plan
     if job.run_dir is None:
@@ -111,7 +112,6 @@ class _RankStart:
         self.runner: Any = None  # set once built: its allocator is evidence
 
     def __call__(self, hello: Any) -> None:
-        from unilab.run import mps_attach
 
         plan, rank = self.job.plan, self.job.rank
         if self.dp is None and self.stop():

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from unilab.errors import UnilabError
+from unilab.host.probe import probe_host
 from unilab.inputfile import reading
 from unilab.plan.compile import compile_plan
 from unilab.plan.diff import first_of
@@ -98,7 +99,6 @@ def _resolve_target(
     """A spec is planned against this host; a saved plan is re-checked against it (stale-plan refusal).
     `resume_dir`: the plan is that run's own, re-planned for this host only with `replan` (then the
     second value is the run's plan id the new plan continues; else None)."""
-    from unilab.host.probe import probe_host
 
     facts = probe_host()
     with reading(target, "spec or plan"):
@@ -141,7 +141,6 @@ def _extended(run_dir: Path, overrides: list[str], replan: bool) -> tuple[Plan, 
     """The run's plan with the larger budget `--set run.total_env_steps=N` asks for (nothing else
     may change), and the plan id of the run it continues; the changes are shown as `unilab diff`
     shows them."""
-    from unilab.host.probe import probe_host
 
     total = budget_override(overrides, run_dir)
     with reading(RunLayout(run_dir).plan, "plan"):
@@ -195,7 +194,6 @@ def _replanned(plan: Plan, facts: HostFacts, run_dir: Path) -> Plan:
 def resolve_plan_object(plan: Plan) -> Plan:
     """A Plan handed over in-process (unilab.apply) is checked as a saved plan file is: against
     this host's facts, its input files, and its own spec (a plan changed by model_copy is refused)."""
-    from unilab.host.probe import probe_host
 
     facts = probe_host()
     if changes := compare_fingerprint(plan.host_facts, facts):

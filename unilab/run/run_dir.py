@@ -12,7 +12,7 @@ from unilab.atomic import write_text_atomic
 from unilab.errors import UnilabError
 from unilab.plan.models import Plan
 from unilab.plan.render import load_plan, render
-from unilab.records.manifest_io import read_run_manifest
+from unilab.records.manifest_io import read_run_manifest, write_manifest
 from unilab.run_layout import RunLayout
 
 
@@ -103,7 +103,6 @@ def supersede_newer(run_dir: Path, resumed: Path) -> Path | None:
     belong to a history the run no longer has. They are moved, with their digest files, into
     checkpoints/superseded-<utc time>/ (nothing is deleted); returns that directory, or None."""
     from unilab.records.checkpoint import digest_path, env_steps_of, list_checkpoints
-    from unilab.records.manifest_io import read_run_manifest, write_manifest
 
     steps = env_steps_of(resumed) or 0
     newer = [c for c in list_checkpoints(RunLayout(run_dir).checkpoints) if (env_steps_of(c) or 0) > steps]
