@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from unilab.cli.args import path_arg
 from unilab.errors import UnilabError
-from unilab.host.probe import probe_host
+from unilab.host import probe
 from unilab.inputfile import file_error
 from unilab.plan.fingerprint import compare_fingerprint
 from unilab.plan.inputs import check_planned_inputs
@@ -94,7 +94,7 @@ def check_node(plan: Plan, rank: int) -> None:
     one planned for, the input files the ones whose digests the plan recorded, a GPU rank's GPU
     (pinned by UUID) must be on this node, and so must the CPUs the rank is pinned to."""
 
-    facts = probe_host()
+    facts = probe.probe_host()
     rp = plan.ranks[rank]
     if rp.device == "cuda" and rp.gpu_uuid and facts.gpu_by_uuid(rp.gpu_uuid) is None:
         nv = facts.nvidia

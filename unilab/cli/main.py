@@ -17,8 +17,8 @@ from unilab.cli.args import path_arg
 from unilab.cli.common import check_out_file, plan_from_path, write_atomic
 from unilab.cli.completion import autocomplete
 from unilab.errors import UnilabError
+from unilab.host import probe
 from unilab.host.facts import LEARNER_CPU_FLAGS
-from unilab.host.probe import probe_host
 from unilab.plan.diff import diff_plans
 from unilab.plan.inputs import planned_input_paths
 from unilab.plan.render import is_plan_file, plan_data, render
@@ -124,7 +124,7 @@ def _cmd_diff(args: argparse.Namespace) -> int:
 
 def _cmd_host(args: argparse.Namespace) -> int:
 
-    facts = probe_host()
+    facts = probe.probe_host()
     if args.json:
         sys.stdout.write(facts.model_dump_json(indent=2) + "\n")
         return EXIT_OK

@@ -8,8 +8,8 @@ import signal
 import time
 
 from unilab.errors import UnilabError
+from unilab.host import probe
 from unilab.host.mps_registry import probe_service, state_directory
-from unilab.host.probe import probe_host
 from unilab.mps import service
 
 EXIT_OK, EXIT_ERROR = 0, 1
@@ -23,7 +23,7 @@ def _state(args: argparse.Namespace):
 def _cmd_start(args: argparse.Namespace) -> int:
 
     state = _state(args)
-    svc = service.start(probe_host(), args.gpus, args.name, state)
+    svc = service.start(probe.probe_host(), args.gpus, args.name, state)
     print(f"MPS service {svc.name} running: GPU {svc.gpu_uuid}, daemon pid {svc.daemon_pid}, pipe {svc.pipe_directory}")
     if args.daemon:
         return EXIT_OK

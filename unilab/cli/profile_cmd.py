@@ -10,9 +10,10 @@ from unilab.cli.args import path_arg
 from unilab.errors import UnilabError
 from unilab.inputfile import reading
 from unilab.plan.render import is_plan_file
+from unilab.profile import session
 from unilab.profile.arms import default_arms, parse_arms
 from unilab.profile.report import render_markdown
-from unilab.profile.session import ProfileRequest, collector_device, run_profile
+from unilab.profile.session import ProfileRequest, collector_device
 from unilab.spec.load import load_spec
 from unilab.stop import stop_signals_interrupt
 
@@ -74,7 +75,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
     )
 
     with stop_signals_interrupt():  # a SIGTERM or SIGHUP stops a profile as Ctrl-C does
-        result = run_profile(req)
+        result = session.run_profile(req)
     print()
     print(render_markdown(result.profile))
     print(f"profile directory: {result.directory}")

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from unilab.algos.registry import algo_def
 from unilab.atomic import write_text_atomic
 from unilab.errors import UnilabError
-from unilab.host.probe import probe_host
+from unilab.host import probe
 from unilab.plan.compile import compile_plan
 from unilab.plan.models import Plan
 from unilab.profile.arms import RESERVED_KEYS, Arm, schedule
@@ -94,7 +94,7 @@ def run_profile(req: ProfileRequest, say=print) -> ProfileOutput:
         s.split("=", 1)[0].strip() == "algo.warmup_env_steps" for s in req.base_sets
     )
 
-    facts = probe_host()
+    facts = probe.probe_host()
     arm_windows, arm_plans = _plan_arms(req, spec_path, windows, facts)
 
     out = req.out_dir or new_profile_dir(Path(spec.run.output_dir).expanduser())

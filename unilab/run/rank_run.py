@@ -18,10 +18,10 @@ from unilab.algos.registry import algo_def
 from unilab.collect.collector_client import RunFailed
 from unilab.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, UnilabError
 from unilab.extras import install_command
-from unilab.host.probe import probe_host
+from unilab.host import probe
 from unilab.manifest.models import FirstError, RankEvidence
 from unilab.plan.models import Plan
-from unilab.records.checkpoint import load_checkpoint, run_plan_ids
+from unilab.records import checkpoint
 from unilab.records.events import EventLog
 from unilab.records.progress import ProgressLine
 from unilab.records.recorder import RunRecorder
@@ -67,8 +67,8 @@ def _starting_states(job: RankJob) -> tuple[dict[str, Any] | None, dict[str, Any
     if job.resume_checkpoint is not None:
         # Rank 0 has the run directory; the others find it above the checkpoint (RUN/checkpoints/).
         run_dir = job.run_dir if job.run_dir is not None else job.resume_checkpoint.parent.parent
-        plan_ids = run_plan_ids(run_dir, plan.plan_id)
-        return load_checkpoint(job.resume_checkpoint, plan_id=plan_ids)["state"], None
+        plan_ids = checkpoint.run_plan_ids(run_dir, plan.plan_id)
+        return checkpoint.load_checkpoint(job.resume_checkpoint, plan_id=plan_ids)["state"], None
     if plan.run.init_from is not None:  # a resumed run continues from its own checkpoint instead
         from unilab.run.init_state import read_init_state
 
@@ -85,7 +85,7 @@ def _open_record(job: RankJob) -> tuple[RunRecorder, EventLog]:
     events = EventLog(RunLayout(job.run_dir).events, run_id=job.run_dir.name, rank=0)
     rec = RunRecorder(
         plan,
-        probe_host(),
+        probe.probe_host(),
         job.run_dir,
         events,
         str(job.resume_checkpoint) if job.resume_checkpoint else None,

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from unilab.errors import UnilabError
-from unilab.host.probe import probe_host
+from unilab.host import probe
 from unilab.inputfile import reading
 from unilab.plan.compile import compile_plan
 from unilab.plan.diff import first_of
@@ -100,7 +100,7 @@ def _resolve_target(
     `resume_dir`: the plan is that run's own, re-planned for this host only with `replan` (then the
     second value is the run's plan id the new plan continues; else None)."""
 
-    facts = probe_host()
+    facts = probe.probe_host()
     with reading(target, "spec or plan"):
         is_plan = target.is_file() and is_plan_file(target)
     if is_plan:
@@ -145,7 +145,7 @@ def _extended(run_dir: Path, overrides: list[str], replan: bool) -> tuple[Plan, 
     total = budget_override(overrides, run_dir)
     with reading(RunLayout(run_dir).plan, "plan"):
         old = load_plan(RunLayout(run_dir).plan)
-    facts = probe_host()
+    facts = probe.probe_host()
     if (host_changes := compare_fingerprint(old.host_facts, facts)) and not replan:
         raise UnilabError(
             f"run {run_dir} was planned for other host facts: {first_of(host_changes)}",
@@ -195,7 +195,7 @@ def resolve_plan_object(plan: Plan) -> Plan:
     """A Plan handed over in-process (unilab.apply) is checked as a saved plan file is: against
     this host's facts, its input files, and its own spec (a plan changed by model_copy is refused)."""
 
-    facts = probe_host()
+    facts = probe.probe_host()
     if changes := compare_fingerprint(plan.host_facts, facts):
         raise UnilabError(
             f"the plan was compiled for other host facts: {first_of(changes)}",
