@@ -60,6 +60,18 @@ def task_robot(r: Rule, ctx: Context) -> list[Diagnostic]:
     return []
 
 
+def _no_such_reward_term(r: Rule, task: object, name: str, key: str) -> Diagnostic | None:
+    """A name ``task`` has no reward term of, with the closest one; None where it has it."""
+    terms = list(task_def(task).reward_weights(task))
+    if name in terms:
+        return None
+    return r.diag(
+        f"{getattr(task, 'name', task)} has no reward term {name!r}{_did_you_mean(name, terms)}",
+        f"use one of its terms: {', '.join(terms)}",
+        key,
+    )
+
+
 @rule(
     "task.reward-weights",
     "task.reward_weights",
@@ -67,19 +79,8 @@ def task_robot(r: Rule, ctx: Context) -> list[Diagnostic]:
 )
 def task_reward_weights(r: Rule, ctx: Context) -> list[Diagnostic]:
     t = ctx.spec.task
-    terms = list(task_def(t).reward_weights(t))
-    out = []
-    for name in t.reward_weights or {}:
-        if name in terms:
-            continue
-        out.append(
-            r.diag(
-                f"{t.name} has no reward term {name!r}{_did_you_mean(name, terms)}",
-                f"use one of its terms: {', '.join(terms)}",
-                f"task.reward_weights.{name}",
-            )
-        )
-    return out
+    found = (_no_such_reward_term(r, t, name, f"task.reward_weights.{name}") for name in t.reward_weights or {})
+    return [d for d in found if d is not None]
 
 
 @rule(
@@ -91,18 +92,11 @@ def task_reward_weights(r: Rule, ctx: Context) -> list[Diagnostic]:
 )
 def task_reward_curriculum(r: Rule, ctx: Context) -> list[Diagnostic]:
     t = ctx.spec.task
-    terms = list(task_def(t).reward_weights(t))
     out = []
     for name, change in (t.reward_curriculum or {}).items():
         key = f"task.reward_curriculum.{name}"
-        if name not in terms:
-            out.append(
-                r.diag(
-                    f"{t.name} has no reward term {name!r}{_did_you_mean(name, terms)}",
-                    f"use one of its terms: {', '.join(terms)}",
-                    key,
-                )
-            )
+        if (unknown := _no_such_reward_term(r, t, name, key)) is not None:
+            out.append(unknown)
         elif change.end < change.start_env_steps:
             out.append(
                 r.diag(
