@@ -51,10 +51,11 @@ def test_a_resumed_rank_without_the_run_directory_finds_it_above_the_checkpoint(
     """Ranks other than 0 are not handed the run directory; resuming, each checks the checkpoint
     against the run's plan ids, read from the directory the checkpoint lies in."""
     from unilab.records import checkpoint
+    from unilab.records.run_dir import RunDir
     from unilab.run import rank_run
 
     seen: list[Path] = []
-    monkeypatch.setattr(checkpoint, "run_plan_ids", lambda run_dir, plan_id: seen.append(run_dir) or {plan_id})
+    monkeypatch.setattr(RunDir, "plan_ids", lambda self, plan_id: seen.append(self.root) or {plan_id})
     monkeypatch.setattr(checkpoint, "load_checkpoint", lambda path, plan_id: {"state": {"from": path.name}})
     ckpt = tmp_path / "run" / "checkpoints" / "ckpt-0000000000064.pt"
     plan = SimpleNamespace(plan_id="p", run=SimpleNamespace(init_from=None))

@@ -43,12 +43,12 @@ def test_the_runner_sees_and_steps_what_unilabs_collector_does(walk_run: Path) -
 
     from unilab.collect.build import build_collector
     from unilab.plan.inputs import planned_task
-    from unilab.records.policy import read_run_plan
+    from unilab.records.run_dir import RunDir
 
     s2s = _sim2sim()
     policy = s2s.Policy(walk_run / "policy.onnx")
     runner = s2s.VelocityEpisodes(policy, s2s.load_robot(policy, None))
-    plan = read_run_plan(walk_run, "eval")
+    plan = RunDir(walk_run).read_plan("eval")
     task = planned_task(plan.task).model_copy(update={"num_envs": 1})
     with build_collector(task, plan.sim, num_envs=1, workers=1, seed=3, timing=False) as c:
         obs = c.reset_all()[0].double().numpy()

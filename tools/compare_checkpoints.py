@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from unilab.run_layout import RunLayout
+from unilab.records.run_dir import RunDir
 
 
 def _leaves(value: Any, path: str = "") -> Iterator[tuple[str, Any]]:
@@ -52,7 +52,7 @@ def _same(a: Any, b: Any) -> bool:
 
 
 def compare_runs(run_a: Path, run_b: Path) -> Comparison:
-    dir_a, dir_b = RunLayout(run_a).checkpoints, RunLayout(run_b).checkpoints
+    dir_a, dir_b = RunDir(run_a).checkpoints, RunDir(run_b).checkpoints
     names_a = {p.name for p in dir_a.glob("ckpt-*.pt")}
     names_b = {p.name for p in dir_b.glob("ckpt-*.pt")}
     out = Comparison(checkpoints=sorted(names_a & names_b))
@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("run_b", type=Path)
     args = ap.parse_args(argv)
     for run in (args.run_a, args.run_b):
-        if not RunLayout(run).checkpoints.is_dir():
+        if not RunDir(run).checkpoints.is_dir():
             print(f"error: {run} has no checkpoints/ directory (pass run directories)", file=sys.stderr)
             return 1
     c = compare_runs(args.run_a, args.run_b)

@@ -23,7 +23,7 @@ from unilab.plan.diff import diff_plans
 from unilab.plan.inputs import planned_input_paths
 from unilab.plan.render import is_plan_file, plan_data, render
 from unilab.plan.rules_doc import render_json, render_markdown, render_text
-from unilab.run_layout import RunLayout
+from unilab.records.run_dir import RunDir
 from unilab.tasks.registry import TASKS, plugin_task_def
 
 EXIT_OK, EXIT_ERROR, EXIT_DIFFERENT, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -75,12 +75,12 @@ def _plan_of_run_dir(side: str, path: Path) -> Path:
     """A run directory stands for the plan it ran (RUN_DIR/plan.toml)."""
     if not path.is_dir():
         return path
-    if not RunLayout(path).plan.is_file():
+    if not RunDir(path).plan.is_file():
         raise UnilabError(
             f"{side} ({path}) is a directory without plan.toml",
             fix="pass a spec, a saved plan, or a run directory written by `unilab apply`",
         )
-    return RunLayout(path).plan
+    return RunDir(path).plan
 
 
 def _cmd_diff(args: argparse.Namespace) -> int:

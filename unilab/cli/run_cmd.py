@@ -9,9 +9,9 @@ import os
 from unilab.cli.args import add_checkpoint_arg, add_run_dir_arg, path_arg
 from unilab.errors import UnilabError
 from unilab.lifetime import DIE_WITH_PARENT_ENV, die_with_parent
+from unilab.records.run_dir import RunDir
 from unilab.run.resolve import resolve_apply
 from unilab.run.terminal import terminal_may_go
-from unilab.run_layout import RunLayout
 from unilab.stop import stop_signals_interrupt
 
 
@@ -53,7 +53,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
 
 
 def cmd_manifest_validate(args: argparse.Namespace) -> int:
-    shown = RunLayout(args.file).manifest if args.file.is_dir() else args.file
+    shown = RunDir(args.file).manifest if args.file.is_dir() else args.file
     if not args.json:
         return _validate_manifest(args, shown)
     try:  # a script reads the verdict on stdout either way; the paragraph still goes to stderr

@@ -30,7 +30,8 @@ from unilab.host.platform import require_runtime_platform
 from unilab.plan.inputs import applied_from, check_planned_inputs, planned_input_paths, planned_task
 from unilab.plan.models import Plan
 from unilab.records.checkpoint import check_policy_fits, env_steps_of
-from unilab.records.policy import policy_from_state, read_run_plan, run_checkpoint, verified_checkpoint
+from unilab.records.policy import policy_from_state
+from unilab.records.run_dir import RunDir
 from unilab.sim.backends import CPU_BACKEND
 from unilab.sim.mujoco_cpu import MujocoCpuBackend
 from unilab.tasks.base import as_g1_task
@@ -115,9 +116,10 @@ def load_run_policy(run_dir: Path, checkpoint: Path | None, command: str) -> Run
     """RUN_DIR's newest checkpoint (or ``checkpoint``), verified; ``command`` names the `unilab`
     command in the fixes. A missing or unreadable run directory is named first."""
 
-    plan = read_run_plan(run_dir, command)
-    path = run_checkpoint(run_dir, checkpoint, command)
-    blob, digest = verified_checkpoint(run_dir, plan, path)
+    run = RunDir(run_dir)
+    plan = run.read_plan(command)
+    path = run.find_checkpoint(checkpoint, command)
+    blob, digest = run.verified_checkpoint(plan, path)
     policy, _ = policy_from_state(plan, blob["state"])
     return RunPolicy(
         plan=plan,

@@ -23,7 +23,7 @@ from unilab.lifetime import DIE_WITH_PARENT_ENV
 from unilab.manifest.models import Manifest
 from unilab.profile.arms import Arm
 from unilab.profile.models import WindowSample
-from unilab.run_layout import RunLayout
+from unilab.records.run_dir import RunDir
 
 PUBLISH_EVERY_SYNCS = 64
 
@@ -141,8 +141,8 @@ def run_apply_subprocess(cmd: list[str], out_dir: Path, timeout_s: float, log: P
             fix=f"run it alone to see why: {' '.join(cmd)}",
         )
     run_dir = dirs[0]
-    final = Manifest.model_validate_json(RunLayout(run_dir).manifest.read_text(encoding="utf-8"))
-    warm, t_warm, t_end = window_bounds(RunLayout(run_dir).events, final.counters.env_steps)
+    final = Manifest.model_validate_json(RunDir(run_dir).manifest.read_text(encoding="utf-8"))
+    warm, t_warm, t_end = window_bounds(RunDir(run_dir).events, final.counters.env_steps)
     return RunOutcome(cmd, run_dir, proc.returncode, warm, final, t_end - t_warm)
 
 

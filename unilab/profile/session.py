@@ -21,7 +21,7 @@ from unilab.profile.attribution import COVERAGE_TOLERANCE, GRAPH_THRESHOLD, arm_
 from unilab.profile.models import ArmRun, HostSyncInventory, Profile, ProfileProvenance
 from unilab.profile.report import render_markdown, render_png, require_matplotlib
 from unilab.profile.runner import Windows, apply_command, place_windows, run_apply_subprocess, window_sample
-from unilab.run_layout import RunLayout
+from unilab.records.run_dir import RunDir
 from unilab.sim.backends import backend_def
 from unilab.spec.load import load_spec
 
@@ -198,7 +198,7 @@ def _run_arms(
                     order=i,
                     command=cmd,
                     run_dir=str(outcome.run_dir),
-                    manifest=str(RunLayout(outcome.run_dir).manifest),
+                    manifest=str(RunDir(outcome.run_dir).manifest),
                     exit_code=outcome.exit_code,
                     window=sample,
                 )

@@ -9,7 +9,7 @@ import pickle
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, cast
 
 import torch
 
@@ -23,19 +23,34 @@ from unilab.run_layout import RunLayout
 
 CHECKPOINT_FORMAT = 1
 
+# A checkpoint's state: what the rank loop saves (counters, observation and action sizes, the
+# observation layout, the normalizer) and the learner's own state under its AlgoDef's state_key;
+# tensors, numbers, strings and nested dicts only, so that weights_only loading reads it.
+CheckpointState = dict[str, Any]
+
+
+class Checkpoint(TypedDict):
+    """A checkpoint file as `load_checkpoint` returns it."""
+
+    format: int
+    plan_id: str  # the plan that wrote it
+    env_steps: int  # the run's env steps at the save, also in its name
+    state: CheckpointState
+
 
 def checkpoint_name(env_steps: int) -> str:
     return f"ckpt-{env_steps:013d}.pt"
 
 
 def save_checkpoint(
-    directory: Path, state: dict[str, Any], *, plan_id: str, env_steps: int, keep: int
+    directory: Path, state: CheckpointState, *, plan_id: str, env_steps: int, keep: int
 ) -> tuple[Path, str]:
     """Write `state` (tensors, numbers, strings, nested dicts) and prune to the newest `keep`.
     Returns the path and the sha256 of the bytes written."""
     directory.mkdir(parents=True, exist_ok=True)
     buf = io.BytesIO()
-    torch.save({"format": CHECKPOINT_FORMAT, "plan_id": plan_id, "env_steps": env_steps, "state": state}, buf)
+    blob: Checkpoint = {"format": CHECKPOINT_FORMAT, "plan_id": plan_id, "env_steps": env_steps, "state": state}
+    torch.save(blob, buf)
     data = buf.getvalue()
     path = directory / checkpoint_name(env_steps)
     digest = hashlib.sha256(data).hexdigest()
@@ -99,26 +114,12 @@ def _first_sentence(text: str, limit: int = 200) -> str:
     return text[: cut if cut > 0 else limit].rstrip(",;:") + " ..."
 
 
-def run_plan_ids(run_dir: Path, plan_id: str) -> set[str]:
-    """The plan ids whose checkpoints `run_dir` may hold: `plan_id` (the run's plan now) and those
-    of the run's earlier sessions, which differ only where a resume re-planned the run for another
-    host (`--replan`) or extended its budget (`--set run.total_env_steps`), as the manifest records."""
-    from unilab.records.manifest_io import read_run_manifest
-
-    manifest = read_run_manifest(run_dir)
-    if manifest is None:
-        return {plan_id}
-    return {plan_id, manifest.plan_id, *(s.plan_id for s in manifest.sessions)}
-
-
 # The fix of a corrupt checkpoint for a run being resumed; eval and export, which read one of a
 # run's checkpoints without continuing the run, pass their own.
 RESUME_EARLIER_FIX = "resume from an earlier checkpoint (delete this file) or start a new run"
 
 
-def load_checkpoint(
-    path: Path, *, plan_id: str | set[str] | None, corrupt_fix: str = RESUME_EARLIER_FIX
-) -> dict[str, Any]:
+def load_checkpoint(path: Path, *, plan_id: str | set[str] | None, corrupt_fix: str = RESUME_EARLIER_FIX) -> Checkpoint:
     """Load with weights_only=True (no arbitrary code from the file). Refuses a corrupt file (with
     ``corrupt_fix``), an unknown format, and, when `plan_id` is given (one id or a run's ids), a
     checkpoint written by another plan."""
@@ -162,7 +163,9 @@ def load_checkpoint(
             detail="a resume continues exactly the same plan; a changed spec or host makes a new plan",
             fix="resume with the run's own plan (`unilab apply --resume RUN_DIR`) or start a new run",
         )
-    return blob
+    # Its format and plan are checked; what its state holds is checked by the reader that needs it
+    # (check_policy_state, check_policy_fits), each naming the missing key.
+    return cast("Checkpoint", blob)
 
 
 def check_finite_weights(state: Any, *, what: str, fix: str) -> None:
@@ -195,7 +198,7 @@ def _float_tensors(node: Any, where: str) -> Iterator[tuple[str, torch.Tensor]]:
 
 
 def check_policy_fits(
-    state: dict[str, Any], obs_dim: int, act_dim: int, obs_terms: list[tuple[str, int]], *, what: str, fix: str
+    state: CheckpointState, obs_dim: int, act_dim: int, obs_terms: list[tuple[str, int]], *, what: str, fix: str
 ) -> None:
     """A checkpoint's policy takes this collector's observations (sizes, and the layout where the
     checkpoint recorded one) and gives its actions; refused in one paragraph otherwise, before a
@@ -227,7 +230,7 @@ RESUME_FIX = (
 )
 
 
-def check_resume_fits(state: dict[str, Any] | None, hello: Any) -> None:
+def check_resume_fits(state: CheckpointState | None, hello: Any) -> None:
     """Before a resumed run records anything: its checkpoint's policy fits this collector (an
     upgraded unilab may build the task's observations differently)."""
     if state is not None:

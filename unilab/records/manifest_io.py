@@ -22,7 +22,7 @@ from unilab.inputfile import read_input
 from unilab.manifest.consistency import ConsistencyReport, check_manifest
 from unilab.manifest.models import MANIFEST_SCHEMA_VERSION, Manifest, Provenance
 from unilab.records.events import EventLog
-from unilab.run_layout import RunLayout
+from unilab.records.run_dir import RunDir
 from unilab.schema_document import schema_document
 
 
@@ -161,61 +161,19 @@ def write_manifest(path: Path, manifest: Manifest, events: EventLog | None) -> N
         events.info("manifest", manifest=data)
 
 
-def held_by_an_apply(run_dir: Path) -> bool | None:
-    """Whether some process holds the run directory's lock now (unilab.run.run_lock takes it for
-    as long as an apply runs); None when that cannot be read."""
-    import fcntl
-    import os
-
-    try:
-        fd = os.open(run_dir, os.O_RDONLY | os.O_DIRECTORY)
-    except OSError:
-        return None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    except OSError:
-        return None
-    finally:
-        os.close(fd)  # releases the shared lock taken to look
-    return False
-
-
-def never_started(run_dir: Path, *, locked_by_us: bool = False) -> UnilabError | None:
-    """The refusal for a run directory whose `unilab apply` stopped (or was killed) before the run
-    began: plan.toml, perhaps events.jsonl, but no manifest and no checkpoint. Every command that is
-    given one names it so, instead of asking for a checkpoint or a manifest it never had.
-    ``locked_by_us``: the caller holds the directory's lock (a resume), so a held lock means no start."""
-    if not RunLayout(run_dir).plan.is_file() or RunLayout(run_dir).manifest.exists():
-        return None
-    if any(RunLayout(run_dir).checkpoints.glob("*.pt")):
-        return None  # it ran
-    if not locked_by_us and held_by_an_apply(run_dir):
-        return None  # it is starting now
-    return UnilabError(
-        f"{run_dir} is a run that stopped before it started: it holds its plan"
-        + (" and events.jsonl" if RunLayout(run_dir).events.is_file() else "")
-        + " but no manifest and no checkpoint, so nothing of it ran",
-        detail="its apply was stopped or killed during start-up (events.jsonl, if any, says where)",
-        fix=f"start it again with its plan: unilab apply {RunLayout(run_dir).plan} (a new run directory); then "
-        f"remove {run_dir}",
-    )
-
-
 def validate_manifest_file(path: Path) -> tuple[Manifest, ConsistencyReport]:
     """The manifest (``path`` is the file or its run directory), after its schema and its
     consistency (fields, and the run directory's plan and checkpoints when it is a run's
     manifest.json) are checked."""
     if path.is_dir():
-        if (unstarted := never_started(path)) is not None:
+        if (unstarted := RunDir(path).never_started()) is not None:
             raise unstarted
-        if not RunLayout(path).manifest.is_file():
+        if not RunDir(path).manifest.is_file():
             raise UnilabError(
                 f"{path} is a directory without manifest.json",
                 fix="pass a run directory written by `unilab apply`, or its manifest.json",
             )
-        path = RunLayout(path).manifest
+        path = RunDir(path).manifest
     try:
         data = json.loads(read_input(path, "manifest").decode("utf-8"))
         json.dumps(data, ensure_ascii=False).encode("utf-8")  # "\ud800" parses, but is no character
@@ -253,14 +211,3 @@ def validate_manifest_file(path: Path) -> tuple[Manifest, ConsistencyReport]:
             "(every manifest a run wrote is also in its events.jsonl, as a `manifest` event)",
         )
     return m, report
-
-
-def read_run_manifest(run_dir: Path) -> Manifest | None:
-    """The run directory's manifest, or None when it is missing or does not validate (the commands
-    that need one say so themselves; these helpers only read what it records)."""
-    import json
-
-    try:
-        return Manifest.model_validate(json.loads(RunLayout(run_dir).manifest.read_text(encoding="utf-8")))
-    except (OSError, ValueError):
-        return None

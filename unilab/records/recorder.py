@@ -28,12 +28,12 @@ from unilab.manifest.models import (
     Topology,
 )
 from unilab.plan.models import Plan
-from unilab.records.checkpoint import env_steps_of, list_checkpoints, recorded_digests, save_checkpoint
+from unilab.records.checkpoint import CheckpointState, env_steps_of, save_checkpoint
 from unilab.records.events import EventLog
-from unilab.records.manifest_io import keep_code_diff, provenance, read_run_manifest, utc_now, write_manifest
+from unilab.records.manifest_io import keep_code_diff, provenance, utc_now, write_manifest
 from unilab.records.progress import Progress, ProgressLine, cpu_ranges, plural
+from unilab.records.run_dir import RunDir
 from unilab.records.wandb_mirror import FINISH_TIMEOUT_S, WandbMirror
-from unilab.run_layout import RunLayout
 from unilab.sim.backends import backend_def
 from unilab.sim.contract import physics_warning_fix
 
@@ -43,9 +43,10 @@ def existing_checkpoints(run_dir: Path) -> list[CheckpointRecord]:
     the digests the run recorded for them, never ones taken from the files now: a checkpoint whose
     digest was not recorded is left out rather than vouched for."""
 
-    recorded = recorded_digests(run_dir)
+    run = RunDir(run_dir)
+    recorded = run.recorded_digests()
     out = []
-    for path in list_checkpoints(RunLayout(run_dir).checkpoints):
+    for path in run.checkpoint_files():
         steps, digest = env_steps_of(path), recorded.get(path.name)
         if steps is not None and digest is not None:
             out.append(CheckpointRecord(path=str(path.relative_to(run_dir)), env_steps=steps, sha256=digest))
@@ -57,7 +58,7 @@ def previous_sessions(run_dir: Path) -> list[ApplySession]:
     predates session records). Its last apply, if the manifest still says `running`, was killed:
     this resume holds the run directory's lock, so no apply runs it."""
 
-    old = read_run_manifest(run_dir)
+    old = RunDir(run_dir).read_manifest()
     if old is None:
         return []
     sessions = old.recorded_sessions()
@@ -77,6 +78,7 @@ class RunRecorder:
         progress: ProgressLine,
     ) -> None:
         self.plan, self.run_dir, self.events, self.line = plan, run_dir, events, progress
+        self.run = RunDir(run_dir)
         self.run_id = run_dir.name
         self.started_at = utc_now()
         self.t0 = time.perf_counter()
@@ -128,7 +130,7 @@ class RunRecorder:
                 fix="reinstall unilab's dependencies: bash tools/setup.sh",
             ) from None
         _quiet_writer_thread_errors()
-        self.tb = SummaryWriter(str(RunLayout(self.run_dir).tensorboard))
+        self.tb = SummaryWriter(str(self.run.tensorboard))
 
     def open_wandb(self) -> None:
         """Before the collector starts: a mirror that cannot start refuses the run, not ends it."""
@@ -142,7 +144,7 @@ class RunRecorder:
         """After the final manifest is written: attach it and end the W&B run."""
         if self.wandb is not None:
             mirror, self.wandb = self.wandb, None
-            if not mirror.finish(RunLayout(self.run_dir).manifest, failed=status == "failed"):
+            if not mirror.finish(self.run.manifest, failed=status == "failed"):
                 print(  # even with --quiet: the mirror is incomplete
                     f"warning: the W&B run did not finish uploading within {FINISH_TIMEOUT_S:.0f} s; its local copy "
                     f"is in {self.run_dir / 'wandb'} (upload it with: wandb sync {self.run_dir / 'wandb'}/*run-*)",
@@ -239,7 +241,7 @@ class RunRecorder:
         )
 
     def write(self, status: str, first_error: FirstError | None = None) -> None:
-        write_manifest(RunLayout(self.run_dir).manifest, self.manifest(status, first_error), self.events)
+        write_manifest(self.run.manifest, self.manifest(status, first_error), self.events)
 
     # --------------------------------------------------------------------------------- rank hooks
     def on_started(self, evidence: list[RankEvidence], physics_enabled: bool, physics_reason: str | None) -> None:
@@ -366,18 +368,18 @@ class RunRecorder:
             }
         )
 
-    def on_checkpoint(self, prog: Progress, state: dict[str, Any]) -> Path:
+    def on_checkpoint(self, prog: Progress, state: CheckpointState) -> Path:
 
         self.prog = prog
         steps = prog.env_steps * self.world
         path, sha = save_checkpoint(
-            RunLayout(self.run_dir).checkpoints,
+            self.run.checkpoints,
             state,
             plan_id=self.plan.plan_id,
             env_steps=steps,
             keep=self.plan.run.checkpoint_keep,
         )
-        kept = {p.name for p in RunLayout(self.run_dir).checkpoints.glob("ckpt-*.pt")}
+        kept = {p.name for p in self.run.checkpoint_files()}
         rel = str(path.relative_to(self.run_dir))
         self.checkpoints = [c for c in self.checkpoints if Path(c.path).name in kept and c.path != rel]
         self.checkpoints.append(CheckpointRecord(path=rel, env_steps=steps, sha256=sha))

@@ -18,9 +18,9 @@ from unilab.errors import EXIT_INTERRUPTED, RUN_FAILED_FIX, RunDiverged, UnilabE
 from unilab.plan.inputs import check_init_from, check_planned_inputs
 from unilab.plan.models import Plan
 from unilab.plan.render import render
+from unilab.records.run_dir import RunDir
 from unilab.run.run_dir import (
     drop_if_nothing_ran,
-    has_checkpoint,
     new_run_dir,
     replace_plan,
     resolve_resume,
@@ -29,7 +29,6 @@ from unilab.run.run_dir import (
     supersede_newer,
 )
 from unilab.run.run_lock import killed_before_resume, lock_run_dir
-from unilab.run_layout import RunLayout
 from unilab.stop import STOP_SIGNALS, ignore_stop_signals, signals_blocked, stop_signals_restored
 
 
@@ -109,7 +108,7 @@ def _run_apply(req: ApplyRequest) -> ApplyOutcome:
         if drop_if_nothing_ran(run_dir, req.resume_dir, made):  # stopped before the collector started
             print("stopped before the run started; no run directory was kept", file=sys.stderr)
             return ApplyOutcome(code, None)
-        if code == EXIT_INTERRUPTED and has_checkpoint(run_dir):
+        if code == EXIT_INTERRUPTED and RunDir(run_dir).has_checkpoint():
             print(f"resume with: {resume_command(run_dir)}")
         return ApplyOutcome(code, run_dir)
     except BaseException as exc:
@@ -161,7 +160,7 @@ def _open_new_run(plan: Plan) -> tuple[Path, int | None, list[Path]]:
         ) from None
     lock = lock_run_dir(run_dir)
     try:
-        write_text_atomic(RunLayout(run_dir).plan, render(plan), "plan")
+        write_text_atomic(RunDir(run_dir).plan, render(plan), "plan")
     except BaseException:
         if lock is not None:
             os.close(lock)
@@ -178,8 +177,8 @@ def _settle_failed_run(exc: BaseException, run_dir: Path, resume_dir: Path | Non
         # There is no run to read or resume: a fix that points at one (or at its directory) is void.
         if isinstance(exc, UnilabError) and (exc.fix == RUN_FAILED_FIX or str(run_dir) in (exc.fix or "")):
             exc.fix = "nothing ran and no run directory was kept: correct the problem above and apply again"
-    elif RunLayout(run_dir).manifest.exists():
-        ckpt = has_checkpoint(run_dir)
+    elif RunDir(run_dir).manifest.exists():
+        ckpt = RunDir(run_dir).has_checkpoint()
         held = "manifest and last checkpoint" if ckpt else "manifest; no checkpoint was written"
         print(f"run directory ({held}): {run_dir}", file=sys.stderr)
         if isinstance(exc, UnilabError) and exc.fix == RUN_FAILED_FIX:

@@ -20,7 +20,8 @@ from unilab.atomic import check_out_path, write_atomic
 from unilab.errors import RobotModelError, UnilabError
 from unilab.plan.inputs import applied_from, resolve_input_path
 from unilab.plan.models import Plan
-from unilab.records.policy import policy_from_state, read_run_plan, run_checkpoint, verified_checkpoint
+from unilab.records.policy import policy_from_state
+from unilab.records.run_dir import RunDir
 from unilab.robot import g1
 from unilab.robot.inspect import mjcf_matches
 from unilab.run_layout import CHECKPOINTS
@@ -182,7 +183,8 @@ def export_policy(run_dir: Path, out: Path | None, checkpoint: Path | None = Non
     RUN_DIR/checkpoints or a path to one), with its observation normalizer, as ``fmt`` (FORMATS)."""
     if fmt not in FORMATS:
         raise UnilabError(f"export format {fmt!r} is not one of {', '.join(FORMATS)}", fix="use --format onnx")
-    plan = read_run_plan(run_dir)  # a missing or unreadable run directory is named first
+    run = RunDir(run_dir)
+    plan = run.read_plan()  # a missing or unreadable run directory is named first
     out = out or run_dir / FORMATS[fmt]
     try:
         check_export_out(run_dir, out, fmt)  # before building the model: refuse early
@@ -190,7 +192,7 @@ def export_policy(run_dir: Path, out: Path | None, checkpoint: Path | None = Non
         raise UnilabError(
             f"cannot use --out {exc.filename or out}: {exc.strerror or exc}", fix="check the path and its permissions"
         ) from None
-    state = verified_checkpoint(run_dir, plan, run_checkpoint(run_dir, checkpoint, "export"))[0]["state"]
+    state = run.verified_checkpoint(plan, run.find_checkpoint(checkpoint, "export"))[0]["state"]
     policy, obs_dim = policy_from_state(plan, state)
     example = torch.zeros(1, obs_dim)
     with torch.no_grad():

@@ -21,11 +21,11 @@ from unilab.manifest.models import FirstError, Manifest
 from unilab.plan.models import Plan
 from unilab.plan.render import load_plan
 from unilab.records.manifest_io import utc_now, write_manifest
+from unilab.records.run_dir import RunDir
 from unilab.run.rank_env import prepare_rank_env
 from unilab.run.rank_run import RankJob, run_rank
 from unilab.run.run_dir import resume_command
 from unilab.run.terminal import terminal_may_go
-from unilab.run_layout import RunLayout
 from unilab.stop import STOP_SIGNALS, StopFlag, signals_via_helper_thread
 
 COLLECTIVE_TIMEOUT = timedelta(minutes=10)  # a rank's first collective waits for every collector to build
@@ -128,7 +128,7 @@ def launch_ranks(plan: Plan, run_dir: Path, resume_checkpoint: Path | None, prog
         start_method="spawn",
     )
     args = (
-        str(RunLayout(run_dir).plan),
+        str(RunDir(run_dir).plan),
         str(run_dir),
         str(resume_checkpoint) if resume_checkpoint else None,
         progress,
@@ -193,7 +193,7 @@ def _record_failure(run_dir: Path, where: str, message: str) -> None:
     """The launcher knows which rank failed first; put that in the manifest (rank 0 may have
     recorded only the secondary error it saw when its peer vanished)."""
 
-    path = RunLayout(run_dir).manifest
+    path = RunDir(run_dir).manifest
     if not path.exists():
         return
     try:

@@ -10,9 +10,10 @@ from unilab.atomic import write_text_atomic
 from unilab.errors import UnilabError
 from unilab.plan.models import Plan
 from unilab.plan.render import render
+from unilab.records.run_dir import RunDir
 from unilab.run.run_dir import drop_if_nothing_ran
 from unilab.run.run_lock import lock_run_dir
-from unilab.run_layout import CHECKPOINTS, MANIFEST, PLAN, RunLayout
+from unilab.run_layout import CHECKPOINTS, MANIFEST, PLAN
 
 _RUN_FILES = (PLAN, MANIFEST, CHECKPOINTS)
 
@@ -38,7 +39,7 @@ def make_run_dir(plan: Plan, run_dir: Path) -> list[Path]:
     run_dir.mkdir(parents=True, exist_ok=True)
     if made:
         lock_run_dir(run_dir)
-    write_text_atomic(RunLayout(run_dir).plan, render(plan), "plan")
+    write_text_atomic(RunDir(run_dir).plan, render(plan), "plan")
     return made
 
 
@@ -47,5 +48,5 @@ def drop_unstarted_run_dir(run_dir: Path, made: list[Path]) -> None:
     directories it made if they are empty."""
     if made and made[0] == run_dir:
         drop_if_nothing_ran(run_dir, None, made[1:])
-    elif not RunLayout(run_dir).manifest.exists():  # a --run-dir that existed: only the plan is ours
-        RunLayout(run_dir).plan.unlink(missing_ok=True)
+    elif not RunDir(run_dir).manifest.exists():  # a --run-dir that existed: only the plan is ours
+        RunDir(run_dir).plan.unlink(missing_ok=True)

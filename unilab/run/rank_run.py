@@ -25,10 +25,10 @@ from unilab.records import checkpoint
 from unilab.records.events import EventLog
 from unilab.records.progress import ProgressLine
 from unilab.records.recorder import RunRecorder
+from unilab.records.run_dir import RunDir
 from unilab.run import mps_attach
 from unilab.run.offpolicy import OffPolicyRank
 from unilab.run.rank_loop import RankHooks, RankLoop
-from unilab.run_layout import RunLayout
 from unilab.sim.contract import physics_warning_fix
 from unilab.stop import STOP_SIGNALS, StopFlag, signals_ignored
 
@@ -67,7 +67,7 @@ def _starting_states(job: RankJob) -> tuple[dict[str, Any] | None, dict[str, Any
     if job.resume_checkpoint is not None:
         # Rank 0 has the run directory; the others find it above the checkpoint (RUN/checkpoints/).
         run_dir = job.run_dir if job.run_dir is not None else job.resume_checkpoint.parent.parent
-        plan_ids = checkpoint.run_plan_ids(run_dir, plan.plan_id)
+        plan_ids = RunDir(run_dir).plan_ids(plan.plan_id)
         return checkpoint.load_checkpoint(job.resume_checkpoint, plan_id=plan_ids)["state"], None
     if plan.run.init_from is not None:  # a resumed run continues from its own checkpoint instead
         from unilab.run.init_state import read_init_state
@@ -82,7 +82,7 @@ def _open_record(job: RankJob) -> tuple[RunRecorder, EventLog]:
     plan = job.plan
     if job.run_dir is None:
         raise UnilabError("internal: rank 0 needs the run directory")
-    events = EventLog(RunLayout(job.run_dir).events, run_id=job.run_dir.name, rank=0)
+    events = EventLog(RunDir(job.run_dir).events, run_id=job.run_dir.name, rank=0)
     rec = RunRecorder(
         plan,
         probe.probe_host(),

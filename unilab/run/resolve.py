@@ -20,7 +20,7 @@ from unilab.plan.recheck import recheck_saved_plan
 from unilab.plan.render import is_plan_file, load_plan
 from unilab.plan.replan import replan_for_resume
 from unilab.plan.smoke import refuse_saved_plan, smoke_plan
-from unilab.run_layout import RunLayout
+from unilab.records.run_dir import RunDir
 from unilab.spec.load import load_spec
 
 if TYPE_CHECKING:
@@ -41,7 +41,7 @@ def resolve_apply(
             raise UnilabError(
                 "apply needs a SPEC or a saved PLAN", fix="unilab apply specs/g1.toml (or --resume RUN_DIR)"
             )
-        target = RunLayout(resume).plan  # the run's own plan, re-checked against this host
+        target = RunDir(resume).plan  # the run's own plan, re-checked against this host
         if not resume.is_dir():
             raise UnilabError(
                 f"--resume {resume}: " + ("no such directory" if not resume.exists() else "not a directory"),
@@ -52,7 +52,7 @@ def resolve_apply(
                 f"{resume} is not a unilab run directory (no plan.toml)",
                 fix="pass the directory `unilab apply` printed at the end of the run",
             )
-    if resume is not None and target == RunLayout(resume).plan:
+    if resume is not None and target == RunDir(resume).plan:
         _check_own_plan(resume)
     if replan and resume is None:
         raise UnilabError("--replan re-plans a run being resumed", fix="use it with --resume RUN_DIR, or drop it")
@@ -65,7 +65,7 @@ def _check_own_plan(run_dir: Path) -> None:
     """The run's own plan.toml emptied or replaced: read as a spec or plan, its errors would speak of
     specs, or of re-planning, not of the run."""
 
-    target = RunLayout(run_dir).plan
+    target = RunDir(run_dir).plan
     try:
         with reading(target, "plan"):
             ok = is_plan_file(target)  # a plan with a flaw of its own (edited, older) is named by loading it
@@ -143,8 +143,8 @@ def _extended(run_dir: Path, overrides: list[str], replan: bool) -> tuple[Plan, 
     shows them."""
 
     total = budget_override(overrides, run_dir)
-    with reading(RunLayout(run_dir).plan, "plan"):
-        old = load_plan(RunLayout(run_dir).plan)
+    with reading(RunDir(run_dir).plan, "plan"):
+        old = load_plan(RunDir(run_dir).plan)
     facts = probe.probe_host()
     if (host_changes := compare_fingerprint(old.host_facts, facts)) and not replan:
         raise UnilabError(
@@ -154,7 +154,7 @@ def _extended(run_dir: Path, overrides: list[str], replan: bool) -> tuple[Plan, 
             f"--set run.total_env_steps={total}; or restore what changed",
         )
     if not host_changes:
-        _recheck(old, facts, RunLayout(run_dir).plan, run_dir)  # an edited plan.toml is not extended
+        _recheck(old, facts, RunDir(run_dir).plan, run_dir)  # an edited plan.toml is not extended
     new, changes = extend_for_resume(old, facts, run_dir, total)
     print(
         f"extending {run_dir} to {total:,} env steps: {len(changes)} change{'s' if len(changes) != 1 else ''} "

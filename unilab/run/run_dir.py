@@ -9,11 +9,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from unilab.atomic import write_text_atomic
+from unilab.digests import digest_path, env_steps_of
 from unilab.errors import UnilabError
 from unilab.plan.models import Plan
 from unilab.plan.render import load_plan, render
-from unilab.records.manifest_io import read_run_manifest, write_manifest
-from unilab.run_layout import RunLayout
+from unilab.records.manifest_io import write_manifest
+from unilab.records.run_dir import RunDir
 
 
 def new_run_dir(plan: Plan) -> Path:
@@ -30,16 +31,10 @@ def resolve_resume(plan: Plan, run_dir: Path, run_plan_id: str | None = None, ch
     """The newest loadable checkpoint of `run_dir` (or ``checkpoint``, a file name in its
     checkpoints/ or a path to one), which must belong to the same plan (the run's plan
     `run_plan_id` when `plan` re-plans it for this host) and still have env steps to go."""
-    from unilab.records.checkpoint import (
-        check_recorded_digest,
-        checkpoint_name,
-        env_steps_of,
-        list_checkpoints,
-        load_checkpoint,
-        run_plan_ids,
-    )
+    from unilab.records.checkpoint import check_recorded_digest, checkpoint_name, load_checkpoint  # torch
 
-    saved = RunLayout(run_dir).plan
+    run = RunDir(run_dir)
+    saved = run.plan
     if not saved.is_file():
         raise UnilabError(
             f"{run_dir} is not a unilab run directory (no plan.toml)",
@@ -53,32 +48,25 @@ def resolve_resume(plan: Plan, run_dir: Path, run_plan_id: str | None = None, ch
             detail="--resume continues the same plan; a changed spec, override or host makes a new plan",
             fix=f"resume with the run's own plan: {resume_command(run_dir)}",
         )
-    ckpts = list_checkpoints(RunLayout(run_dir).checkpoints)
+    ckpts = run.checkpoint_files()
     if not ckpts:
-        from unilab.records.manifest_io import never_started
-
-        if (unstarted := never_started(run_dir, locked_by_us=True)) is not None:
+        if (unstarted := run.never_started(locked_by_us=True)) is not None:
             raise unstarted
         raise UnilabError(f"{run_dir}/checkpoints holds no checkpoint to resume from", fix="start a new run")
-    if read_run_manifest(run_dir) is None:
+    if run.read_manifest() is None:
         # A run with checkpoints wrote its manifest before the first of them: it was deleted or damaged
         # since. Resuming would start a new record and silently lose the sessions and digests it held.
-        gone = "missing" if not RunLayout(run_dir).manifest.exists() else "unreadable or invalid"
+        gone = "missing" if not run.manifest.exists() else "unreadable or invalid"
         raise UnilabError(
             f"{run_dir}/manifest.json is {gone}: the run's record of its sessions and checkpoint digests is gone",
             detail="a resume continues a run's record; it would start a new one and the history would be lost",
             fix=f"restore {run_dir}/manifest.json (`unilab manifest validate {run_dir}` checks it), or start a new "
             f'run from this one\'s policy: unilab apply SPEC --set run.init_from="{run_dir}"',
         )
-    if checkpoint is not None:
-        from unilab.records.policy import run_checkpoint
-
-        path = run_checkpoint(run_dir, checkpoint, "unilab apply --resume")
-    else:
-        path = ckpts[-1]
+    path = ckpts[-1] if checkpoint is None else run.find_checkpoint(checkpoint, "unilab apply --resume")
     # A corrupt file is named as such first. Any plan the run has had may own it: a resume that
     # re-planned or extended the run can stop before the new plan's first checkpoint.
-    blob = load_checkpoint(path, plan_id=run_plan_ids(run_dir, run_plan_id))
+    blob = load_checkpoint(path, plan_id=run.plan_ids(run_plan_id))
     check_recorded_digest(run_dir, path)
     named = env_steps_of(path)
     if blob["env_steps"] != named:  # checkpoints are ordered, and superseded, by the steps in their names
@@ -102,13 +90,12 @@ def supersede_newer(run_dir: Path, resumed: Path) -> Path | None:
     """A resume from an older checkpoint continues the run from there: the checkpoints after it
     belong to a history the run no longer has. They are moved, with their digest files, into
     checkpoints/superseded-<utc time>/ (nothing is deleted); returns that directory, or None."""
-    from unilab.records.checkpoint import digest_path, env_steps_of, list_checkpoints
-
+    run = RunDir(run_dir)
     steps = env_steps_of(resumed) or 0
-    newer = [c for c in list_checkpoints(RunLayout(run_dir).checkpoints) if (env_steps_of(c) or 0) > steps]
+    newer = [c for c in run.checkpoint_files() if (env_steps_of(c) or 0) > steps]
     if not newer:
         return None
-    base = RunLayout(run_dir).checkpoints / f"superseded-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}"
+    base = run.checkpoints / f"superseded-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}"
     aside, i = base, 1
     while aside.exists():  # two resumes within a second
         i += 1
@@ -119,11 +106,11 @@ def supersede_newer(run_dir: Path, resumed: Path) -> Path | None:
             if f.exists():
                 f.rename(aside / f.name)
     # The manifest lists what checkpoints/ holds, now and if this session never starts.
-    manifest = read_run_manifest(run_dir)
+    manifest = run.read_manifest()
     if manifest is not None:
         moved = {c.name for c in newer}
         kept = [c for c in manifest.checkpoints if Path(c.path).name not in moved]
-        write_manifest(RunLayout(run_dir).manifest, manifest.model_copy(update={"checkpoints": kept}), None)
+        write_manifest(run.manifest, manifest.model_copy(update={"checkpoints": kept}), None)
     return aside
 
 
@@ -137,7 +124,7 @@ def replace_plan(run_dir: Path, plan: Plan, old_plan_id: str) -> None:
     checked) becomes the new plan, and the one it replaces is kept beside it (its checkpoints
     belong to it; the manifest's sessions name both)."""
 
-    old = RunLayout(run_dir).plan
+    old = RunDir(run_dir).plan
     keep = kept_plan_path(run_dir, old_plan_id)
     if not keep.exists():
         write_text_atomic(keep, old.read_text(encoding="utf-8"), "previous plan")
@@ -147,12 +134,12 @@ def replace_plan(run_dir: Path, plan: Plan, old_plan_id: str) -> None:
 def restore_plan_unless_recorded(run_dir: Path, plan: Plan) -> None:
     """A re-planned resume that ended before its manifest named the new plan (it failed or was
     stopped while starting) puts the run's plan.toml back: the directory stays the run it was."""
-    manifest = read_run_manifest(run_dir)
+    manifest = RunDir(run_dir).read_manifest()
     if manifest is None or manifest.plan_id == plan.plan_id:
         return
     kept = kept_plan_path(run_dir, manifest.plan_id)
     if kept.is_file():
-        write_text_atomic(RunLayout(run_dir).plan, kept.read_text(encoding="utf-8"), "plan")
+        write_text_atomic(RunDir(run_dir).plan, kept.read_text(encoding="utf-8"), "plan")
         kept.unlink()
 
 
@@ -160,7 +147,7 @@ def drop_if_nothing_ran(run_dir: Path, resume_dir: Path | None, made_parents: li
     """A new run directory without a manifest holds nothing that ran: remove it, leaving no
     half-made run directory, and the parents this run made (run.output_dir) if they are empty.
     True when it was removed."""
-    if resume_dir is not None or RunLayout(run_dir).manifest.exists():
+    if resume_dir is not None or RunDir(run_dir).manifest.exists():
         return False
     shutil.rmtree(run_dir, ignore_errors=True)
     for parent in made_parents or []:  # deepest first; stop at the first that holds something
@@ -169,10 +156,6 @@ def drop_if_nothing_ran(run_dir: Path, resume_dir: Path | None, made_parents: li
         except OSError:
             break
     return True
-
-
-def has_checkpoint(run_dir: Path) -> bool:
-    return any(RunLayout(run_dir).checkpoints.glob("ckpt-*.pt"))
 
 
 def resume_command(run_dir: Path) -> str:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from unilab.errors import UnilabError
 from unilab.manifest.models import ApplySession, Manifest
-from unilab.records.manifest_io import held_by_an_apply, read_run_manifest  # the lock check: eval asks it too
+from unilab.records.run_dir import RunDir
 
 
 def lock_run_dir(run_dir: Path) -> int | None:
@@ -44,7 +44,7 @@ def killed_session(run_dir: Path, manifest: Manifest) -> ApplySession | None:
     """The apply a `running` manifest names when no process runs the directory any more: it was
     killed. None when the manifest says otherwise, when an apply holds the lock, or when the apply
     ran on another host (its lock may live in that host's kernel, not this one's)."""
-    if manifest.status != "running" or held_by_an_apply(run_dir) is not False:
+    if manifest.status != "running" or RunDir(run_dir).held_by_an_apply() is not False:
         return None
     last = manifest.recorded_sessions()[-1]
     if last.hostname is not None and last.hostname != socket.gethostname():
@@ -65,7 +65,7 @@ def describe_killed(run_dir: Path, session: ApplySession) -> str:
 def killed_note(run_dir: Path) -> str | None:
     """`describe_killed` of the run directory's manifest when its apply was killed; None otherwise,
     and when the manifest cannot be read."""
-    manifest = read_run_manifest(run_dir)
+    manifest = RunDir(run_dir).read_manifest()
     session = None if manifest is None else killed_session(run_dir, manifest)
     return None if session is None else describe_killed(run_dir, session)
 
@@ -73,7 +73,7 @@ def killed_note(run_dir: Path) -> str | None:
 def killed_before_resume(run_dir: Path) -> str | None:
     """Called by a resume holding the run directory's lock: a manifest that still says `running`
     names an apply that was killed (the sentence for it), else None."""
-    manifest = read_run_manifest(run_dir)
+    manifest = RunDir(run_dir).read_manifest()
     if manifest is None or manifest.status != "running":
         return None
     return describe_killed(run_dir, manifest.recorded_sessions()[-1])
