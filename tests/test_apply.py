@@ -6,6 +6,7 @@ import dataclasses
 import itertools
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -655,7 +656,7 @@ def test_what_a_run_prints_without_quiet(tmp_path: Path) -> None:
     assert progress[-1].lstrip().startswith("100.0%"), progress[-1]
     out = loud.stdout.splitlines()
     assert out[0].startswith("run succeeded: 3,0") and out[-1].startswith("run directory: runs/cartpole")
-    assert "last mean episode return" in loud.stdout
+    assert re.search(r"mean episode return -?[0-9.]+, length [0-9]+ steps, over the last [0-9]+ episodes?", loud.stdout)
     run_dir_text = out[-1].removeprefix("run directory: ")
     assert out[-2] == f"next: unilab eval {run_dir_text} --video {run_dir_text}/eval.mp4   (score and film the policy)"
     # Each iteration record breaks the episodes' return into its reward terms (they add up to it)

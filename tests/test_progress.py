@@ -76,3 +76,22 @@ def test_an_interval_without_finished_episodes_repeats_no_episode_figures(tmp_pa
     assert its[1]["episode_reward"] == {} and its[1]["episode_length"] is None
     lines = out.getvalue().splitlines()
     assert "return     1.50" in lines[0] and "return       --" in lines[1]
+
+
+def test_the_run_summary_averages_enough_episodes_to_stand_for_the_policy() -> None:
+    """A run's last log interval may hold one early fall; the summary's mean reaches back over the
+    newest intervals until it holds at least the episodes asked for."""
+    from unilab.collect.collector_client import CollectorStats
+    from unilab.records.progress import Progress
+
+    prog = Progress()
+    assert prog.recent_episodes(100) is None
+    prog.fold(CollectorStats(episodes=60, return_sum=60 * 150.0, length_sum=60 * 1000.0))
+    prog.fold(CollectorStats(episodes=120, return_sum=120 * 150.0, length_sum=120 * 1000.0))
+    prog.fold(CollectorStats(episodes=121, return_sum=120 * 150.0 + 35.0, length_sum=120 * 1000.0 + 254.0))
+    assert prog.last_return == pytest.approx(35.0)  # the interval's own figure, as the events log it
+    n, ret, length = prog.recent_episodes(100)  # type: ignore[misc]
+    assert n == 121  # the newest intervals back to the one that reaches 100
+    assert ret == pytest.approx((120 * 150.0 + 35.0) / 121) and length == pytest.approx((120_000 + 254) / 121)
+    assert prog.recent_episodes(50)[0] == 61  # type: ignore[index]
+    assert prog.recent_episodes(1)[0] == 1  # type: ignore[index]

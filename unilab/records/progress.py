@@ -5,6 +5,7 @@ one line per interval otherwise (so CI logs and `tee` stay readable)."""
 from __future__ import annotations
 
 import sys
+from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -51,6 +52,9 @@ class Progress:
     episodes_base: int = 0  # episodes before this session (a resumed run's)
     # The collector's cumulative (episodes, return sum, length sum) at the previous fold.
     _seen: tuple[int, float, float] = (0, 0.0, 0.0)
+    # (episodes, return sum, length sum) of each recent fold that saw episodes end, for a mean over
+    # enough episodes to stand for the policy (the last fold of a run may hold one fall).
+    _recent: deque[tuple[int, float, float]] = field(default_factory=lambda: deque(maxlen=4096))
     _seen_terms: tuple[float, dict[str, float]] = (0.0, {})
     _seen_health: dict[str, float] = field(default_factory=dict)
 
@@ -62,6 +66,16 @@ class Progress:
         self.env_steps, self.syncs, self.updates = c["env_steps"], c["syncs"], c["updates"]
         self.episodes = self.episodes_base = c["episodes"]
 
+    def recent_episodes(self, at_least: int) -> tuple[int, float, float] | None:
+        """(episodes, mean return, mean length) over the newest folds that together hold at least
+        ``at_least`` episodes of this session (all of them when fewer ended); None before any."""
+        n, ret, length = 0, 0.0, 0.0
+        for k, r, ln in reversed(self._recent):
+            n, ret, length = n + k, ret + r, length + ln
+            if n >= at_least:
+                break
+        return None if n == 0 else (n, ret / n, length / n)
+
     def fold(self, s: CollectorStats) -> None:
         """Take in the collector's cumulative counters; the mean return and length are over the
         episodes completed since the previous fold."""
@@ -69,6 +83,7 @@ class Progress:
         if new > 0:
             self.last_return = (s.return_sum - self._seen[1]) / new
             self.last_length = (s.length_sum - self._seen[2]) / new
+            self._recent.append((new, s.return_sum - self._seen[1], s.length_sum - self._seen[2]))
             terminated, sums = self._seen_terms
             self.last_terminated_fraction = (s.terminated - terminated) / new
             self.last_reward_terms = {k: (v - sums.get(k, 0.0)) / new for k, v in s.reward_term_sums.items()}

@@ -23,7 +23,7 @@ from unilab.manifest.models import FirstError, RankEvidence
 from unilab.plan.models import Plan
 from unilab.records import checkpoint
 from unilab.records.events import EventLog
-from unilab.records.progress import ProgressLine
+from unilab.records.progress import ProgressLine, plural
 from unilab.records.recorder import RunRecorder
 from unilab.records.run_dir import RunDir
 from unilab.run import mps_attach
@@ -295,6 +295,9 @@ def _why_no_updates(m: Any) -> str | None:
     return f"it collected {c.env_steps:,} env steps and its learner never updated; events.jsonl has the run's log"
 
 
+RECENT_EPISODES = 100
+
+
 def summarize(rec: RunRecorder, status: str) -> None:
     m = rec.manifest(status)
     # The counters span the whole run, the timing this session: a resumed run says so.
@@ -311,11 +314,12 @@ def summarize(rec: RunRecorder, status: str) -> None:
         f"run {status}: {m.counters.env_steps:,} env steps, {m.counters.updates:,} updates, "
         f"{m.counters.episodes:,} episodes{when}"
     )
-    if m.metrics.episode_return_mean is not None:
-        print(
-            f"last mean episode return {m.metrics.episode_return_mean:.2f}, "
-            f"length {m.metrics.episode_length_mean:.0f} steps"
-        )
+    # Over the last 100 or more episodes (rank 0's), as rsl-rl and Stable-Baselines3 report theirs:
+    # the run's last log interval may hold a single fall.
+    recent = rec.prog.recent_episodes(RECENT_EPISODES) if rec.prog is not None else None
+    if recent is not None:
+        n, ret, length = recent
+        print(f"mean episode return {ret:.2f}, length {length:.0f} steps, over the last {plural(n, 'episode')}")
     if status == "succeeded" and m.checkpoints:
         if importlib.util.find_spec("imageio_ffmpeg") is not None:
             print(f"next: unilab eval {rec.run_dir} --video {rec.run_dir / 'eval.mp4'}   (score and film the policy)")
