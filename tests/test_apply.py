@@ -365,12 +365,14 @@ def test_resume_continues_counters(tmp_path: Path, sig: signal.Signals) -> None:
     assert kinds.count("run_started") == 2 and "run_interrupted" in kinds and kinds[-1] == "run_finished"
     # The learner, its optimizers and the normalizer continue from the checkpoint (their counts go on
     # from it), and the random warm-up (320 env steps here) is not repeated: every sync of the resumed
-    # session updated once the fresh replay buffer held one batch (64 transitions: 4 syncs of 16 envs)
-    # of n-step transitions (g1.toml's n_step = 3: the first appear 2 syncs later).
+    # session updated (`algo.updates_per_step` times) once the fresh replay buffer held one batch (64
+    # transitions: 4 syncs of 16 envs) of n-step transitions (g1.toml's n_step = 3: the first appear 2
+    # syncs later).
     final = torch.load(sorted((run_dir / "checkpoints").glob("*.pt"))[-1], weights_only=True)["state"]
     before = blob["state"]
     resumed_updates = m2["counters"]["updates"] - manifest["counters"]["updates"]
-    assert resumed_updates == (4800 - done) // 16 - (64 // 16 + 3 - 1)
+    per_sync = tomllib.loads(spec.read_text())["algo"]["updates_per_step"]
+    assert resumed_updates == per_sync * ((4800 - done) // 16 - (64 // 16 + 3 - 1))
     # Rates are this session's: updates and env steps since the resume, over the same time.
     t = m2["timing"]
     assert t["updates_per_s"] / t["env_steps_per_s"] == pytest.approx(resumed_updates / (4800 - done))
@@ -496,7 +498,8 @@ def test_a_killed_apply_is_named_and_its_run_resumes_on_a_changed_host(tmp_path:
     from importlib import metadata
 
     spec = spec_copy(tmp_path)
-    spec.write_text(spec.read_text().replace("[run]\n", "[run]\ncheckpoint_keep = 50\n", 1))
+    kept = re.sub(r"(?m)^checkpoint_keep = .*\n", "", spec.read_text())  # the main job's own, if it has one
+    spec.write_text(kept.replace("[run]\n", "[run]\ncheckpoint_keep = 50\n", 1))
     mark = uuid.uuid4().hex
     proc = apply_in_background(tmp_path, spec, mark, total_env_steps=4800)
     run_dir = _wait_for_checkpoint(tmp_path)
