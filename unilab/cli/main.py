@@ -75,12 +75,13 @@ def _plan_of_run_dir(side: str, path: Path) -> Path:
     """A run directory stands for the plan it ran (RUN_DIR/plan.toml)."""
     if not path.is_dir():
         return path
-    if not RunDir(path).plan.is_file():
+    plan = RunDir(path).plan
+    if not plan.is_file():
         raise UnilabError(
             f"{side} ({path}) is a directory without plan.toml",
             fix="pass a spec, a saved plan, or a run directory written by `unilab apply`",
         )
-    return RunDir(path).plan
+    return plan
 
 
 def _cmd_diff(args: argparse.Namespace) -> int:

@@ -141,8 +141,9 @@ def run_apply_subprocess(cmd: list[str], out_dir: Path, timeout_s: float, log: P
             fix=f"run it alone to see why: {' '.join(cmd)}",
         )
     run_dir = dirs[0]
-    final = Manifest.model_validate_json(RunDir(run_dir).manifest.read_text(encoding="utf-8"))
-    warm, t_warm, t_end = window_bounds(RunDir(run_dir).events, final.counters.env_steps)
+    run = RunDir(run_dir)
+    final = Manifest.model_validate_json(run.manifest.read_text(encoding="utf-8"))
+    warm, t_warm, t_end = window_bounds(run.events, final.counters.env_steps)
     return RunOutcome(cmd, run_dir, proc.returncode, warm, final, t_end - t_warm)
 
 

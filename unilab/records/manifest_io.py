@@ -166,14 +166,15 @@ def validate_manifest_file(path: Path) -> tuple[Manifest, ConsistencyReport]:
     consistency (fields, and the run directory's plan and checkpoints when it is a run's
     manifest.json) are checked."""
     if path.is_dir():
-        if (unstarted := RunDir(path).never_started()) is not None:
+        run = RunDir(path)
+        if (unstarted := run.never_started()) is not None:
             raise unstarted
-        if not RunDir(path).manifest.is_file():
+        if not run.manifest.is_file():
             raise UnilabError(
                 f"{path} is a directory without manifest.json",
                 fix="pass a run directory written by `unilab apply`, or its manifest.json",
             )
-        path = RunDir(path).manifest
+        path = run.manifest
     try:
         data = json.loads(read_input(path, "manifest").decode("utf-8"))
         json.dumps(data, ensure_ascii=False).encode("utf-8")  # "\ud800" parses, but is no character

@@ -81,9 +81,9 @@ class Progress:
         episodes completed since the previous fold."""
         new = s.episodes - self._seen[0]
         if new > 0:
-            self.last_return = (s.return_sum - self._seen[1]) / new
-            self.last_length = (s.length_sum - self._seen[2]) / new
-            self._recent.append((new, s.return_sum - self._seen[1], s.length_sum - self._seen[2]))
+            returns, lengths = s.return_sum - self._seen[1], s.length_sum - self._seen[2]
+            self.last_return, self.last_length = returns / new, lengths / new
+            self._recent.append((new, returns, lengths))
             terminated, sums = self._seen_terms
             self.last_terminated_fraction = (s.terminated - terminated) / new
             self.last_reward_terms = {k: (v - sums.get(k, 0.0)) / new for k, v in s.reward_term_sums.items()}

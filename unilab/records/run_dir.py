@@ -74,12 +74,12 @@ class RunDir(RunLayout):
         except (OSError, ValueError):
             return None
 
-    def plan_ids(self, plan_id: str) -> set[str]:
+    def plan_ids(self, plan_id: str, manifest: Manifest | None = None) -> set[str]:
         """The plan ids whose checkpoints the run may hold: `plan_id` (the run's plan now) and those
         of its earlier sessions, which differ only where a resume re-planned the run for another
         host (`--replan`) or extended its budget (`--set run.total_env_steps`), as the manifest
-        records."""
-        manifest = self.read_manifest()
+        records (``manifest``: the one the caller already read)."""
+        manifest = manifest if manifest is not None else self.read_manifest()
         if manifest is None:
             return {plan_id}
         return {plan_id, manifest.plan_id, *(s.plan_id for s in manifest.sessions)}

@@ -177,8 +177,8 @@ def _settle_failed_run(exc: BaseException, run_dir: Path, resume_dir: Path | Non
         # There is no run to read or resume: a fix that points at one (or at its directory) is void.
         if isinstance(exc, UnilabError) and (exc.fix == RUN_FAILED_FIX or str(run_dir) in (exc.fix or "")):
             exc.fix = "nothing ran and no run directory was kept: correct the problem above and apply again"
-    elif RunDir(run_dir).manifest.exists():
-        ckpt = RunDir(run_dir).has_checkpoint()
+    elif (run := RunDir(run_dir)).manifest.exists():
+        ckpt = run.has_checkpoint()
         held = "manifest and last checkpoint" if ckpt else "manifest; no checkpoint was written"
         print(f"run directory ({held}): {run_dir}", file=sys.stderr)
         if isinstance(exc, UnilabError) and exc.fix == RUN_FAILED_FIX:

@@ -48,5 +48,5 @@ def drop_unstarted_run_dir(run_dir: Path, made: list[Path]) -> None:
     directories it made if they are empty."""
     if made and made[0] == run_dir:
         drop_if_nothing_ran(run_dir, None, made[1:])
-    elif not RunDir(run_dir).manifest.exists():  # a --run-dir that existed: only the plan is ours
-        RunDir(run_dir).plan.unlink(missing_ok=True)
+    elif not (run := RunDir(run_dir)).manifest.exists():  # a --run-dir that existed: only the plan is ours
+        run.plan.unlink(missing_ok=True)

@@ -143,8 +143,9 @@ def _extended(run_dir: Path, overrides: list[str], replan: bool) -> tuple[Plan, 
     shows them."""
 
     total = budget_override(overrides, run_dir)
-    with reading(RunDir(run_dir).plan, "plan"):
-        old = load_plan(RunDir(run_dir).plan)
+    plan_path = RunDir(run_dir).plan
+    with reading(plan_path, "plan"):
+        old = load_plan(plan_path)
     facts = probe.probe_host()
     if (host_changes := compare_fingerprint(old.host_facts, facts)) and not replan:
         raise UnilabError(
@@ -154,7 +155,7 @@ def _extended(run_dir: Path, overrides: list[str], replan: bool) -> tuple[Plan, 
             f"--set run.total_env_steps={total}; or restore what changed",
         )
     if not host_changes:
-        _recheck(old, facts, RunDir(run_dir).plan, run_dir)  # an edited plan.toml is not extended
+        _recheck(old, facts, plan_path, run_dir)  # an edited plan.toml is not extended
     new, changes = extend_for_resume(old, facts, run_dir, total)
     print(
         f"extending {run_dir} to {total:,} env steps: {len(changes)} change{'s' if len(changes) != 1 else ''} "

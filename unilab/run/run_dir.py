@@ -53,7 +53,7 @@ def resolve_resume(plan: Plan, run_dir: Path, run_plan_id: str | None = None, ch
         if (unstarted := run.never_started(locked_by_us=True)) is not None:
             raise unstarted
         raise UnilabError(f"{run_dir}/checkpoints holds no checkpoint to resume from", fix="start a new run")
-    if run.read_manifest() is None:
+    if (manifest := run.read_manifest()) is None:
         # A run with checkpoints wrote its manifest before the first of them: it was deleted or damaged
         # since. Resuming would start a new record and silently lose the sessions and digests it held.
         gone = "missing" if not run.manifest.exists() else "unreadable or invalid"
@@ -66,7 +66,7 @@ def resolve_resume(plan: Plan, run_dir: Path, run_plan_id: str | None = None, ch
     path = ckpts[-1] if checkpoint is None else run.find_checkpoint(checkpoint, "unilab apply --resume")
     # A corrupt file is named as such first. Any plan the run has had may own it: a resume that
     # re-planned or extended the run can stop before the new plan's first checkpoint.
-    blob = load_checkpoint(path, plan_id=run.plan_ids(run_plan_id))
+    blob = load_checkpoint(path, plan_id=run.plan_ids(run_plan_id, manifest))
     check_recorded_digest(run_dir, path)
     named = env_steps_of(path)
     if blob["env_steps"] != named:  # checkpoints are ordered, and superseded, by the steps in their names
@@ -134,12 +134,13 @@ def replace_plan(run_dir: Path, plan: Plan, old_plan_id: str) -> None:
 def restore_plan_unless_recorded(run_dir: Path, plan: Plan) -> None:
     """A re-planned resume that ended before its manifest named the new plan (it failed or was
     stopped while starting) puts the run's plan.toml back: the directory stays the run it was."""
-    manifest = RunDir(run_dir).read_manifest()
+    run = RunDir(run_dir)
+    manifest = run.read_manifest()
     if manifest is None or manifest.plan_id == plan.plan_id:
         return
     kept = kept_plan_path(run_dir, manifest.plan_id)
     if kept.is_file():
-        write_text_atomic(RunDir(run_dir).plan, kept.read_text(encoding="utf-8"), "plan")
+        write_text_atomic(run.plan, kept.read_text(encoding="utf-8"), "plan")
         kept.unlink()
 
 
