@@ -19,7 +19,7 @@ from typing import Any, ParamSpec, TypeVar
 
 from pydantic import ConfigDict, ValidationError, validate_call
 
-from unilab.errors import PlanRefused, SpecError, UnilabError
+from unilab.errors import EXIT_UNGUARDED_MAIN, UNGUARDED_MAIN_FIX, PlanRefused, SpecError, UnilabError
 
 # A whole `unilab apply ...` command inside a sentence: up to the punctuation that ends it.
 _APPLY_COMMAND = re.compile(r"`?unilab apply((?: (?:'[^']*'|\"[^\"]*\"|[^\s;,()`'\"]+))+)`?")
@@ -160,8 +160,6 @@ def _stop_if_importing_the_callers_script(name: str) -> None:
     if getattr(multiprocessing.process.current_process(), "_inheriting", False):
         import os
         import sys
-
-        from unilab.errors import EXIT_UNGUARDED_MAIN, UNGUARDED_MAIN_FIX
 
         sys.stderr.write(
             f"error: unilab.{name} was called while a child process imported the script\nfix: {UNGUARDED_MAIN_FIX}\n"

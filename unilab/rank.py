@@ -22,6 +22,7 @@ from unilab.cli.args import path_arg
 from unilab.errors import UnilabError
 from unilab.host import probe
 from unilab.inputfile import file_error
+from unilab.lifetime import die_with_parent
 from unilab.plan.fingerprint import compare_fingerprint
 from unilab.plan.inputs import check_planned_inputs
 from unilab.records.progress import cpu_ranges
@@ -44,8 +45,6 @@ def main(argv: list[str] | None = None) -> int:
                 "unilab.rank runs under torchrun (RANK and WORLD_SIZE are not set)",
                 fix="use `unilab apply PLAN.toml` on one node, or launch with torchrun",
             )
-        from unilab.lifetime import die_with_parent
-
         # A rank ends with its torchrun agent: killed alone (kill -9 of the agent), it would leave
         # the rank training on with nobody to report it, for as long as its collectives succeed.
         die_with_parent(os.getppid())

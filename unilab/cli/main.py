@@ -12,13 +12,14 @@ from pathlib import Path
 
 from unilab import __version__, plugins, schemas
 from unilab.algos.registry import ALGOS, plugin_algo_def
-from unilab.cli import completion, eval_cmd, mps_cmd, play_cmd, profile_cmd, run_cmd
+from unilab.cli import completion, eval_cmd, habits, mps_cmd, play_cmd, profile_cmd, run_cmd
 from unilab.cli.args import path_arg
 from unilab.cli.common import check_out_file, plan_from_path, write_atomic
 from unilab.cli.completion import autocomplete
 from unilab.errors import UnilabError
 from unilab.host import probe
 from unilab.host.facts import LEARNER_CPU_FLAGS
+from unilab.inputfile import file_error, reading
 from unilab.plan.diff import diff_plans
 from unilab.plan.inputs import planned_input_paths
 from unilab.plan.render import is_plan_file, plan_data, render
@@ -185,8 +186,6 @@ def _cmd_schema(args: argparse.Namespace) -> int:
                 fix="pass the directory of the committed schemas with --out (unilab schema --check --out "
                 f"CHECKOUT/schemas), or create it with `unilab schema --out {args.out}`",
             )
-        from unilab.inputfile import reading
-
         with reading(args.out, "schema file"):
             stale = schemas.drift(args.out)
         if stale:
@@ -471,8 +470,6 @@ def main(argv: list[str] | None = None) -> int:
     real_stdout = sys.stdout
     sys.stdout = _GuardedStdout(real_stdout)
     try:
-        from unilab.cli import habits
-
         habits.check(sys.argv[1:] if argv is None else list(argv), habits.value_options(parser))
         try:
             args = parser.parse_args(argv)
@@ -491,8 +488,6 @@ def main(argv: list[str] | None = None) -> int:
         print("interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
     except (OSError, UnicodeDecodeError, RecursionError) as exc:  # a file the user named cannot be used
-        from unilab.inputfile import file_error
-
         if os.environ.get("UNILAB_DEBUG"):
             raise
         err = file_error(exc)

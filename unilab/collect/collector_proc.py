@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from unilab.errors import UnilabError
+from unilab.lifetime import die_with_parent
 from unilab.sim.backends import backend_def
 from unilab.stop import STOP_SIGNALS
 
@@ -56,8 +57,6 @@ def collector_main(cfg: CollectorConfig, messages: Any, obs_conn: Any, act_conn:
     where = f"rank{cfg.rank}.collector"
     collector = None
     try:
-        from unilab.lifetime import die_with_parent
-
         die_with_parent(cfg.parent_pid)
         import torch
 

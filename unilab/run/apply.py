@@ -19,6 +19,7 @@ from unilab.plan.inputs import check_init_from, check_planned_inputs
 from unilab.plan.models import Plan
 from unilab.plan.render import render
 from unilab.records.run_dir import RunDir
+from unilab.run.rank_env import prepare_rank_env
 from unilab.run.run_dir import (
     drop_if_nothing_ran,
     new_run_dir,
@@ -29,7 +30,7 @@ from unilab.run.run_dir import (
     supersede_newer,
 )
 from unilab.run.run_lock import killed_before_resume, lock_run_dir
-from unilab.stop import STOP_SIGNALS, ignore_stop_signals, signals_blocked, stop_signals_restored
+from unilab.stop import STOP_SIGNALS, StopFlag, ignore_stop_signals, signals_blocked, stop_signals_restored
 
 
 @dataclass(frozen=True)
@@ -89,9 +90,6 @@ def _run_apply(req: ApplyRequest) -> ApplyOutcome:
     try:
         try:
             if plan.topology.world_size == 1:
-                from unilab.run.rank_env import prepare_rank_env
-                from unilab.stop import StopFlag
-
                 mps = prepare_rank_env(plan, 0)  # the planned GPU, before anything initialises CUDA
                 stop = StopFlag()
                 stop.install()
