@@ -10,8 +10,11 @@ the way out: `--set X` becomes the override "X", a `unilab apply` command line b
 from __future__ import annotations
 
 import inspect
+import multiprocessing.process
+import os
 import re
 import shlex
+import sys
 from collections.abc import Callable
 from dataclasses import replace
 from functools import wraps
@@ -155,12 +158,7 @@ def _stop_if_importing_the_callers_script(name: str) -> None:
     there means the script has no `__main__` guard. The child ends at once with EXIT_UNGUARDED_MAIN,
     which its parent turns into the refusal that names the guard (instead of a second run, or
     multiprocessing's page about freeze_support)."""
-    import multiprocessing.process
-
     if getattr(multiprocessing.process.current_process(), "_inheriting", False):
-        import os
-        import sys
-
         sys.stderr.write(
             f"error: unilab.{name} was called while a child process imported the script\nfix: {UNGUARDED_MAIN_FIX}\n"
         )
