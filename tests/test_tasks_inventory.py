@@ -10,10 +10,10 @@ import torch
 from tests.conftest import posed
 from unilab.errors import UnilabError
 from unilab.robot.model import RobotLayout, build_model_xml, model_from_xml
+from unilab.sections import DomainRandomization
 from unilab.sim.mujoco_cpu import MujocoCpuBackend
 from unilab.spec.models import task_spec
 from unilab.tasks.declarations import TermDecl
-from unilab.tasks.events import BASE_MASS_RANGE, FRICTION_RANGE
 from unilab.tasks.registry import build_task, task_def
 
 
@@ -104,8 +104,38 @@ def test_domain_randomization_draws_for_reset_worlds(robot: tuple[str, RobotLayo
         task = build_task(spec, backend, posed(xml, layout, spec), step_dt=0.02)
         mask = torch.tensor([True, False, True, False])
         task.reset_targets(mask)
-    (m1, p1), (m2, p2) = backend.calls
-    assert torch.equal(m1, mask) and torch.equal(m2, mask)
-    friction, mass = p1["floor_friction"], p2["base_mass_offset"]
-    assert friction.shape == (N,) and ((friction >= FRICTION_RANGE[0]) & (friction <= FRICTION_RANGE[1])).all()
-    assert ((mass >= BASE_MASS_RANGE[0]) & (mass <= BASE_MASS_RANGE[1])).all()
+        dims = backend.dims
+    assert all(torch.equal(m, mask) for m, _ in backend.calls)
+    drawn = {k: v for _, p in backend.calls for k, v in p.items()}
+    dr = DomainRandomization()
+    # Each parameter has its shape and lies in the documented range (docs/tasks.md).
+    expect = {
+        "floor_friction": ((N,), dr.floor_friction),
+        "base_mass_offset": ((N,), dr.base_mass_kg),
+        "base_com_offset": ((N, 3), (-max(dr.base_com_m), max(dr.base_com_m))),
+        "link_mass_scale": ((N, dims.nbody), dr.link_mass_scale),
+        "armature_scale": ((N, dims.nv), dr.joint_armature_scale),
+        "damping_offset": ((N, dims.nv), dr.joint_damping),
+        "frictionloss_scale": ((N, dims.nv), dr.joint_friction_scale),
+        "kp_scale": ((N, dims.nu), dr.pd_gain_scale),
+        "kd_scale": ((N, dims.nu), dr.pd_gain_scale),
+    }
+    assert set(drawn) == set(expect)
+    for name, (shape, (lo, hi)) in expect.items():
+        v = drawn[name]
+        assert v.shape == shape and bool(((v >= lo) & (v <= hi)).all()), name
+    # Stiffness and damping gains are drawn apart, per joint.
+    assert not torch.equal(drawn["kp_scale"], drawn["kd_scale"])
+
+
+def test_a_switched_off_term_is_not_drawn(robot: tuple[str, RobotLayout]) -> None:
+    xml, layout = robot
+    off = {"joint_armature_scale": False, "pd_gain_scale": False, "action_delay_steps": False}
+    spec = task_spec(name="g1_walk", num_envs=N, domain_randomization=off)
+    with ParamsBackend(xml, N, 4) as backend:
+        task = build_task(spec, backend, posed(xml, layout, spec), step_dt=0.02)
+        task.reset_targets(torch.ones(N, dtype=torch.bool))
+    drawn = {k for _, p in backend.calls for k in p}
+    assert not drawn & {"armature_scale", "kp_scale", "kd_scale"} and "floor_friction" in drawn
+    names = [e.name for e in task.events]
+    assert "randomize_action_delay" not in names and "randomize_pd_gains" not in names

@@ -1,10 +1,12 @@
-"""Domain randomization's per-world model parameters (floor friction, added base mass) on both
-physics backends: they reach the right worlds' models, both backends give the same randomised
-trajectories, and the trajectories really change."""
+"""Domain randomization's per-world model parameters (floor friction, masses, the base's centre of
+mass, joint armature, damping and friction, servo gains) on both physics backends: they reach the
+right worlds' models, both backends give the same randomised trajectories, and the trajectories
+really change."""
 
 from __future__ import annotations
 
 import mujoco
+import numpy as np
 import pytest
 import torch
 
@@ -20,19 +22,40 @@ MASS = torch.tensor([3.0, -1.0, 0.0, 2.0])
 TOL = {"qpos": 1e-4, "qvel": 5e-3, "xpos": 1e-4, "actuator_force": 1e-2}
 
 
-def test_targets_are_the_floor_and_the_floating_base() -> None:
+def test_targets_are_the_floor_the_floating_base_and_every_joint_and_servo() -> None:
     mjm = mujoco.MjModel.from_xml_string(g1_xml())
     t = WorldParamTargets.from_model(mjm)
     assert mujoco.mj_id2name(mjm, mujoco.mjtObj.mjOBJ_GEOM, t.floor_geom) == "floor"
     assert mujoco.mj_id2name(mjm, mujoco.mjtObj.mjOBJ_BODY, t.base_body) == "pelvis"
-    assert t.chain == (t.base_body, 0)
     m2 = mujoco.MjModel.from_xml_string(g1_xml())
-    t.apply_to_model(m2, 0.4, 2.0)
+    p = {k: v[0] for k, v in t.identity_params(1).items()}
+    p["floor_friction"] = np.float32(0.4)
+    p["base_mass_offset"] = np.float32(2.0)
+    p["base_com_offset"] = np.array([0.01, -0.02, 0.03], dtype=np.float32)
+    p["link_mass_scale"] = np.full(mjm.nbody, 1.1, dtype=np.float32)
+    p["armature_scale"] = np.full(mjm.nv, 0.5, dtype=np.float32)
+    p["damping_offset"] = np.full(mjm.nv, 0.2, dtype=np.float32)
+    p["frictionloss_scale"] = np.full(mjm.nv, 2.0, dtype=np.float32)
+    p["kp_scale"] = np.full(mjm.nu, 0.9, dtype=np.float32)
+    p["kd_scale"] = np.full(mjm.nu, 1.1, dtype=np.float32)
+    t.apply_to_model(m2, p)
+    b = t.base_body
     assert m2.geom_friction[t.floor_geom, 0] == pytest.approx(0.4)
-    assert m2.body_mass[t.base_body] == pytest.approx(t.base_mass + 2.0)
-    assert m2.body_subtreemass[0] == pytest.approx(mjm.body_subtreemass[0] + 2.0)
-    ratio = (t.base_mass + 2.0) / t.base_mass
-    assert m2.body_inertia[t.base_body] == pytest.approx(mjm.body_inertia[t.base_body] * ratio)
+    assert m2.body_mass[b] == pytest.approx(1.1 * mjm.body_mass[b] + 2.0, rel=1e-6)
+    ratio = m2.body_mass[b] / mjm.body_mass[b]
+    assert m2.body_inertia[b] == pytest.approx(mjm.body_inertia[b] * ratio, rel=1e-6)
+    assert m2.body_ipos[b] == pytest.approx(mjm.body_ipos[b] + [0.01, -0.02, 0.03], abs=1e-6)
+    # The subtree masses are MuJoCo's own for the new masses.
+    d = mujoco.MjData(m2)
+    expected = m2.body_subtreemass.copy()
+    mujoco.mj_setConst(m2, d)
+    assert m2.body_subtreemass == pytest.approx(expected, rel=1e-6)
+    assert m2.dof_armature == pytest.approx(0.5 * mjm.dof_armature, rel=1e-6)
+    assert m2.dof_damping == pytest.approx(mjm.dof_damping + 0.2, rel=1e-6)
+    assert m2.dof_frictionloss == pytest.approx(2.0 * mjm.dof_frictionloss, rel=1e-6)
+    assert m2.actuator_gainprm[:, 0] == pytest.approx(0.9 * mjm.actuator_gainprm[:, 0], rel=1e-6)
+    assert m2.actuator_biasprm[:, 1] == pytest.approx(-0.9 * mjm.actuator_gainprm[:, 0], rel=1e-6)
+    assert m2.actuator_biasprm[:, 2] == pytest.approx(1.1 * mjm.actuator_biasprm[:, 2], rel=1e-6)
 
 
 def test_model_without_a_floor_is_refused() -> None:
@@ -57,6 +80,20 @@ def _run(backend, randomise: bool) -> list:
         odd = torch.tensor([False, True, False, True])
         backend.set_world_params(odd, floor_friction=FRICTION, base_mass_offset=MASS)
         backend.set_world_params(~odd, floor_friction=FRICTION, base_mass_offset=MASS)
+        # Every other parameter on worlds 0 and 3 (world 2 stays the nominal model).
+        d = backend.dims
+        g = torch.Generator().manual_seed(3)
+        some = torch.tensor([True, False, False, True])
+        backend.set_world_params(
+            some,
+            base_com_offset=torch.rand(N, 3, generator=g) * 0.1 - 0.05,
+            link_mass_scale=0.9 + 0.3 * torch.rand(N, d.nbody, generator=g),
+            armature_scale=1.5 * torch.rand(N, d.nv, generator=g),
+            damping_offset=0.5 * torch.rand(N, d.nv, generator=g),
+            frictionloss_scale=2.0 * torch.rand(N, d.nv, generator=g),
+            kp_scale=0.9 + 0.2 * torch.rand(N, d.nu, generator=g),
+            kd_scale=0.9 + 0.2 * torch.rand(N, d.nu, generator=g),
+        )
     out = []
     # Five control steps, as the unrandomised agreement test between resets: on the sixth, MuJoCo Warp's
     # fixed 10 solver iterations stop short in the heavy low-friction world and the two drift apart.
@@ -93,16 +130,28 @@ def test_g1_walk_randomises_at_reset_within_the_documented_ranges(backend: str) 
         c.reset_all()
         for _ in range(3):
             c.step(torch.zeros(N, 29))
-        friction, offset = _read_params(c.backend)
+        friction, offset, armature = _read_params(c.backend)
     assert ((friction >= 0.3) & (friction <= 1.2)).all() and len(set(friction.tolist())) == N
     assert ((offset >= -1.0) & (offset <= 3.0)).all() and len(set(offset.tolist())) == N
+    assert ((armature >= 0.0) & (armature <= 1.5)).all() and len(set(armature[:, -1].tolist())) == N
 
 
-def _read_params(backend) -> tuple[torch.Tensor, torch.Tensor]:
+def _read_params(backend) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Floor friction, added base mass and the armature scale, as the backend holds them."""
+    t = backend._targets if hasattr(backend, "_wp") else backend._world_params
     if hasattr(backend, "_m") and hasattr(backend, "_wp"):  # MJWarp: the batched model fields
-        to_t, t = backend._wp.to_torch, backend._targets
-        return to_t(backend._m.geom_friction)[:, t.floor_geom, 0], to_t(backend._m.body_mass)[
-            :, t.base_body
-        ] - t.base_mass
+        to_t = backend._wp.to_torch
+        armature = to_t(backend._m.dof_armature)[:, 6:] / torch.tensor(t.dof_armature[6:], dtype=torch.float32)
+        return (
+            to_t(backend._m.geom_friction)[:, t.floor_geom, 0],
+            to_t(backend._m.body_mass)[:, t.base_body]
+            - to_t(backend._m.body_mass)[:, t.base_body].new_tensor(t.body_mass[t.base_body])
+            * backend._params["link_mass_scale"][:, t.base_body],
+            armature,
+        )
     a = backend._arrays  # CPU MuJoCo: the staged values (applied by the stepper at its next command)
-    return torch.from_numpy(a["floor_friction"].copy()), torch.from_numpy(a["base_mass_offset"].copy())
+    return (
+        torch.from_numpy(a["floor_friction"].copy()),
+        torch.from_numpy(a["base_mass_offset"].copy()),
+        torch.from_numpy(a["armature_scale"][:, 6:].copy()),
+    )

@@ -129,6 +129,74 @@ class TaskSpecBase(Section):
     )
 
 
+_Friction = Annotated[float, Field(ge=0, le=5)]
+_AddedKg = Annotated[float, Field(ge=-20, le=20)]
+_ComM = Annotated[float, Field(ge=0, le=0.2)]
+_Scale = Annotated[float, Field(ge=0, le=10)]
+_Damping = Annotated[float, Field(ge=0, le=100)]
+_DelaySteps = Annotated[int, Field(ge=0, le=10)]
+# A term of `task.domain_randomization` switched off.
+Off = Literal[False]
+
+
+class DomainRandomization(Section):
+    """`[task.domain_randomization]`: what differs between one G1 and another, or a G1 and its model,
+    drawn per world at every reset (each key a range, or `false` to switch that term off). The
+    defaults and their sources are in docs/tasks.md ("Domain randomization")."""
+
+    floor_friction: Annotated[tuple[_Friction, _Friction], Strict(False)] | Off = Field(
+        (0.3, 1.2), description="The floor's sliding friction, uniform in [lo, hi] (mjlab's G1 range)."
+    )
+    base_mass_kg: Annotated[tuple[_AddedKg, _AddedKg], Strict(False)] | Off = Field(
+        (-1.0, 3.0), description="Mass added to the pelvis, kg (unitree_rl_gym's and holosoma's G1 range)."
+    )
+    base_com_m: Annotated[tuple[_ComM, _ComM, _ComM], Strict(False)] | Off = Field(
+        (0.05, 0.05, 0.05),
+        description="The pelvis's centre of mass moved by up to this much along its x, y and z, metres, "
+        "uniform in [-v, v] (holosoma's G1 range).",
+    )
+    link_mass_scale: Annotated[tuple[_Scale, _Scale], Strict(False)] | Off = Field(
+        (0.9, 1.2), description="Every link's mass (and inertia) times a factor in [lo, hi], per link (holosoma's G1)."
+    )
+    joint_armature_scale: Annotated[tuple[_Scale, _Scale], Strict(False)] | Off = Field(
+        (0.0, 1.5),
+        description="Every joint's armature (its motor's reflected inertia) times a factor in [lo, hi], per joint: "
+        "from none (a G1 model without the rotor inertias, as mjlab's g1.xml ships) to half again.",
+    )
+    joint_damping: Annotated[tuple[_Damping, _Damping], Strict(False)] | Off = Field(
+        (0.0, 0.5),
+        description="Passive damping added to every joint, N m s / rad, uniform in [lo, hi] per joint: neither "
+        "unilab's G1 model nor mjlab's has any beside the servos' (0.7-2.6 on the legs), a real gearbox has some.",
+    )
+    joint_friction_scale: Annotated[tuple[_Scale, _Scale], Strict(False)] | Off = Field(
+        (0.0, 2.0),
+        description="Every joint's dry friction (friction loss) times a factor in [lo, hi], per joint: from none "
+        "(mjlab's g1.xml) to twice the model's 0.1 N m.",
+    )
+    pd_gain_scale: Annotated[tuple[_Scale, _Scale], Strict(False)] | Off = Field(
+        (0.9, 1.1),
+        description="Each servo's stiffness and damping gains times factors in [lo, hi], drawn apart per joint "
+        "(motor strength; holosoma's G1 kp and kd ranges).",
+    )
+    action_delay_steps: Annotated[tuple[_DelaySteps, _DelaySteps], Strict(False)] | Off = Field(
+        (0, 1),
+        description="The policy's action reaches the servos this many control steps late, a whole number in "
+        "[lo, hi] per episode (holosoma's G1: 0 or 1).",
+    )
+
+    @model_validator(mode="after")
+    def _ordered(self) -> DomainRandomization:
+        for name in type(self).model_fields:
+            v = getattr(self, name)
+            if v is not False and len(v) == 2 and v[0] > v[1]:
+                raise ValueError(f"{name}: lower bound {v[0]} exceeds upper bound {v[1]}")
+        return self
+
+    def on(self) -> list[str]:
+        """The terms switched on, in declaration order."""
+        return [name for name in type(self).model_fields if getattr(self, name) is not False]
+
+
 class G1TaskSpec(TaskSpecBase):
     """The keys both G1 tasks take: the robot, observation noise, randomization, pushes, action scale."""
 
@@ -153,7 +221,13 @@ class G1TaskSpec(TaskSpecBase):
         "measures its angular velocity, gravity direction and joints, not its base's linear velocity (docs/tasks.md). "
         "Replay learners (SAC, TD3, FlashSAC); unset: actor and critic see the whole observation.",
     )
-    domain_randomization: bool = Field(False, description="Randomize floor friction and added base mass at reset.")
+    domain_randomization: bool | DomainRandomization = Field(
+        False,
+        description="Randomize at every reset what differs between robots and models: floor friction, link masses "
+        "and the base's centre of mass, joint armature, damping and friction, servo gains and an action delay "
+        "(`[task.domain_randomization]`, each a range or `false`). `true`: every term at its default range "
+        "(docs/tasks.md); `false`: none.",
+    )
     push_interval_s: Annotated[float, Field(gt=0, le=MAX_SECONDS)] | None = Field(
         None, description="Push the robot base every this many seconds (an interval event); unset: no pushes."
     )
@@ -164,6 +238,17 @@ class G1TaskSpec(TaskSpecBase):
         "clipped), so this bounds how far a target moves from the standing pose; the joint range clamps it "
         "further.",
     )
+
+    @field_validator("domain_randomization", mode="before")
+    @classmethod
+    def _true_is_every_term(cls, v: object) -> object:
+        return DomainRandomization() if v is True else v
+
+    @property
+    def randomization(self) -> DomainRandomization | None:
+        """The randomization terms asked for; None: none."""
+        dr = self.domain_randomization
+        return dr if isinstance(dr, DomainRandomization) and dr.on() else None
 
     @field_validator("privileged_observations")
     @classmethod

@@ -11,6 +11,7 @@ from unilab.collect.collector import Collector
 from unilab.robot.model import RobotLayout, build_model_xml, model_from_xml
 from unilab.sim.backends import backend_def
 from unilab.sim.factory import make_backend
+from unilab.tasks.declarations import needs_world_params
 from unilab.tasks.registry import build_task, robot_spec, task_def
 
 if TYPE_CHECKING:
@@ -114,7 +115,7 @@ def build_collector(
         cpu_ids=cpu_ids,
         device=device,
         physics_graph=physics_graph,
-        world_params=getattr(task, "domain_randomization", False),
+        world_params=needs_world_params(task),
         acc_sensors=reads_acceleration_sensors(task),
     )
     try:

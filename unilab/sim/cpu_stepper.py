@@ -14,7 +14,7 @@ import numpy as np
 
 from unilab.sim.mjmodel import has_acc_stage_sensors
 from unilab.sim.state_layout import NUM_WARNINGS
-from unilab.sim.world_params import WorldParamTargets
+from unilab.sim.world_params import WORLD_PARAMS, WorldParamTargets
 
 
 def _counted_only(text: str) -> None:
@@ -61,7 +61,7 @@ class WorldStepper:
             targets = self._targets = WorldParamTargets.from_model(self._m)
             models = self._models = [copy.copy(self._m) for _ in self._datas]
         for i in dirty:
-            targets.apply_to_model(models[i], float(v["floor_friction"][i]), float(v["base_mass_offset"][i]))
+            targets.apply_to_model(models[i], {name: v[name][i] for name in WORLD_PARAMS})
         v["params_dirty"][dirty] = 0
 
     def _publish(self, i: int, d: mujoco.MjData) -> None:

@@ -30,7 +30,7 @@ import torch
 from unilab.errors import UnilabError
 from unilab.sim.contract import ModelDims, PhysicsState
 from unilab.sim.mjmodel import has_acc_stage_sensors, load_mj_model, model_dims
-from unilab.sim.world_params import WorldParamTargets, not_built_with_world_params
+from unilab.sim.world_params import WorldParamTargets, check_param_names, not_built_with_world_params
 
 if TYPE_CHECKING:
     from warp import Device
@@ -41,7 +41,18 @@ if TYPE_CHECKING:
 # rows measured with CPU MuJoCo); rows past the capacity are dropped, so it errs high.
 DEFAULT_NJMAX = 300
 
-_WORLD_FIELDS = ("geom_friction", "body_mass", "body_inertia", "body_subtreemass")
+_WORLD_FIELDS = (
+    "geom_friction",
+    "body_mass",
+    "body_inertia",
+    "body_subtreemass",
+    "body_ipos",
+    "dof_armature",
+    "dof_damping",
+    "dof_frictionloss",
+    "actuator_gainprm",
+    "actuator_biasprm",
+)
 
 # Fields that reset recomputes with forward (for all worlds) and restores for unmasked worlds.
 _DERIVED = ("xpos", "xquat", "cvel", "actuator_force", "sensordata")
@@ -157,10 +168,17 @@ class MjwarpBackend:
         # Domain randomization: the fields it writes get one row per world (MuJoCo Warp indexes
         # batched model fields by world), allocated before any graph captures their addresses.
         self._targets = WorldParamTargets.from_model(mjm) if world_params else None
-        # Uploaded once: a host-to-device copy per reset would synchronise the host.
-        self._base_inertia = (
-            torch.tensor(self._targets.base_inertia, device=self.device) if self._targets is not None else None
-        )
+        # The staged parameters and the nominal values, uploaded once: a host-to-device copy per
+        # reset would synchronise the host.
+        self._params: dict[str, torch.Tensor] = {}
+        self._nominal: dict[str, torch.Tensor] = {}
+        if self._targets is not None:
+            tg = self._targets
+            self._params = {k: torch.from_numpy(v).to(self.device) for k, v in tg.identity_params(num_envs).items()}
+            self._nominal = {
+                k: torch.tensor(getattr(tg, k), device=self.device, dtype=torch.float32)
+                for k in ("body_inertia", "base_ipos", "dof_armature", "dof_damping", "dof_frictionloss", "kp", "kd")
+            }
         batch = {f: num_envs for f in _WORLD_FIELDS} if world_params else None
         with wp.ScopedDevice(self._wp_device):
             self._m = mjw.put_model(mjm, batch_sizes=batch)
@@ -345,36 +363,41 @@ class MjwarpBackend:
     def world_params_enabled(self) -> bool:
         return self._targets is not None
 
-    def set_world_params(
-        self,
-        mask: torch.Tensor,
-        *,
-        floor_friction: torch.Tensor | None = None,
-        base_mass_offset: torch.Tensor | None = None,
-    ) -> None:
-        """Domain randomization hook (``unilab.tasks.events.ModelParamsBackend``): floor friction
-        and added base mass [N] for the worlds in ``mask``; device-side writes, no host sync."""
+    def set_world_params(self, mask: torch.Tensor, **values: torch.Tensor) -> None:
+        """Domain randomization hook (``unilab.tasks.events.ModelParamsBackend``): the named per-world
+        parameters (``unilab.sim.world_params.WORLD_PARAMS``) of the worlds in ``mask``; device-side
+        writes of the batched model fields, no host sync."""
         self._check_open()
         tg = self._targets
         if tg is None:
             raise not_built_with_world_params("MJWarp")
-        to_t, m = self._wp.to_torch, self._m
+        check_param_names(values)
+        to_t, m, p, nom = self._wp.to_torch, self._m, self._params, self._nominal
         with self._on_stream():
             mask = mask.to(self.device, torch.bool)
-            if floor_friction is not None:
-                col = to_t(m.geom_friction)[:, tg.floor_geom, 0]
-                col.copy_(torch.where(mask, floor_friction.to(self.device, torch.float32), col))
-            if base_mass_offset is not None:
-                off = base_mass_offset.to(self.device, torch.float32)
-                mass, ratio = tg.base_mass_and_ratio(off)
-                body_mass = to_t(m.body_mass)[:, tg.base_body]
-                body_mass.copy_(torch.where(mask, mass, body_mass))
-                inertia = to_t(m.body_inertia)[:, tg.base_body]
-                scaled = self._base_inertia * ratio.unsqueeze(1)
-                inertia.copy_(torch.where(mask.unsqueeze(1), scaled, inertia))
-                subtree = to_t(m.body_subtreemass)
-                for b, nominal_subtree in zip(tg.chain, tg.subtree_mass, strict=True):
-                    subtree[:, b].copy_(torch.where(mask, nominal_subtree + off, subtree[:, b]))
+            for name, v in values.items():
+                rows = mask.view(-1, *([1] * (p[name].dim() - 1)))
+                p[name].copy_(torch.where(rows, v.to(self.device, torch.float32), p[name]))
+            col, cols = mask.unsqueeze(1), mask.view(-1, 1, 1)
+
+            def put(field: torch.Tensor, value: torch.Tensor, where: torch.Tensor) -> None:
+                field.copy_(torch.where(where, value, field))
+
+            friction = to_t(m.geom_friction)[:, tg.floor_geom, 0]
+            put(friction, p["floor_friction"], mask)
+            mass, ratio = tg.masses(p["base_mass_offset"], p["link_mass_scale"])
+            put(to_t(m.body_mass), mass, col)
+            put(to_t(m.body_inertia), nom["body_inertia"] * ratio.unsqueeze(2), cols)
+            put(to_t(m.body_subtreemass), tg.subtree_masses(mass), col)
+            base_ipos = to_t(m.body_ipos)[:, tg.base_body]
+            put(base_ipos, nom["base_ipos"] + p["base_com_offset"], col)
+            put(to_t(m.dof_armature), nom["dof_armature"] * p["armature_scale"], col)
+            put(to_t(m.dof_damping), nom["dof_damping"] + p["damping_offset"], col)
+            put(to_t(m.dof_frictionloss), nom["dof_frictionloss"] * p["frictionloss_scale"], col)
+            kp = nom["kp"] * p["kp_scale"]
+            put(to_t(m.actuator_gainprm)[:, :, 0], kp, col)
+            put(to_t(m.actuator_biasprm)[:, :, 1], -kp, col)
+            put(to_t(m.actuator_biasprm)[:, :, 2], -nom["kd"] * p["kd_scale"], col)
 
     def close(self) -> None:
         if self._closed:

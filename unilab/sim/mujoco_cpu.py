@@ -51,7 +51,7 @@ from unilab.sim.cpu_worker import (
 )
 from unilab.sim.mjmodel import load_mj_model, model_dims
 from unilab.sim.state_layout import STATE_FIELDS, StateLayout
-from unilab.sim.world_params import WorldParamTargets, not_built_with_world_params
+from unilab.sim.world_params import WorldParamTargets, check_param_names, not_built_with_world_params
 
 WAIT_SLICE_S = 1.0  # the step wait polls the workers' replies at least this often
 SUSPENDED_GAP_S = 5.0  # a poll this much longer than asked: this process was stopped, not its workers slow
@@ -195,7 +195,8 @@ class MujocoCpuBackend:
         # next command (unilab.sim.cpu_stepper); targets resolved now so a bad model fails at build.
         self._world_params = WorldParamTargets.from_model(model) if world_params else None
         if self._world_params is not None:  # staged values start nominal: one field may be set alone
-            self._arrays["floor_friction"][:] = self._world_params.floor_friction
+            for name, values in self._world_params.identity_params(num_envs).items():
+                self._arrays[name][:] = values
 
     # ------------------------------------------------------------------ workers
 
@@ -388,23 +389,18 @@ class MujocoCpuBackend:
     def world_params_enabled(self) -> bool:
         return self._world_params is not None
 
-    def set_world_params(
-        self,
-        mask: torch.Tensor,
-        *,
-        floor_friction: torch.Tensor | None = None,
-        base_mass_offset: torch.Tensor | None = None,
-    ) -> None:
-        """Domain randomization hook (``unilab.tasks.events.ModelParamsBackend``): floor friction and
-        added base mass [N] for the worlds in ``mask``, in effect from the next step or reset."""
+    def set_world_params(self, mask: torch.Tensor, **values: torch.Tensor) -> None:
+        """Domain randomization hook (``unilab.tasks.events.ModelParamsBackend``): the named per-world
+        parameters (``unilab.sim.world_params.WORLD_PARAMS``) of the worlds in ``mask``, in effect
+        from the next step or reset."""
         self._check_usable()
         if self._world_params is None:
             raise not_built_with_world_params("CPU")
+        check_param_names(values)
         a = self._arrays
         m = mask.detach().to("cpu", torch.bool).numpy()
-        for name, values in (("floor_friction", floor_friction), ("base_mass_offset", base_mass_offset)):
-            if values is not None:
-                a[name][m] = values.detach().to("cpu", torch.float32).numpy()[m]
+        for name, v in values.items():
+            a[name][m] = v.detach().to("cpu", torch.float32).numpy()[m]
         a["params_dirty"][m] = 1
 
     def close(self) -> None:

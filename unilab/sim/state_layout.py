@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from unilab.sim.world_params import WORLD_PARAMS, param_shape
+
 if TYPE_CHECKING:
     import numpy as np
 
@@ -63,8 +65,7 @@ class StateLayout:
             ("warnings", "int64", (n, NUM_WARNINGS)),
             # Domain randomization (unilab.sim.world_params): staged by the parent, applied by the
             # stepper of each world at its next command, flagged until then.
-            ("floor_friction", "float32", (n,)),
-            ("base_mass_offset", "float32", (n,)),
+            *((name, "float32", param_shape(name, n, dims.nbody, dims.nv, dims.nu)) for name in WORLD_PARAMS),
             ("params_dirty", "uint8", (n,)),
         ]
         fields = []

@@ -162,6 +162,7 @@ class Task(ABC, Generic[SpecT]):
         self._r_action_rate = torch.zeros(n, device=dev, dtype=f32)
         self._r_joint_torques = torch.zeros(n, device=dev, dtype=f32)
         self._bind(backend.state)
+        self._build_action_delay()
 
         # Terms, filled by subclasses in build_terms().
         self.commands: list[CommandTerm] = []
@@ -226,6 +227,38 @@ class Task(ABC, Generic[SpecT]):
             self._action_default = self.default_joint_pos[self._action_joints].clone()
             self._action_joint_scale = self.action_scale[self._action_joints].clone()
             self._joint_targets = self.default_joint_pos.repeat(self.num_envs, 1)  # held joints stay here
+
+    def _build_action_delay(self) -> None:
+        """The policy's recent actions, for `task.domain_randomization.action_delay_steps`: world i's
+        servos get the action of `delay[i]` control steps ago (0 at reset: the standing pose)."""
+        dr = self.spec.randomization
+        steps = dr.action_delay_steps if dr is not None else False
+        self._action_delay: torch.Tensor | None = None
+        if steps is False or steps[1] == 0:
+            return
+        n, dev = self.num_envs, self.device
+        self._action_hist = torch.zeros(n, steps[1] + 1, self.num_actions, device=dev)
+        self._action_delay = torch.zeros(n, 1, self.num_actions, device=dev, dtype=torch.long)
+        self._delayed = torch.zeros(n, 1, self.num_actions, device=dev)
+
+    def set_action_delay(self, mask: torch.Tensor, steps: torch.Tensor) -> None:
+        """The action delay of the worlds in ``mask``, control steps [N] (at most the spec's upper bound)."""
+        if self._action_delay is None:
+            if bool((steps[mask] != 0).any()):
+                raise UnilabError("internal: an action delay for a task built without one")
+            return
+        delay = self._action_delay
+        delay.copy_(torch.where(mask.view(-1, 1, 1), steps.view(-1, 1, 1).expand_as(delay), delay))
+
+    def _delayed_actions(self) -> torch.Tensor:
+        """This step's actions as the servos get them: each world's, `delay` steps late."""
+        if self._action_delay is None:
+            return self.actions
+        hist = self._action_hist
+        if hist.shape[1] > 1:
+            hist[:, 1:] = hist[:, :-1].clone()
+        hist[:, 0] = self.actions
+        return torch.gather(hist, 1, self._action_delay, out=self._delayed).squeeze(1)
 
     def action_joint_names(self) -> tuple[str, ...] | None:
         """The joints the actions drive, in action order; None: every joint, in the layout's order."""
@@ -295,10 +328,14 @@ class Task(ABC, Generic[SpecT]):
         return [t.name for t in self.rewards]
 
     def _noise_amplitude(self) -> torch.Tensor:
+        # Only the actor's inputs are noisy: a privileged term (`task.privileged_observations`) is
+        # the critic's, read from the simulator as it is (mjlab's critic has no noise either).
+        privileged = set(self.spec.privileged_observations or ())
         amp = torch.zeros(self.obs_dim, device=self.device)
         start = 0
         for t in self.observations:
-            amp[start : start + t.dim] = t.noise * t.scale
+            if t.name not in privileged:
+                amp[start : start + t.dim] = t.noise * t.scale
             start += t.dim
         return amp
 
@@ -325,12 +362,13 @@ class Task(ABC, Generic[SpecT]):
         """Actions [N, 29] -> PD position targets in the persistent ctrl buffer."""
         self.last_actions.copy_(self.actions)
         self.actions.copy_(actions)
+        applied = self._delayed_actions()
         if self._action_joints is None:
-            target = torch.addcmul(self.default_joint_pos, self.actions, self.action_scale)
+            target = torch.addcmul(self.default_joint_pos, applied, self.action_scale)
         else:
             target = self._joint_targets
             target.index_copy_(
-                1, self._action_joints, torch.addcmul(self._action_default, self.actions, self._action_joint_scale)
+                1, self._action_joints, torch.addcmul(self._action_default, applied, self._action_joint_scale)
             )
         if self._act_identity:
             self.ctrl.copy_(target)
@@ -456,6 +494,8 @@ class Task(ABC, Generic[SpecT]):
         col = mask.unsqueeze(1)
         self.actions.masked_fill_(col, 0.0)
         self.last_actions.masked_fill_(col, 0.0)
+        if self._action_delay is not None:
+            self._action_hist.masked_fill_(mask.view(-1, 1, 1), 0.0)
         self.episode_step.masked_fill_(mask, 0)
         self.reset_task_buffers(mask)
         return self.reset_qpos, self.reset_qvel

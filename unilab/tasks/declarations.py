@@ -63,11 +63,35 @@ def g1_shared_tail(task: G1TaskSpec) -> tuple[list[TermDecl], list[TermDecl]]:
     obs: list[TermDecl] = []
     if task.observation_noise:
         obs.append(TermDecl("observation_noise", "observation", noise=True))
-    events: list[TermDecl] = []
-    if task.domain_randomization:
-        # Drawn at reset, on the device generator, for the worlds being reset: reset-owned.
-        events.append(TermDecl("randomize_friction", "event"))
-        events.append(TermDecl("randomize_base_mass", "event"))
+    # Drawn at reset, on the device generator, for the worlds being reset: reset-owned.
+    events = [TermDecl(RANDOMIZATION_EVENTS[key], "event") for key in randomization_keys(task)]
     if task.push_interval_s is not None:
         events.append(TermDecl("push_robot", "event", interval_event=True))
     return obs, events
+
+
+# `task.domain_randomization`'s keys and the reset events that draw them, in the order both are
+# listed (docs/tasks.md). All but the action delay are physics-model parameters.
+RANDOMIZATION_EVENTS = {
+    "floor_friction": "randomize_friction",
+    "base_mass_kg": "randomize_base_mass",
+    "base_com_m": "randomize_base_com",
+    "link_mass_scale": "randomize_link_mass",
+    "joint_armature_scale": "randomize_joint_armature",
+    "joint_damping": "randomize_joint_damping",
+    "joint_friction_scale": "randomize_joint_friction",
+    "pd_gain_scale": "randomize_pd_gains",
+    "action_delay_steps": "randomize_action_delay",
+}
+_NOT_MODEL_PARAMS = frozenset({"action_delay_steps"})
+
+
+def randomization_keys(task: object) -> list[str]:
+    """The `task.domain_randomization` terms a task spec switches on (none for a task without the key)."""
+    dr = getattr(task, "randomization", None)
+    return dr.on() if dr is not None else []
+
+
+def needs_world_params(task: object) -> bool:
+    """Whether the task randomizes physics-model parameters, which the backend must hold per world."""
+    return any(k not in _NOT_MODEL_PARAMS for k in randomization_keys(task))

@@ -1,8 +1,9 @@
-"""Events both G1 tasks honour: base pushes on an interval, floor friction and base mass at reset.
+"""Events both G1 tasks honour: base pushes on an interval, domain randomization at reset.
 
 Pushes go through the backend contract (``reset`` of the pushed worlds with their own state and
-a changed base velocity), so they work on every backend. Friction and mass live in the physics
-*model*, which the contract does not expose: they need the backend's optional
+a changed base velocity), so they work on every backend. The action delay is the task's own (it
+holds the policy's recent actions). Friction, masses, joint dynamics and servo gains live in the
+physics *model*, which the contract does not expose: they need the backend's optional
 ``set_world_params`` hook (see ``ModelParamsBackend``), enabled when the backend is built; a task
 asked for domain randomization on a backend without it is refused when it is built, never
 silently run without it.
@@ -10,11 +11,14 @@ silently run without it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import torch
 
 from unilab.errors import UnilabError
+from unilab.sections import DomainRandomization
+from unilab.tasks.declarations import RANDOMIZATION_EVENTS
 from unilab.tasks.terms import EventTerm
 from unilab.tasks.timing import nearest_whole_step_seconds, seconds_text, whole_steps
 
@@ -23,26 +27,18 @@ if TYPE_CHECKING:
 
 # mjlab's G1 velocity task ranges.
 PUSH_VELOCITY_XY = 0.5  # m/s, uniform in [-v, v] added to the base's x and y velocity
-FRICTION_RANGE = (0.3, 1.2)  # floor sliding friction (the floor has contact priority)
-BASE_MASS_RANGE = (-1.0, 3.0)  # kg added to the pelvis
 
 
 @runtime_checkable
 class ModelParamsBackend(Protocol):
     """Optional backend hook: per-world model parameters, applied to the masked worlds.
 
-    ``floor_friction`` [N]: sliding friction of the floor geom; ``base_mass_offset`` [N]: kg
-    added to the base body's nominal mass (inertia scaled with it). Rows outside ``mask`` are
-    ignored; the values persist until set again.
+    ``values``: named [N, ...] tensors (``unilab.sim.world_params.WORLD_PARAMS``: floor friction,
+    added base mass, base centre-of-mass offset, link mass, joint armature, damping and friction
+    scales, servo gain scales). Rows outside ``mask`` are ignored; the values persist until set again.
     """
 
-    def set_world_params(
-        self,
-        mask: torch.Tensor,
-        *,
-        floor_friction: torch.Tensor | None = None,
-        base_mass_offset: torch.Tensor | None = None,
-    ) -> None: ...
+    def set_world_params(self, mask: torch.Tensor, **values: torch.Tensor) -> None: ...
 
 
 def require_model_params(task: Task) -> ModelParamsBackend:
@@ -51,14 +47,14 @@ def require_model_params(task: Task) -> ModelParamsBackend:
         raise UnilabError(
             "task.domain_randomization needs per-world model parameters, which this physics backend "
             f"({type(backend).__name__}) does not provide",
-            detail="floor friction and added base mass are model parameters; the backend must implement "
-            "set_world_params(mask, floor_friction=..., base_mass_offset=...) (unilab.tasks.events.ModelParamsBackend)",
+            detail="friction, masses, joint dynamics and servo gains are model parameters; the backend must "
+            "implement set_world_params(mask, **values) (unilab.tasks.events.ModelParamsBackend)",
             fix="set task.domain_randomization = false, or use a backend that supports it",
         )
     if not getattr(backend, "world_params_enabled", True):
         raise UnilabError(
             f"task.domain_randomization: this {type(backend).__name__} was built without per-world model parameters",
-            detail="the backend allocates per-world friction and mass only when asked to at build time",
+            detail="the backend allocates per-world model parameters only when asked to at build time",
             fix="build the backend with world_params=True (unilab.collect.build does when the task asks for it)",
         )
     return backend
@@ -79,24 +75,66 @@ def push_event(task: Task, period_steps: int) -> EventTerm:
     return EventTerm("push_robot", "interval", apply, period_steps=period_steps)
 
 
-def domain_randomization_events(task: Task) -> list[EventTerm]:
-    backend = require_model_params(task)
+def domain_randomization_events(task: Task, dr: DomainRandomization) -> list[EventTerm]:
+    """One reset event per term `task.domain_randomization` switches on, in its declared order."""
     n = task.num_envs
+    dims = task.backend.dims
 
-    def friction(t: Task, mask: torch.Tensor) -> None:
-        backend.set_world_params(mask, floor_friction=t.uniform(*FRICTION_RANGE, n))
+    def model_event(key: str, **draws: Callable[[Task], torch.Tensor]) -> EventTerm:
+        backend = require_model_params(task)
 
-    def base_mass(t: Task, mask: torch.Tensor) -> None:
-        backend.set_world_params(mask, base_mass_offset=t.uniform(*BASE_MASS_RANGE, n))
+        def apply(t: Task, mask: torch.Tensor) -> None:
+            backend.set_world_params(mask, **{param: draw(t) for param, draw in draws.items()})
 
-    return [EventTerm("randomize_friction", "reset", friction), EventTerm("randomize_base_mass", "reset", base_mass)]
+        return EventTerm(RANDOMIZATION_EVENTS[key], "reset", apply)
+
+    def scale(rng: tuple[float, float], size: int) -> Callable[[Task], torch.Tensor]:
+        return lambda t: t.uniform(rng[0], rng[1], n, size)
+
+    out: list[EventTerm] = []
+    for key in dr.on():
+        v = getattr(dr, key)
+        if key == "floor_friction":
+            out.append(model_event(key, floor_friction=lambda t, v=v: t.uniform(v[0], v[1], n)))
+        elif key == "base_mass_kg":
+            out.append(model_event(key, base_mass_offset=lambda t, v=v: t.uniform(v[0], v[1], n)))
+        elif key == "base_com_m":
+            half = torch.tensor(v, device=task.device)
+            out.append(model_event(key, base_com_offset=lambda t, h=half: t.uniform(-1.0, 1.0, n, 3).mul_(h)))
+        elif key == "link_mass_scale":
+            out.append(model_event(key, link_mass_scale=scale(v, dims.nbody)))
+        elif key == "joint_armature_scale":
+            out.append(model_event(key, armature_scale=scale(v, dims.nv)))
+        elif key == "joint_damping":
+            out.append(model_event(key, damping_offset=scale(v, dims.nv)))
+        elif key == "joint_friction_scale":
+            out.append(model_event(key, frictionloss_scale=scale(v, dims.nv)))
+        elif key == "pd_gain_scale":
+            out.append(model_event(key, kp_scale=scale(v, dims.nu), kd_scale=scale(v, dims.nu)))
+        elif key == "action_delay_steps":
+            out.append(EventTerm(RANDOMIZATION_EVENTS[key], "reset", action_delay_event(v)))
+        else:
+            raise UnilabError(f"internal: task.domain_randomization.{key} has no event")
+    return out
+
+
+def action_delay_event(steps: tuple[int, int]) -> Callable[[Task, torch.Tensor], None]:
+    """Each reset world's action delay, a whole number of control steps in [lo, hi]."""
+    lo, hi = steps
+
+    def apply(t: Task, mask: torch.Tensor) -> None:
+        draw = t.uniform(float(lo), float(hi + 1), t.num_envs).floor_().clamp_(max=hi).to(torch.long)
+        t.set_action_delay(mask, draw)
+
+    return apply
 
 
 def shared_events(task: Task) -> list[EventTerm]:
     """Events from the spec's optional switches, in `TaskDef.terms` order."""
     out: list[EventTerm] = []
-    if task.spec.domain_randomization:
-        out += domain_randomization_events(task)
+    dr = task.spec.randomization
+    if dr is not None:
+        out += domain_randomization_events(task, dr)
     if task.spec.push_interval_s is not None:
         out.append(push_event(task, push_period_steps(task.spec.push_interval_s, task.step_dt)))
     return out
