@@ -360,6 +360,136 @@ def test_command_tracking_also_averages_the_velocity_over_one_second() -> None:
     assert a.standing_lin_vel_xy_error == pytest.approx(1.0) and a.standing_yaw_rate_error == pytest.approx(0.3)
 
 
+def test_a_command_is_classed_by_its_larger_linear_component_before_its_yaw_rate() -> None:
+    """eval's command classes: a linear component above 0.1 m/s makes a command forward, backward
+    or lateral by the larger of |vx| and |vy| (x on a tie), however fast it turns; without one, a
+    yaw rate above 0.1 rad/s makes it turning; else (zero, or no component above 0.1) standing."""
+    import torch
+
+    from unilab.evaluate.models import CommandClasses
+    from unilab.evaluate.rollout import COMMAND_CLASSES, command_class
+
+    cases = {
+        (0.5, 0.0, 0.0): "forward",
+        (0.5, 0.3, 0.5): "forward",  # walking while turning is walking
+        (0.2, -0.2, 0.0): "forward",  # a tie goes to x
+        (0.11, 0.0, 0.0): "forward",
+        (-0.3, 0.2, -0.4): "backward",
+        (-0.2, 0.2, 0.0): "backward",
+        (0.3, 0.31, 0.0): "lateral",
+        (0.0, -0.15, 0.5): "lateral",
+        (0.05, 0.1, 0.3): "turning",  # 0.1 m/s is not above the mark
+        (0.0, 0.0, -0.11): "turning",
+        (0.0, 0.0, 0.0): "standing",
+        (0.1, -0.1, 0.1): "standing",
+        (0.08, 0.08, 0.0): "standing",  # |v_xy| is 0.113, but no component is above 0.1
+    }
+    got = command_class(torch.tensor(list(cases), dtype=torch.float64))
+    assert [COMMAND_CLASSES[i] for i in got.tolist()] == list(cases.values())
+    assert COMMAND_CLASSES == tuple(CommandClasses.model_fields)  # the report's fields, in its order
+
+
+def test_the_per_step_errors_are_split_by_the_class_of_each_steps_command() -> None:
+    """Each class's mean errors, a standing robot's and their ratios (None where a standing robot's
+    error is 0: zero commands), and the table the text report shows them in."""
+    import torch
+
+    from unilab.evaluate.models import CommandTracking
+    from unilab.evaluate.rollout import _class_table, by_command_class, class_sums
+
+    # Per counted step: the command (vx, vy, yaw rate) and the base velocity the step ended with.
+    cmd = [(0.5, 0.0, 0.0), (0.5, 0.0, 0.2), (0.0, 0.0, 0.4), (0.0, 0.0, 0.0), (0.0, 0.0, 0.0)]
+    vel = [(0.4, 0.0, 0.0), (0.2, 0.0, 0.0), (0.0, 0.0, 0.3), (0.1, 0.0, 0.05), (0.0, 0.0, 0.15)]
+    sums, steps = class_sums(torch.tensor(cmd, dtype=torch.float64), torch.tensor(vel, dtype=torch.float64))
+    assert steps.tolist() == [2, 0, 0, 1, 2]  # forward, backward, lateral, turning, standing
+    by = by_command_class(sums, steps)
+    f, turning, still = by.forward, by.turning, by.standing
+    assert by.backward is None and by.lateral is None
+    assert f is not None and turning is not None and still is not None
+    # Forward: misses of 0.1 and 0.3 m/s where standing misses 0.5 (0.4x); of 0 and 0.2 rad/s where standing
+    # misses 0 and 0.2 (1x).
+    assert (f.steps, f.lin_vel_xy_error, f.standing_lin_vel_xy_error) == (2, pytest.approx(0.2), pytest.approx(0.5))
+    assert f.lin_vel_xy_ratio == pytest.approx(0.4) and f.yaw_rate_error == pytest.approx(0.1)
+    assert f.standing_yaw_rate_error == pytest.approx(0.1) and f.yaw_rate_ratio == pytest.approx(1.0)
+    assert (turning.steps, turning.lin_vel_xy_error, turning.lin_vel_xy_ratio) == (1, 0.0, None)
+    assert turning.yaw_rate_error == pytest.approx(0.1) and turning.yaw_rate_ratio == pytest.approx(0.25)
+    assert (still.steps, still.standing_lin_vel_xy_error, still.lin_vel_xy_ratio) == (2, 0.0, None)
+    assert still.lin_vel_xy_error == pytest.approx(0.05) and still.yaw_rate_error == pytest.approx(0.1)
+    assert still.yaw_rate_ratio is None
+
+    total = (sums.sum(dim=0) / 5).tolist()
+    t = CommandTracking(
+        lin_vel_xy_error=total[0],
+        yaw_rate_error=total[1],
+        standing_lin_vel_xy_error=total[2],
+        standing_yaw_rate_error=total[3],
+        steps=5,
+        by_command=by,
+    )
+    table = [" ".join(line.split()) for line in _class_table(t, by)]
+    assert table[2] == "command steps |v_xy - cmd| still ratio |w_z - cmd| still ratio"
+    assert table[3:] == [
+        "forward 2 0.200 0.500 0.40x 0.100 0.100 1.00x",
+        "backward 0",
+        "lateral 0",
+        "turning 1 0.000 0.000 - 0.100 0.400 0.25x",
+        "standing 2 0.050 0.000 - 0.100 0.000 -",
+        "all 5 0.100 0.200 0.50x 0.100 0.120 0.83x",
+    ]
+
+
+def test_each_step_counts_into_the_class_of_the_command_it_ran_under() -> None:
+    """Commands resampled within episodes: a step counts into the class of the command in force
+    while it ran (the one its policy saw), its end velocity against that command, not against the
+    command the task has drawn for the next step by then; the classes add up to the totals."""
+    import torch
+
+    from unilab.collect.build import build_collector
+    from unilab.evaluate.rollout import COMMAND_CLASSES, _play, command_class
+    from unilab.spec.models import SimSpec, task_spec
+    from unilab.tasks.g1_walk.spec import CommandRanges
+
+    # A new command every 5 steps of 30, a third of them zero: every class turns up.
+    commands = CommandRanges(lin_vel_y=(-0.5, 0.5), standing_share=0.3, resample_s=0.1)
+    task = task_spec(name="g1_walk", num_envs=4, episode_length_s=0.6, commands=commands)
+    commanded: list[torch.Tensor] = []
+    velocity: list[torch.Tensor] = []
+    with build_collector(task, SimSpec(workers=1), num_envs=4, workers=1, seed=1) as c:
+
+        def policy(obs: torch.Tensor) -> torch.Tensor:
+            commanded.append(c.task.commanded_velocity(4).double().clone())
+            # The state the coming step starts from is the one the previous step ended on.
+            velocity.append(torch.cat([c.task.base_lin_vel_b[:, :2], c.task.base_yaw_rate.unsqueeze(1)], 1).double())
+            return torch.zeros(obs.shape[0], 29)
+
+        played = _play(c, policy, False)
+    t = played.tracking
+    assert t is not None and t.by_command is not None
+    counted = [(w, k) for w in range(4) for k in range(int(played.length[w]) - 1)]
+    cmd = torch.stack([commanded[k][w] for w, k in counted])
+    vel = torch.stack([velocity[k + 1][w] for w, k in counted])
+    classes = command_class(cmd)
+    assert len(set(classes.tolist())) >= 3, classes
+    # By the end of a resampling step the next command is drawn: read then, some steps would change class.
+    drawn_next = command_class(torch.stack([commanded[k + 1][w] for w, k in counted]))
+    assert bool((drawn_next != classes).any())
+    for i, name in enumerate(COMMAND_CLASSES):
+        got, rows = getattr(t.by_command, name), classes == i
+        if not bool(rows.any()):
+            assert got is None, name
+            continue
+        assert got is not None and got.steps == int(rows.sum()), name
+        lin = (cmd[rows, :2] - vel[rows, :2]).norm(dim=1).mean()
+        yaw = (cmd[rows, 2] - vel[rows, 2]).abs().mean()
+        assert got.lin_vel_xy_error == pytest.approx(float(lin), rel=1e-5, abs=1e-9), name
+        assert got.yaw_rate_error == pytest.approx(float(yaw), rel=1e-5, abs=1e-9), name
+        assert got.standing_lin_vel_xy_error == pytest.approx(float(cmd[rows, :2].norm(dim=1).mean()), rel=1e-6)
+    per_class = [c for c in (getattr(t.by_command, n) for n in COMMAND_CLASSES) if c is not None]
+    assert sum(c.steps for c in per_class) == t.steps == len(counted)
+    assert sum(c.steps * c.lin_vel_xy_error for c in per_class) / t.steps == pytest.approx(t.lin_vel_xy_error)
+    assert sum(c.steps * c.yaw_rate_error for c in per_class) / t.steps == pytest.approx(t.yaw_rate_error)
+
+
 def test_the_gait_counts_swing_steps_and_touchdowns_of_the_first_episodes() -> None:
     """g1_walk's eval reports the share of steps with a foot in swing, the touchdowns per second and
     the stance width, over the same steps as the command tracking; and the saturated action share.
@@ -430,10 +560,26 @@ def test_eval_json_and_text_report_a_walkers_gait(tmp_path: Path) -> None:
     assert g["swing_height"] == 0.06 and g["steps"] == rep["command_tracking"]["steps"]
     assert 0.0 <= g["swing_share"] <= 1.0 and g["touchdowns_per_s"] >= 0.0 and g["stance_width"] > 0.0
     assert 0.0 <= rep["action_saturation"] <= 1.0
+    # The tracking by command class: every counted step in exactly one class, the classes' errors
+    # weighted by their steps the overall ones, each ratio the error over a standing robot's.
+    t = rep["command_tracking"]
+    classes = [c for c in t["by_command"].values() if c is not None]
+    assert list(t["by_command"]) == ["forward", "backward", "lateral", "turning", "standing"] and classes
+    assert sum(c["steps"] for c in classes) == t["steps"]
+    for key in ("lin_vel_xy_error", "yaw_rate_error", "standing_lin_vel_xy_error"):
+        assert sum(c["steps"] * c[key] for c in classes) / t["steps"] == pytest.approx(t[key])
+    for c in classes:
+        if c["standing_lin_vel_xy_error"] > 0:
+            assert c["lin_vel_xy_ratio"] == pytest.approx(c["lin_vel_xy_error"] / c["standing_lin_vel_xy_error"])
     text = unilab("eval", str(run_dir), "--episodes", "2", "--workers", "1")
     assert text.returncode == 0, text.stderr
     assert "  gait     a foot in swing on " in text.stdout and "touchdowns/s, stance width" in text.stdout
     assert "of the components saturated (|a| > 0.95)" in text.stdout
+    rows = {line.split()[0]: line.split()[1:] for line in text.stdout.splitlines() if line.startswith(" " * 13)}
+    assert rows["command"] == ["steps", "|v_xy", "-", "cmd|", "still", "ratio", "|w_z", "-", "cmd|", "still", "ratio"]
+    assert rows["all"][:2] == [f"{t['steps']:,}", f"{t['lin_vel_xy_error']:.3f}"]
+    for name, c in t["by_command"].items():
+        assert rows[name][0] == (f"{c['steps']:,}" if c is not None else "0"), name
 
 
 def test_a_walking_robots_frames_carry_its_command_and_velocity() -> None:

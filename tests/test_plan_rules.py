@@ -517,9 +517,15 @@ CASES = [
         "task.privileged-observations",
         "cpu_laptop",
         {"task__privileged_observations": ["projected_gravity"], "algo": {"name": "ppo"}},
+        False,
+    ),
+    Case(
+        "task.privileged-observations",
+        "cpu_laptop",
+        {"task__privileged_observations": ["base_lin_vl"], "algo": {"name": "ppo"}},
         True,
-        "PPO runs through rsl-rl-lib",
-        fix="use a replay learner",
+        "g1_walk has no observation term 'base_lin_vl'",
+        fix="use its terms: base_lin_vel",
     ),
     Case(
         "task.push-interval",

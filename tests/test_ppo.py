@@ -71,6 +71,8 @@ def test_train_cfg_maps_every_ppo_key() -> None:
         assert cfg[model]["hidden_dims"] == [64, 32] and cfg[model]["obs_normalization"] is False
     assert cfg["actor"]["distribution_cfg"]["init_std"] == 0.7
     assert cfg["obs_groups"] == {"actor": ["policy"], "critic": ["policy"]}
+    # Privileged observations: the critic reads the env's "critic" group, the whole observation.
+    assert train_cfg(algo, asymmetric=True)["obs_groups"] == {"actor": ["policy"], "critic": ["critic"]}
 
 
 @pytest.mark.slow
@@ -83,8 +85,9 @@ def test_ppo_single_rank_completes_with_a_valid_manifest(tmp_path: Path) -> None
     assert "run succeeded" in r.stdout
     assert "Actor Model" not in r.stdout  # rsl-rl's construction chatter stays out of the user's output
     run_dir = only_run_dir(tmp_path)
-    # rsl-rl writes nothing of its own into the run directory (no git diffs, no model_*.pt).
-    assert {p.name for p in run_dir.iterdir()} == {
+    # rsl-rl writes nothing of its own into the run directory (no git diffs, no model_*.pt); code/ is
+    # unilab's record of a dirty checkout's changes (unilab.records.manifest_io.keep_code_diff).
+    assert {p.name for p in run_dir.iterdir()} - {"code"} == {
         "plan.toml",
         "manifest.json",
         "events.jsonl",
@@ -133,10 +136,14 @@ def test_ppo_single_rank_completes_with_a_valid_manifest(tmp_path: Path) -> None
     (got,) = sess.run(["action"], {"obs": obs.numpy()})
     np.testing.assert_allclose(got, want, atol=1e-5)
     assert np.abs(got).max() <= 1.0
-    # The file says what each input column holds: the task's observation terms, in order, end to end.
+    # The file says what each input column holds: the actor's observation terms, in order, end to end
+    # (specs/g1.toml keeps base_lin_vel for the critic: the actor and the export do without it).
     layout = json.loads(sess.get_modelmeta().custom_metadata_map["unilab.observation_layout"])
     task = load_spec(spec).spec.task
-    declared = [t.name for t in task_def(task).terms(task) if t.kind == "observation"]
+    privileged = set(task.privileged_observations or ())
+    assert privileged == {"base_lin_vel"}
+    declared = [n for n in task_def(task).observations(task) if n not in privileged]
+    assert st["ppo"]["critic_state_dict"]["mlp.0.weight"].shape[1] == st["obs_dim"] == obs_dim + 3
     assert list(layout) == declared and layout[declared[0]][0] == 0 and layout[declared[-1]][1] == obs_dim
     assert all(layout[a][1] == layout[b][0] for a, b in itertools.pairwise(declared))
 

@@ -49,9 +49,15 @@ def test_the_runner_sees_and_steps_what_unilabs_collector_does(walk_run: Path) -
     policy = s2s.Policy(walk_run / "policy.onnx")
     runner = s2s.VelocityEpisodes(policy, s2s.load_robot(policy, None))
     plan = RunDir(walk_run).read_plan("eval")
-    task = planned_task(plan.task).model_copy(update={"num_envs": 1})
+    # The nominal robot without sensor noise or pushes: what sim2sim plays without --perturb. The
+    # runner computes the actor's observation (without the critic's privileged terms).
+    nominal = {"num_envs": 1, "observation_noise": False, "domain_randomization": False, "push_interval_s": None}
+    task = planned_task(plan.task).model_copy(update=nominal)
     with build_collector(task, plan.sim, num_envs=1, workers=1, seed=3, timing=False) as c:
-        obs = c.reset_all()[0].double().numpy()
+        at = c.task.observation_layout()
+        cols = np.concatenate([np.arange(at[n].start, at[n].stop) for n, _, _ in policy.layout])
+        actor_obs = lambda full: full[cols]  # noqa: E731
+        obs = actor_obs(c.reset_all()[0].double().numpy())
         d = runner.data
         d.qpos[:] = c.task.state.qpos[0].double().numpy()
         d.qvel[:] = c.task.state.qvel[0].double().numpy()
@@ -62,7 +68,7 @@ def test_the_runner_sees_and_steps_what_unilabs_collector_does(walk_run: Path) -
         np.testing.assert_allclose(mine, obs, atol=1e-5)
         for _ in range(25):  # half a second: a gait-clock phase and the policy's own actions
             action = np.clip(policy(obs), -1.0, 1.0)
-            obs = c.step(torch.from_numpy(action[None]).float())[0][0].double().numpy()
+            obs = actor_obs(c.step(torch.from_numpy(action[None]).float())[0][0].double().numpy())
             runner.step(mine)
             runner.phase = (runner.phase + runner.phase_step) % 1.0
             mine = runner.observe(cmd)
@@ -109,7 +115,18 @@ def test_a_model_without_servos_in_another_joint_order_plays_as_the_trained_one(
 
 
 @pytest.mark.parametrize(
-    "case", ["missing", "not_onnx", "no_metadata", "joints", "mjcf_broken", "seed", "embedded_model_meshes_gone"]
+    "case",
+    [
+        "missing",
+        "not_onnx",
+        "no_metadata",
+        "joints",
+        "mjcf_broken",
+        "seed",
+        "perturb_seed",
+        "video_name",
+        "embedded_model_meshes_gone",
+    ],
 )
 def test_bad_input_gets_one_paragraph_and_exit_status_2(case: str, walk_run: Path, tmp_path: Path) -> None:
     policy = walk_run / "policy.onnx"
@@ -133,6 +150,10 @@ def test_bad_input_gets_one_paragraph_and_exit_status_2(case: str, walk_run: Pat
         args, says = [str(policy), "--mjcf", str(tmp_path / "renamed.xml")], "has no joint named left_knee_joint"
     elif case == "seed":
         args, says = [str(policy), "--seed", "-1"], "seeds are whole numbers from 0"
+    elif case == "perturb_seed":
+        args, says = [str(policy), "--perturb", "-2"], "--perturb -2: seeds are whole numbers from 0"
+    elif case == "video_name":
+        args, says = [str(policy), "--video", str(tmp_path / "no" / "v.mp4")], "needs an .mp4 file name"
     elif case == "embedded_model_meshes_gone":  # a user's robot whose mesh files moved since the export
         import onnx
 
@@ -161,3 +182,73 @@ def test_the_worked_example_in_the_deploy_docs_runs_on_an_export(walk_run: Path)
     exec(match.group(1).replace('"policy.onnx"', repr(str(walk_run / "policy.onnx"))), scope)
     target = scope["target"]
     assert isinstance(target, np.ndarray) and target.shape == (29,) and np.isfinite(target).all()
+
+
+def test_perturb_draws_every_episode_anew_within_its_ranges_and_repeats_by_seed(walk_run: Path) -> None:
+    s2s = _sim2sim()
+    policy = s2s.Policy(walk_run / "policy.onnx")
+    robot = s2s.load_robot(policy, None)
+    m, a = robot.model, robot.actuators
+    nominal = {
+        "mass": m.body_mass.copy(),
+        "armature": m.dof_armature.copy(),
+        "frictionloss": m.dof_frictionloss.copy(),
+        "kp": m.actuator_gainprm[a, 0].copy(),
+    }
+    pert = s2s.Perturbation(robot, seed=5)
+
+    def drawn(episode: int) -> dict[str, np.ndarray]:
+        pert.apply(episode)
+        return {
+            "mass": m.body_mass.copy(),
+            "armature": m.dof_armature.copy(),
+            "frictionloss": m.dof_frictionloss.copy(),
+            "kp": m.actuator_gainprm[a, 0].copy(),
+            "kp_bias": -m.actuator_biasprm[a, 1].copy(),
+        }
+
+    first, second, again = drawn(0), drawn(1), drawn(0)
+    for k in first:
+        np.testing.assert_array_equal(first[k], again[k])  # the same seed and episode, the same robot
+    assert not np.array_equal(first["mass"], second["mass"])  # another episode, another robot
+    ranges = s2s.PERTURBATION
+    moved = nominal["mass"] > 0
+    ratio = first["mass"][moved] / nominal["mass"][moved]
+    assert ranges["body_mass"][1] <= ratio.min() and ratio.max() <= ranges["body_mass"][2]
+    assert len(set(np.round(ratio, 6))) > 10  # per body, not one factor for all
+    has = nominal["armature"] > 0
+    ratio = first["armature"][has] / nominal["armature"][has]
+    assert ranges["dof_armature"][1] <= ratio.min() and ratio.max() <= ranges["dof_armature"][2]
+    kp = first["kp"] / nominal["kp"]
+    assert ranges["kp"][1] <= kp.min() and kp.max() <= ranges["kp"][2]
+    np.testing.assert_allclose(first["kp_bias"], first["kp"])  # still a position servo
+    # The subtree masses follow: MuJoCo's total equals the bodies' sum.
+    assert m.body_subtreemass[0] == pytest.approx(first["mass"].sum())
+
+
+def test_perturbed_actions_reach_the_servos_one_control_step_late(walk_run: Path) -> None:
+    s2s = _sim2sim()
+    policy = s2s.Policy(walk_run / "policy.onnx")
+    robot = s2s.load_robot(policy, None)
+    late = s2s.VelocityEpisodes(policy, robot, latency_steps=1)
+    obs, _ = late.reset(np.random.default_rng(0))
+    sent: list[np.ndarray] = []
+    late._physics = lambda actions: sent.append(actions.copy())  # type: ignore[method-assign]
+    late.step(obs)
+    late.step(obs)
+    np.testing.assert_array_equal(sent[0], np.zeros(len(policy.action_joints)))  # the standing pose first
+    np.testing.assert_array_equal(sent[1], np.clip(policy(obs), -1.0, 1.0))  # then the first action
+
+
+def test_video_films_the_first_episodes_from_the_side(walk_run: Path, tmp_path: Path) -> None:
+    import imageio_ffmpeg
+
+    out = tmp_path / "sim2sim.mp4"
+    r = _run(str(walk_run / "policy.onnx"), "--episodes", "2", "--perturb", "0", "--video", str(out))
+    assert r.returncode == 0, r.stderr
+    assert f"video: {out} (2 episodes" in r.stdout and out.is_file()
+    frames, seconds = imageio_ffmpeg.count_frames_and_secs(str(out))
+    lengths = [int(x) for x in __import__("re").findall(r"episode +\d+: +(\d+) steps", r.stdout)]
+    # Every second 50 Hz step, each episode's start state included.
+    assert frames == sum(len(range(0, n + 1, 2)) for n in lengths) and seconds > 0
+    assert not list(tmp_path.glob("*.part.mp4"))

@@ -1,6 +1,7 @@
 """Play an exported unilab velocity policy in plain MuJoCo: no unilab, no torch.
 
-    python tools/sim2sim.py POLICY.onnx [--mjcf FILE] [--episodes N] [--seed S] [--json]
+    python tools/sim2sim.py POLICY.onnx [--mjcf FILE] [--perturb SEED] [--episodes N] [--seed S]
+                            [--video FILE.mp4] [--json]
 
 Needs only mujoco, numpy and onnxruntime. Everything else is read from the ONNX file's metadata
 (`unilab export` writes it; docs/deploy.md names every key): the observation layout, the joints in
@@ -12,6 +13,14 @@ it keeps its own actuators where they are position servos on those joints and ot
 policy's PD loop as position actuators, and it runs under the simulation options the policy was
 trained with. What differs between the two models (joint order, gains, armature, damping,
 friction) is printed; docs/deploy.md has the details and figures.
+
+With --perturb SEED each episode plays on the model with its physical parameters drawn anew
+around their values, as far as a real robot differs from its model (`PERTURBATION`: link masses,
+the base's centre of mass, joint armature, damping and friction loss, servo gains, floor friction)
+and the policy's action reaches the servos one control step late; the draws are numpy's, seeded by
+SEED and the episode. --video films the first episodes from a camera that follows the robot from
+its side (imageio-ffmpeg encodes; MuJoCo's offscreen renderer needs an OpenGL library, MUJOCO_GL
+picks it, EGL where unset).
 
 Per episode and in all it prints the length, how it ended (a fall or the time limit) and the
 command-tracking errors beside a robot standing still under the same commands, the figures
@@ -27,13 +36,20 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import mujoco
-import numpy as np
+# MuJoCo picks its OpenGL platform once, when first imported: EGL (it renders headless, on a
+# server as on a desktop) for --video, unless the user chose one. Without --video nothing renders
+# and no platform library need load.
+if "--video" in sys.argv[1:] or any(a.startswith("--video=") for a in sys.argv[1:]):
+    os.environ.setdefault("MUJOCO_GL", "egl")
+
+import mujoco  # noqa: E402
+import numpy as np  # noqa: E402
 
 OBS_TERMS = (
     "base_lin_vel",
@@ -359,6 +375,75 @@ def _compare(what: str, model: np.ndarray, trained: np.ndarray, names: list[str]
     return [f"{what}: differs on {int(diff.sum())} of {len(names)} joints: {shown}{more}"]
 
 
+# ---------------------------------------------------------------------------------- perturbation
+# What separates a G1 from its model, as ranges of the draws of --perturb: a factor (x) or an
+# offset (+) per body, joint or servo, drawn uniformly and independently. Masses within a tenth
+# (a robot's cables, battery and wear against the CAD masses), the pelvis's centre of mass within
+# 3 cm, the rotor inertias within 30 %, up to 0.3 N m s / rad of gearbox damping, dry friction from
+# half to one and a half of the model's, servo gains within 10 % (motor strength, temperature), a
+# floor from linoleum to rubber. Each lies inside what `task.domain_randomization` trains on by
+# default (docs/tasks.md), the latency included (a control step: its upper bound).
+PERTURBATION: dict[str, tuple[str, float, float]] = {
+    "body_mass": ("x", 0.9, 1.1),
+    "base_com": ("+", -0.03, 0.03),
+    "dof_armature": ("x", 0.7, 1.3),
+    "dof_damping": ("+", 0.0, 0.3),
+    "dof_frictionloss": ("x", 0.5, 1.5),
+    "kp": ("x", 0.9, 1.1),
+    "kd": ("x", 0.9, 1.1),
+    "floor_friction": ("=", 0.4, 1.0),
+}
+LATENCY_STEPS = 1  # control steps between an observation and its action reaching the servos
+
+
+class Perturbation:
+    """The model's parameters drawn anew per episode around their nominal values (--perturb)."""
+
+    def __init__(self, robot: Robot, seed: int) -> None:
+        m = robot.model
+        self.robot, self.seed = robot, seed
+        free = int(np.flatnonzero(m.jnt_type == mujoco.mjtJoint.mjJNT_FREE)[0])
+        self.base = int(m.jnt_bodyid[free])
+        self.floors = [g for g in range(m.ngeom) if m.geom_type[g] == mujoco.mjtGeom.mjGEOM_PLANE]
+        a = robot.actuators
+        self.nominal = {
+            "body_mass": m.body_mass.copy(),
+            "body_inertia": m.body_inertia.copy(),
+            "base_ipos": m.body_ipos[self.base].copy(),
+            "dof_armature": m.dof_armature.copy(),
+            "dof_damping": m.dof_damping.copy(),
+            "dof_frictionloss": m.dof_frictionloss.copy(),
+            "kp": m.actuator_gainprm[a, 0].copy(),
+            "kd": -m.actuator_biasprm[a, 2].copy(),
+            "floor_friction": m.geom_friction[self.floors, 0].copy(),
+        }
+
+    def apply(self, episode: int) -> dict[str, float]:
+        """Draw this episode's parameters into the model; returns a few figures of the draw."""
+        rng = np.random.default_rng([self.seed, episode, 1])
+        m, n, a = self.robot.model, self.nominal, self.robot.actuators
+
+        def draw(key: str, size: int) -> np.ndarray:
+            return rng.uniform(PERTURBATION[key][1], PERTURBATION[key][2], size)
+
+        mass_factor = draw("body_mass", m.nbody)
+        m.body_mass[:] = n["body_mass"] * mass_factor
+        m.body_inertia[:] = n["body_inertia"] * mass_factor[:, None]
+        m.body_ipos[self.base] = n["base_ipos"] + draw("base_com", 3)
+        m.dof_armature[:] = n["dof_armature"] * draw("dof_armature", m.nv)
+        m.dof_damping[:] = n["dof_damping"] + draw("dof_damping", m.nv)
+        m.dof_frictionloss[:] = n["dof_frictionloss"] * draw("dof_frictionloss", m.nv)
+        kp = n["kp"] * draw("kp", len(a))
+        m.actuator_gainprm[a, 0] = kp
+        m.actuator_biasprm[a, 1] = -kp
+        m.actuator_biasprm[a, 2] = -n["kd"] * draw("kd", len(a))
+        friction = draw("floor_friction", 1)[0]
+        m.geom_friction[self.floors, 0] = friction
+        # The subtree masses (read by MuJoCo's centre-of-mass sensors) follow the new masses.
+        mujoco.mj_setConst(m, mujoco.MjData(m))
+        return {"mass_kg": float(m.body_mass.sum()), "floor_friction": float(friction)}
+
+
 # ---------------------------------------------------------------------------------- episodes
 @dataclass
 class Episode:
@@ -372,9 +457,13 @@ class VelocityEpisodes:
     """g1_walk's episode, step by step as unilab's collector runs it: act, physics for one control
     period, terminations, commands and the gait clock, observation."""
 
-    def __init__(self, policy: Policy, robot: Robot) -> None:
+    def __init__(self, policy: Policy, robot: Robot, latency_steps: int = 0) -> None:
         self.p, self.r = policy, robot
+        self.latency_steps = latency_steps
         self.data = mujoco.MjData(robot.model)
+        self.film: list[np.ndarray] | None = None  # qpos per control step, while filming
+        # Actions on their way to the servos (--perturb's latency): the standing pose at first.
+        self.in_flight = [np.zeros(len(policy.action_joints)) for _ in range(latency_steps)]
         t = policy.task
         self.max_steps = max(1, round(float(t["episode_length_s"]) / policy.control_dt))
         self.resample_steps = 0 if t["resample_s"] == 0 else max(1, round(float(t["resample_s"]) / policy.control_dt))
@@ -409,12 +498,18 @@ class VelocityEpisodes:
         mujoco.mj_forward(m, d)
         cmd = self.draw_command(rng)
         self.phase, self.actions = 0.0, np.zeros(len(p.action_joints))
+        self.in_flight = [np.zeros(len(p.action_joints)) for _ in range(self.latency_steps)]
+        if self.film is not None:
+            self.film.append(d.qpos.copy())
         return self.observe(cmd), cmd
 
     def step(self, obs: np.ndarray) -> None:
         """The policy's action on `obs`, then one control period of physics."""
         self.actions = np.clip(self.p(obs), -1.0, 1.0)
-        self._physics(self.actions)
+        self.in_flight.append(self.actions)
+        self._physics(self.in_flight.pop(0))
+        if self.film is not None:
+            self.film.append(self.data.qpos.copy())
 
     def run(self, rng: np.random.Generator) -> Episode:
         p, r, d = self.p, self.r, self.data
@@ -486,6 +581,55 @@ class VelocityEpisodes:
         mujoco.mj_step(m, d, nstep=int(p.physics["decimation"]))
 
 
+# ---------------------------------------------------------------------------------- video
+VIDEO_SIZE = (640, 480)
+FILM_EPISODES = 4  # --video films the first episodes, one after the other
+
+
+def write_video(model: mujoco.MjModel, clips: list[list[np.ndarray]], control_dt: float, path: Path) -> int:
+    """Render each clip's qpos frames with a camera that follows the base from the robot's left
+    side, at no more than 30 frames a second, into an H.264 MP4. Returns the frames written."""
+    try:
+        import imageio_ffmpeg
+    except ImportError:
+        raise DeployError("--video needs imageio-ffmpeg, which is not installed", "bash tools/setup.sh video") from None
+    try:
+        renderer = mujoco.Renderer(model, VIDEO_SIZE[1], VIDEO_SIZE[0])
+    except Exception as e:  # no OpenGL: MuJoCo raises its own error types per backend
+        raise DeployError(
+            f"MuJoCo cannot render here (MUJOCO_GL={os.environ.get('MUJOCO_GL', 'unset')}): {str(e).splitlines()[0]}",
+            "install an OpenGL library (Debian: apt install libegl1 or libosmesa6) and set MUJOCO_GL=egl or osmesa",
+        ) from None
+    stride = max(1, math.ceil(1.0 / control_dt / 30.0 - 1e-9))
+    fps = 1.0 / (control_dt * stride)
+    cam = mujoco.MjvCamera()
+    cam.type = mujoco.mjtCamera.mjCAMERA_FREE
+    cam.distance, cam.elevation = 2.4, -10.0
+    data = mujoco.MjData(model)
+    free = int(np.flatnonzero(model.jnt_type == mujoco.mjtJoint.mjJNT_FREE)[0])
+    b = int(model.jnt_qposadr[free])
+    tmp = path.with_name(path.stem + ".part.mp4")  # ffmpeg takes the container from the suffix
+    writer = imageio_ffmpeg.write_frames(str(tmp), VIDEO_SIZE, fps=fps, macro_block_size=1, quality=7)
+    writer.send(None)
+    frames = 0
+    try:
+        for clip in clips:
+            for qpos in clip[::stride]:
+                data.qpos[:] = qpos
+                mujoco.mj_forward(model, data)
+                yaw = 2.0 * math.atan2(qpos[b + 6], qpos[b + 3])  # the base's heading
+                cam.lookat[:] = [qpos[b], qpos[b + 1], 0.75]
+                cam.azimuth = math.degrees(yaw) + 90.0  # look at its left side
+                renderer.update_scene(data, cam)
+                writer.send(renderer.render())
+                frames += 1
+    finally:
+        writer.close()
+        renderer.close()
+    os.replace(tmp, path)
+    return frames
+
+
 # ---------------------------------------------------------------------------------- report
 def summary(episodes: list[Episode]) -> dict[str, Any]:
     sums = sum((e.err_sums for e in episodes), np.zeros(4))
@@ -516,6 +660,14 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="with --mjcf: give the model's joints the trained armature, damping and friction loss",
     )
+    ap.add_argument(
+        "--perturb",
+        type=int,
+        metavar="SEED",
+        help="draw the model's masses, centre of mass, joint dynamics, servo gains and floor friction anew each "
+        "episode (seeded by SEED) and delay the actions one control step: what separates a robot from its model",
+    )
+    ap.add_argument("--video", type=Path, metavar="FILE.mp4", help=f"film the first {FILM_EPISODES} episodes")
     ap.add_argument("--json", action="store_true", help="one JSON object on stdout instead of the text")
     args = ap.parse_args(argv)
     try:
@@ -527,10 +679,27 @@ def main(argv: list[str] | None = None) -> int:
         robot = load_robot(policy, args.mjcf)
         if args.trained_joint_dynamics:
             robot.notes += use_trained_joint_dynamics(policy, robot)
-        runner = VelocityEpisodes(policy, robot)
-        episodes = []
+        if args.perturb is not None and args.perturb < 0:
+            raise DeployError(f"--perturb {args.perturb}: seeds are whole numbers from 0", "pass --perturb 0 or more")
+        if args.video is not None and (args.video.suffix != ".mp4" or not args.video.parent.is_dir()):
+            raise DeployError(
+                f"--video {args.video}: needs an .mp4 file name in an existing directory", "pass --video sim2sim.mp4"
+            )
+        perturbation = Perturbation(robot, args.perturb) if args.perturb is not None else None
+        if perturbation is not None:
+            robot.notes.append(
+                f"perturbed (--perturb {args.perturb}): every episode's masses, base centre of mass, joint dynamics, "
+                f"servo gains and floor friction drawn anew, actions {LATENCY_STEPS} control step late"
+            )
+        runner = VelocityEpisodes(policy, robot, LATENCY_STEPS if perturbation is not None else 0)
+        episodes, clips = [], []
         for i in range(args.episodes):
+            if perturbation is not None:
+                perturbation.apply(i)
+            runner.film = [] if args.video is not None and i < FILM_EPISODES else None
             episodes.append(runner.run(np.random.default_rng([args.seed, i])))
+            if runner.film is not None:
+                clips.append(runner.film)
             e = episodes[-1]
             if not args.json:
                 line = f"episode {i:3d}: {e.length:5d} steps ({e.length * policy.control_dt:5.2f} s), {e.ended:10s}"
@@ -541,6 +710,10 @@ def main(argv: list[str] | None = None) -> int:
                         f" |w_z - cmd| {err[1]:.3f} rad/s (standing {err[3]:.3f})"
                     )
                 print(line, flush=True)
+        if args.video is not None:
+            frames = write_video(robot.model, clips, policy.control_dt, args.video)
+            if not args.json:
+                print(f"video: {args.video} ({len(clips)} episodes, {frames} frames)", flush=True)
     except DeployError as e:
         print(f"sim2sim: error: {e}\n  fix: {e.fix}", file=sys.stderr)
         return 2

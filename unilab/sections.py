@@ -211,7 +211,9 @@ class G1TaskSpec(TaskSpecBase):
         "at 0.3 rad) or `knees_bent` (mjlab's G1 keyframe, knees at 0.669 rad, which mjlab, MuJoCo Playground "
         "and holosoma train their velocity tasks from).",
     )
-    observation_noise: bool = Field(False, description="Add uniform noise to observations.")
+    observation_noise: bool = Field(
+        False, description="Add uniform noise to the actor's observations (the critic's privileged terms stay exact)."
+    )
     privileged_observations: (
         Annotated[tuple[Annotated[str, Field(min_length=1, max_length=64)], ...], Strict(False)] | None
     ) = Field(
@@ -219,7 +221,8 @@ class G1TaskSpec(TaskSpecBase):
         description="Observation terms only the critic sees: the actor, and the policy `unilab export` writes, do "
         'without them (asymmetric actor-critic). `["base_lin_vel"]` trains a policy a real G1 can run: the robot '
         "measures its angular velocity, gravity direction and joints, not its base's linear velocity (docs/tasks.md). "
-        "Replay learners (SAC, TD3, FlashSAC); unset: actor and critic see the whole observation.",
+        "SAC, TD3 and FlashSAC, and PPO (rsl-rl-lib's `critic` observation group); unset: actor and critic see the "
+        "whole observation.",
     )
     domain_randomization: bool | DomainRandomization = Field(
         False,

@@ -73,6 +73,9 @@ class AlgoDef:
     policy: str = "unilab.algos.common:replay_policy"
     # Its distributional critic's support must contain 0 (its rewards are scaled into it).
     zero_centred_support: bool = False
+    # Its critic may read observation terms its actor does not (`task.privileged_observations`, an
+    # asymmetric actor-critic); None: where unilab's own replay learner learns (`actor_cols`).
+    asymmetric: bool | None = None
     rules: tuple[KeyRule, ...] = ()  # plan rules on its own keys
     ignored_keys: tuple[IgnoredKeys, ...] = ()  # keys it ignores in some configurations
     # What docs/spec.md says above its keys (None: its spec model's docstring after the `[algo] ...:` lead).
@@ -103,6 +106,14 @@ class AlgoDef:
     def follows_precision(self) -> bool:
         """Its update runs in the plan's learner precision (bfloat16 where the host has the units)."""
         return self.external_runner is None
+
+    @property
+    def takes_privileged_observations(self) -> bool:
+        """Its actor can do without the observation terms only its critic reads
+        (`task.privileged_observations`): unilab's replay learners, and whatever sets `asymmetric`."""
+        if self.asymmetric is not None:
+            return self.asymmetric
+        return self.external_runner is None and self.uses_replay
 
     def learner_class(self) -> Any:
         return _load(self.learner)

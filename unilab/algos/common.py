@@ -3,12 +3,15 @@ learner, and the deployable policy of a checkpoint (export and eval read it here
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 from torch import nn
 
+# The observation's columns an actor reads: in a module of their own, which PPO's policy loader
+# imports too (this one imports the registry, and so PPO's package).
+from unilab.algos.columns import actor_columns as actor_columns
+from unilab.algos.columns import policy_columns
 from unilab.algos.registry import algo_def
 from unilab.errors import UnilabError
 from unilab.learn.normalizer import ObsNormalizer
@@ -48,20 +51,6 @@ def make_learner(
             fix="subclass unilab.learn.replay_learner.ReplayLearner (docs/extending.md, 'Add an algorithm')",
         )
     return learner
-
-
-def actor_columns(task: Any, obs_terms: Sequence[tuple[str, int]]) -> list[int] | None:
-    """The columns of the observation (its terms' names and sizes, in order, as the collector
-    reports them) the actor reads: all but `task.privileged_observations`'; None when there are none."""
-    privileged = set(getattr(task, "privileged_observations", None) or ())
-    if not privileged:
-        return None
-    cols, start = [], 0
-    for name, dim in obs_terms:
-        if str(name) not in privileged:
-            cols.extend(range(start, start + int(dim)))
-        start += int(dim)
-    return cols
 
 
 class DeployPolicy(nn.Module):
@@ -105,21 +94,6 @@ def replay_policy(plan: Any, state: dict[str, Any]) -> tuple[nn.Module, int]:
         mean, inv_std = mean[cols], inv_std[cols]
     policy = DeployPolicy(learner.deterministic_actor(), mean, inv_std, clip).eval()
     return policy, learner.actor_obs_dim
-
-
-def policy_columns(plan: Any, state: dict[str, Any]) -> list[int] | None:
-    """The columns of the task's observation a run's deployed policy takes (None: all), from the
-    plan and the observation layout its checkpoint recorded."""
-    if not getattr(plan.task, "privileged_observations", None):
-        return None
-    terms = state.get("obs_terms") or []
-    if not terms:
-        raise UnilabError(
-            "the checkpoint does not record its observation layout, which a run with "
-            "task.privileged_observations needs to find the actor's columns",
-            fix="evaluate or export it with the unilab that wrote it",
-        )
-    return actor_columns(plan.task, [(str(n), int(d)) for n, d in terms])
 
 
 def planned_precision(plan: Plan) -> Precision:

@@ -59,6 +59,42 @@ class AveragedTracking(_E):
     steps: int = Field(description="Env steps counted: those with a full window.")
 
 
+class ClassTracking(_E):
+    """`CommandTracking`'s per-step figures over the steps whose command was of one class, with each
+    error's ratio to a standing robot's: under 1 the robot tracks better than standing still would."""
+
+    steps: int = Field(description="Env steps counted under a command of this class, all episodes together.")
+    lin_vel_xy_error: float = Field(description="Mean |cmd_xy - v_xy|, m/s.")
+    standing_lin_vel_xy_error: float = Field(description="Mean |cmd_xy|, m/s: a robot standing still.")
+    lin_vel_xy_ratio: float | None = Field(
+        description="lin_vel_xy_error / standing_lin_vel_xy_error; None where that is 0 (every command's xy zero)."
+    )
+    yaw_rate_error: float = Field(description="Mean |cmd_yaw - w_z|, rad/s.")
+    standing_yaw_rate_error: float = Field(description="Mean |cmd_yaw|, rad/s: a robot standing still.")
+    yaw_rate_ratio: float | None = Field(
+        description="yaw_rate_error / standing_yaw_rate_error; None where that is 0 (every command's yaw rate zero)."
+    )
+
+
+class CommandClasses(_E):
+    """The per-step tracking split by the class of the command in force at each step (commands are
+    resampled within episodes, so one episode may count into several). A command (vx, vy, yaw rate)
+    is classed linear first: where |vx| or |vy| exceeds 0.1 m/s it is forward (vx > 0) or backward
+    (vx < 0) when |vx| >= |vy|, else lateral, however fast it turns; otherwise it is turning where
+    |yaw rate| exceeds 0.1 rad/s, else standing (zero, or every component at most 0.1). A class no
+    step was commanded is None."""
+
+    forward: ClassTracking | None = None
+    backward: ClassTracking | None = None
+    lateral: ClassTracking | None = None
+    turning: ClassTracking | None = Field(None, description="Turning on the spot.")
+    standing: ClassTracking | None = Field(
+        None,
+        description="Standing still (task.commands.standing_share) or a command too small to class; a zero "
+        "command's ratios are None.",
+    )
+
+
 class CommandTracking(_E):
     """How closely the base followed its velocity command (g1_walk), averaged over every step the
     episodes played but each one's last (its world is reset by then); beside it the error a robot
@@ -75,6 +111,11 @@ class CommandTracking(_E):
     steps: int = Field(description="Env steps averaged over, all episodes together.")
     averaged: AveragedTracking | None = Field(
         None, description="Over a one-second window; None when no step had a whole window (episodes under 1 s)."
+    )
+    by_command: CommandClasses | None = Field(
+        None,
+        description="The same per-step figures by the class of the command at each step; every report unilab "
+        "writes has it (None only in one written before it was added).",
     )
 
 

@@ -23,7 +23,17 @@ from unilab.algos.common import policy_columns
 from unilab.collect.collector import SATURATED_ACTION
 from unilab.collect.curriculum import RewardCurriculum
 from unilab.errors import UnilabError
-from unilab.evaluate.models import AveragedTracking, CommandTracking, EvalReport, EvalVideo, Gait, Stat, VideoClip
+from unilab.evaluate.models import (
+    AveragedTracking,
+    ClassTracking,
+    CommandClasses,
+    CommandTracking,
+    EvalReport,
+    EvalVideo,
+    Gait,
+    Stat,
+    VideoClip,
+)
 from unilab.evaluate.status import StatusLine
 from unilab.evaluate.video_request import check_video_request
 from unilab.host.platform import require_runtime_platform
@@ -157,6 +167,63 @@ class _Episodes:
 
 AVERAGING_WINDOW_S = 1.0  # about one stride of a walking G1: its sway averages out
 
+# The classes of a velocity command, in the order of CommandClasses' fields; command_class returns
+# indices into this.
+COMMAND_CLASSES = ("forward", "backward", "lateral", "turning", "standing")
+FORWARD, BACKWARD, LATERAL, TURNING, STANDING = range(len(COMMAND_CLASSES))
+# m/s or rad/s: a command component at or below this asks for no motion along it. The standing
+# commands are exactly zero, but uniform draws land near zero too, and a robot asked for 0.05 m/s
+# has nothing visible to track.
+MOVING_COMMAND = 0.1
+
+
+def command_class(cmd: torch.Tensor) -> torch.Tensor:
+    """[k] int64 the class of each command of [k, 3] (vx, vy, yaw rate), an index into COMMAND_CLASSES.
+
+    Linear first: a command with |vx| or |vy| above MOVING_COMMAND is forward (vx > 0) or backward
+    (vx < 0) when |vx| >= |vy|, else lateral, however fast it also turns (walking while turning
+    is walking); one without is turning when |yaw rate| is above MOVING_COMMAND, else standing
+    (zero, or every component at most MOVING_COMMAND). Every command has exactly one class.
+    """
+    ax, ay, az = cmd.abs().unbind(dim=1)
+    linear = torch.where(ax >= ay, torch.where(cmd[:, 0] > 0, FORWARD, BACKWARD), LATERAL)
+    still = torch.where(az > MOVING_COMMAND, TURNING, STANDING)
+    return torch.where(torch.maximum(ax, ay) > MOVING_COMMAND, linear, still)
+
+
+def class_sums(cmd: torch.Tensor, vel: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The rows' errors (as _errors sums them) summed per command class, [classes, 4], and the rows
+    per class, [classes]."""
+    cls = command_class(cmd)
+    sums = torch.zeros(len(COMMAND_CLASSES), 4, dtype=torch.float64)
+    sums.index_add_(0, cls, _row_errors(cmd, vel).double())
+    return sums, torch.bincount(cls, minlength=len(COMMAND_CLASSES))
+
+
+def _ratio(error: float, standing: float) -> float | None:
+    return error / standing if standing > 0 else None
+
+
+def by_command_class(sums: torch.Tensor, steps: torch.Tensor) -> CommandClasses:
+    """Per class the mean errors of ``sums`` ([classes, 4], as class_sums adds them) over its
+    ``steps``; a class without steps is None."""
+    classes: dict[str, ClassTracking | None] = {}
+    for name, row, n in zip(COMMAND_CLASSES, sums.tolist(), steps.tolist(), strict=True):
+        if not n:
+            classes[name] = None
+            continue
+        lin, yaw, standing_lin, standing_yaw = (v / n for v in row)
+        classes[name] = ClassTracking(
+            steps=n,
+            lin_vel_xy_error=lin,
+            standing_lin_vel_xy_error=standing_lin,
+            lin_vel_xy_ratio=_ratio(lin, standing_lin),
+            yaw_rate_error=yaw,
+            standing_yaw_rate_error=standing_yaw,
+            yaw_rate_ratio=_ratio(yaw, standing_yaw),
+        )
+    return CommandClasses.model_validate(classes)
+
 
 class _TrackingSums:
     """Sums over the counted steps of the command-tracking errors and of a standing robot's, per
@@ -165,6 +232,8 @@ class _TrackingSums:
     def __init__(self, control_dt: float) -> None:
         self.sums = torch.zeros(4, dtype=torch.float64)
         self.steps = 0
+        self.class_sums = torch.zeros(len(COMMAND_CLASSES), 4, dtype=torch.float64)
+        self.class_steps = torch.zeros(len(COMMAND_CLASSES), dtype=torch.int64)
         self.control_dt = control_dt
         self.window = max(1, round(AVERAGING_WINDOW_S / control_dt))
         self.averaged_sums = torch.zeros(4, dtype=torch.float64)
@@ -176,14 +245,21 @@ class _TrackingSums:
         self._run = torch.zeros(0, dtype=torch.int64)
         self._last_cmd = torch.zeros(0)
         self._slot = 0
+        self._command: torch.Tensor | None = None
+
+    def before_step(self, c: Collector) -> None:
+        """Keep the command the coming step runs under. The task draws a resampled command after the
+        step's reward, for the next step: read after the step, it would be paired with a velocity
+        reached under the one before (and the step counted into that command's class)."""
+        command = c.task.commanded_velocity(c.num_envs)
+        self._command = None if command is None else command.to(torch.float64, copy=True)
 
     def add(self, c: Collector, counted: torch.Tensor) -> None:
-        task = c.task
-        command = task.commanded_velocity(c.num_envs)
-        if command is None:
+        """This step's end state against the command it ran under (before_step's)."""
+        cmd_all = self._command
+        if cmd_all is None:
             return
-        cmd_all = command.double()
-        g1 = as_g1_task(task)
+        g1 = as_g1_task(c.task)
         vel = torch.cat([g1.base_lin_vel_b[:, :2], g1.base_yaw_rate.unsqueeze(1)], dim=1).double()
         self._average(cmd_all, vel, counted)
         if not bool(counted.any()):
@@ -192,6 +268,9 @@ class _TrackingSums:
         cmd, v = cmd_all[rows], vel[rows]
         self.sums += _errors(cmd, v)
         self.steps += len(rows)
+        sums, steps = class_sums(cmd, v)
+        self.class_sums += sums
+        self.class_steps += steps
 
     def _average(self, cmd: torch.Tensor, vel: torch.Tensor, counted: torch.Tensor) -> None:
         if self._ring is None:
@@ -235,18 +314,25 @@ class _TrackingSums:
             standing_yaw_rate_error=m[3],
             steps=self.steps,
             averaged=averaged,
+            by_command=by_command_class(self.class_sums, self.class_steps),
         )
 
 
 def _errors(cmd: torch.Tensor, vel: torch.Tensor) -> torch.Tensor:
     """[4] summed |cmd_xy - v_xy|, |cmd_yaw - w_z|, |cmd_xy|, |cmd_yaw| over the rows."""
+    return _row_errors(cmd, vel).sum(dim=0)
+
+
+def _row_errors(cmd: torch.Tensor, vel: torch.Tensor) -> torch.Tensor:
+    """[k, 4] |cmd_xy - v_xy|, |cmd_yaw - w_z|, |cmd_xy|, |cmd_yaw| per row."""
     return torch.stack(
         [
-            (cmd[:, :2] - vel[:, :2]).norm(dim=1).sum(),
-            (cmd[:, 2] - vel[:, 2]).abs().sum(),
-            cmd[:, :2].norm(dim=1).sum(),
-            cmd[:, 2].abs().sum(),
-        ]
+            (cmd[:, :2] - vel[:, :2]).norm(dim=1),
+            (cmd[:, 2] - vel[:, 2]).abs(),
+            cmd[:, :2].norm(dim=1),
+            cmd[:, 2].abs(),
+        ],
+        dim=1,
     )
 
 
@@ -363,6 +449,7 @@ def _play(
         while bool(live.any()) and steps <= max_steps:
             with torch.no_grad():
                 actions = policy(obs)
+            tracking.before_step(c)
             obs, reward, terminated, truncated = c.step(actions)
             steps += 1
             # A flagged world's reward is zeroed and its terms may be NaN: neither counts.
@@ -628,6 +715,8 @@ def render(report: EvalReport) -> str:
                 f"{a.lin_vel_xy_error:.3f} m/s, {a.yaw_rate_error:.3f} rad/s; standing still "
                 f"{a.standing_lin_vel_xy_error:.3f} m/s, {a.standing_yaw_rate_error:.3f} rad/s",
             ]
+        if (by := t.by_command) is not None:
+            lines += _class_table(t, by)
     if (g := report.gait) is not None:
         width = f", stance width {g.stance_width:.3f} m" if g.stance_width is not None else ""
         lines += [
@@ -647,6 +736,47 @@ def render(report: EvalReport) -> str:
         lines.append("  reward terms, mean sum per episode:")
         lines += [f"    {k:<{width}}  {v:10.3f}" for k, v in report.reward_terms.items()]
     return "\n".join(lines)
+
+
+def _class_table(t: CommandTracking, by: CommandClasses) -> list[str]:
+    """The per-step tracking by command class, then over all steps, with each error's ratio to
+    standing still's: a policy can walk forward well and ignore turns, which the totals blur."""
+
+    def ratio(error: float, still: float) -> str:
+        r = _ratio(error, still)
+        return f"{r:.2f}x" if r is not None else "-"
+
+    def row(*cells: str) -> str:
+        widths = (-9, 9, 12, 7, 7, 11, 7, 7)  # negative: left-aligned; a class without steps has 2 cells
+        return "             " + "  ".join(
+            f"{c:<{-w}}" if w < 0 else f"{c:>{w}}" for c, w in zip(cells, widths, strict=False)
+        )
+
+    def figures(name: str, c: ClassTracking | CommandTracking | None) -> str:
+        if c is None:
+            return row(name, "0")
+        lin, still_lin = c.lin_vel_xy_error, c.standing_lin_vel_xy_error
+        yaw, still_yaw = c.yaw_rate_error, c.standing_yaw_rate_error
+        return row(
+            name,
+            f"{c.steps:,}",
+            f"{lin:.3f}",
+            f"{still_lin:.3f}",
+            ratio(lin, still_lin),
+            f"{yaw:.3f}",
+            f"{still_yaw:.3f}",
+            ratio(yaw, still_yaw),
+        )
+
+    return [
+        f"           by the command at each step: forward, backward or lateral by the larger of |vx|, |vy| "
+        f"over {MOVING_COMMAND} m/s,",
+        f"           else turning over {MOVING_COMMAND} rad/s, else standing (still: a robot standing still's "
+        "error; ratio: error / still)",
+        row("command", "steps", "|v_xy - cmd|", "still", "ratio", "|w_z - cmd|", "still", "ratio"),
+        *(figures(name, getattr(by, name)) for name in COMMAND_CLASSES),
+        figures("all", t),
+    ]
 
 
 def report_json(report: EvalReport) -> str:

@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 
+from unilab.algos.columns import actor_columns
 from unilab.algos.ppo.runner import RankSyncedMLPModel, UnilabOnPolicyRunner
 from unilab.algos.registry import algo_def
 from unilab.collect import channel as ch
@@ -115,6 +116,9 @@ class OnPolicyRank(RankLoop):
             p.task.max_episode_steps,
             in_rollout_stop,
             cfg={"task": p.task.name, "num_envs": hello.num_envs},
+            # The actor's columns where the critic keeps privileged observations: the runner's
+            # actor reads the "policy" group, its critic the whole observation ("critic").
+            actor_cols=actor_columns(p.task, hello.obs_terms),
         )
         self.env = env
         # Same initial weights on every rank (rank 0's are broadcast anyway).

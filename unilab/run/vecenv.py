@@ -1,8 +1,11 @@
 """rsl-rl's `VecEnv` over a rank's collector channel, so rsl-rl's on-policy runner steps unilab's
 collector process exactly as the off-policy loop does: one sync per `step` (K = 1).
 
-- Observations come back as a TensorDict with one group, "policy"; the actor and the critic both
-  read it (the runner's `obs_groups`).
+- Observations come back as a TensorDict: the group "policy" holds the actor's columns, all of the
+  observation unless the task keeps privileged observations for the critic
+  (`task.privileged_observations`, `actor_cols`); then the group "critic" holds the whole
+  observation. The runner's `obs_groups` (`unilab.algos.ppo.runner.obs_groups`) give the actor
+  "policy" and the critic "critic" where it exists, "policy" otherwise.
 - Actions: rsl-rl's Gaussian policy samples unbounded actions. They are clipped to [-1, 1] (the
   collector's normalized action range) before they reach the collector; PPO keeps the unclipped
   sample for its log-probabilities, the usual treatment of a clipped Gaussian.
@@ -19,13 +22,14 @@ collector process exactly as the off-policy loop does: one sync per `step` (K = 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 from rsl_rl.env import VecEnv
 from tensordict import TensorDict
 
+from unilab.algos.ppo.runner import CRITIC_GROUP, POLICY_GROUP
 from unilab.collect import channel as ch
 from unilab.collect.collector_client import CollectorClient
 
@@ -42,10 +46,12 @@ class CollectorVecEnv(VecEnv):
         max_episode_length: int,
         should_stop: Callable[[], bool],
         cfg: dict[str, Any] | None = None,
+        actor_cols: Sequence[int] | None = None,
     ) -> None:
         """`collector` must already have published its first observation (the caller waited for
         it). `should_stop` is polled while waiting for each step; when it turns true `step` raises
-        `RolloutStopped`."""
+        `RolloutStopped`. `actor_cols`: the observation's columns the actor reads
+        (`unilab.algos.columns.actor_columns`; None: all, and no "critic" group)."""
         self.collector, self.bufs = collector, hello.buffers
         self.num_envs = hello.num_envs
         self.num_actions = hello.act_dim
@@ -58,10 +64,19 @@ class CollectorVecEnv(VecEnv):
         self.t = 0  # syncs this session: the collector's obs slot index
         self.wait_s = 0.0
         self.transitions_nonfinite = 0
+        self.actor_cols = (
+            torch.tensor(list(actor_cols), dtype=torch.long, device=self.bufs.obs.device)
+            if actor_cols is not None
+            else None
+        )
 
     def _obs(self) -> TensorDict:
-        # A copy: the slot is rewritten two syncs later, after rsl-rl may still hold this TensorDict.
-        return TensorDict({"policy": self.bufs.obs[self.t % 2].clone()}, batch_size=[self.num_envs])
+        # Copies: the slot is rewritten two syncs later, after rsl-rl may still hold this TensorDict.
+        obs = self.bufs.obs[self.t % 2]
+        if self.actor_cols is None:
+            return TensorDict({POLICY_GROUP: obs.clone()}, batch_size=[self.num_envs])
+        groups = {POLICY_GROUP: obs.index_select(1, self.actor_cols), CRITIC_GROUP: obs.clone()}
+        return TensorDict(groups, batch_size=[self.num_envs])
 
     def get_observations(self) -> TensorDict:
         return self._obs()

@@ -38,6 +38,7 @@ PPO = AlgoDef(
     state_key="ppo",
     actor_key="actor_state_dict",
     policy="unilab.algos.ppo.deploy:ppo_policy",
+    asymmetric=True,  # rsl-rl's observation groups: "policy" for the actor, "critic" for the critic
     rules=(
         KeyRule(
             "algo.ppo-minibatches",
@@ -55,5 +56,9 @@ PPO = AlgoDef(
         ),
     ),
     doc_note="PPO through rsl-rl-lib. Off-policy keys (e.g. `batch_size`) are refused by rule "
-    "`algo.ppo-offpolicy-keys`.",
+    "`algo.ppo-offpolicy-keys`. With `task.privileged_observations` PPO trains an asymmetric actor-critic "
+    "as SAC, TD3 and FlashSAC do: rsl-rl-lib's actor reads the observation group `policy` (every "
+    "observation column but the privileged terms'), its critic the group `critic` (the whole observation), "
+    "each through its own observation normalizer (`normalize_observations`); the policy `unilab export` "
+    "writes takes the actor's columns alone, and its `unilab.observation_layout` names only their terms.",
 )

@@ -20,16 +20,21 @@ class PpoDeployPolicy(nn.Module):
 
 
 def ppo_policy(plan: Any, state: dict[str, Any]) -> tuple[nn.Module, int]:
-    """A PPO checkpoint's state -> its deployable policy and observation size."""
+    """A PPO checkpoint's state -> its deployable policy and the size of the observation it takes:
+    the actor's columns alone (its "policy" group) where the task kept privileged observations for
+    the critic (`unilab.algos.columns.policy_columns` says which)."""
     from rsl_rl.models import MLPModel
     from tensordict import TensorDict
 
-    from unilab.algos.ppo.runner import train_cfg
+    from unilab.algos.columns import policy_columns
+    from unilab.algos.ppo.runner import POLICY_GROUP, obs_groups, train_cfg
 
     obs_dim, act_dim = int(state["obs_dim"]), int(state["act_dim"])
+    cols = policy_columns(plan, state)
+    actor_dim = len(cols) if cols is not None else obs_dim
     cfg = dict(train_cfg(plan.algo)["actor"])  # type: ignore[arg-type]
     cfg.pop("class_name")  # the run's class adds rank syncing to MLPModel, not parameters
-    obs = TensorDict({"policy": torch.zeros(1, obs_dim)}, batch_size=[1])
-    actor = MLPModel(obs, {"actor": ["policy"], "critic": ["policy"]}, "actor", act_dim, **cfg)
+    obs = TensorDict({POLICY_GROUP: torch.zeros(1, actor_dim)}, batch_size=[1])
+    actor = MLPModel(obs, obs_groups(), "actor", act_dim, **cfg)
     actor.load_state_dict(state["ppo"]["actor_state_dict"])
-    return PpoDeployPolicy(actor.as_onnx(verbose=False).eval()).eval(), obs_dim
+    return PpoDeployPolicy(actor.as_onnx(verbose=False).eval()).eval(), actor_dim

@@ -11,6 +11,12 @@ rsl-rl's train cfg.
   5.5 the empirical normalizer all-reduces each batch's count, mean and variance across ranks
   itself, so the replicas' normalizers stay identical; gathering the rollouts first, as unilab
   did, counted every sample once per rank.
+
+Observation groups (rsl-rl's `obs_groups`): the environment (`unilab.run.vecenv.CollectorVecEnv`)
+gives the actor's columns as the group "policy"; where the task keeps privileged observations for
+the critic (`task.privileged_observations`) it gives the whole observation as the group "critic"
+too, and the critic reads that (an asymmetric actor-critic). Each model normalizes its own group
+(its own `EmpiricalNormalization`), so the actor's normalizer is the width of the actor's columns.
 """
 
 from __future__ import annotations
@@ -84,8 +90,10 @@ class UnilabOnPolicyRunner(OnPolicyRunner):
 
     @classmethod
     def for_plan(cls, env: Any, algo: Any, device: str) -> UnilabOnPolicyRunner:
-        """The runner of a plan's `[algo]` (this package's `PpoSpec`) over ``env``."""
-        return cls(env, train_cfg(cast("PpoSpec", algo)), device)
+        """The runner of a plan's `[algo]` (this package's `PpoSpec`) over ``env``; its critic reads
+        the env's "critic" group where the env gives one (privileged observations), else "policy"."""
+        asymmetric = CRITIC_GROUP in env.get_observations().keys()
+        return cls(env, train_cfg(cast("PpoSpec", algo), asymmetric=asymmetric), device)
 
     def _configure_multi_gpu(self) -> None:
         """Use the process group unilab initialised, on whatever device this rank's plan chose."""
@@ -122,14 +130,26 @@ class UnilabOnPolicyRunner(OnPolicyRunner):
         return self.alg.last_losses
 
 
-def train_cfg(algo: PpoSpec) -> dict[str, Any]:
-    """rsl-rl's train cfg from the plan's `[algo]` (rsl-rl 5.x layout)."""
+# The environment's observation groups: the actor's columns, and (privileged observations only)
+# the whole observation for the critic.
+POLICY_GROUP, CRITIC_GROUP = "policy", "critic"
+
+
+def obs_groups(asymmetric: bool = False) -> dict[str, list[str]]:
+    """rsl-rl's `obs_groups`: which of the env's groups each model reads. ``asymmetric``: the
+    critic reads the "critic" group (the whole observation), the actor "policy" (its columns)."""
+    return {"actor": [POLICY_GROUP], "critic": [CRITIC_GROUP if asymmetric else POLICY_GROUP]}
+
+
+def train_cfg(algo: PpoSpec, asymmetric: bool = False) -> dict[str, Any]:
+    """rsl-rl's train cfg from the plan's `[algo]` (rsl-rl 5.x layout); ``asymmetric``: the
+    critic reads its own observation group (`obs_groups`)."""
     dims = list(algo.hidden_dims)
     return {
         "num_steps_per_env": algo.num_steps_per_env,
         "save_interval": 1 << 30,  # no log_dir: rsl-rl never saves; unilab checkpoints
         "check_for_nan": True,
-        "obs_groups": {"actor": ["policy"], "critic": ["policy"]},
+        "obs_groups": obs_groups(asymmetric),
         "actor": {
             "class_name": RankSyncedMLPModel,
             "hidden_dims": dims,

@@ -112,7 +112,8 @@ def task_reward_curriculum(r: Rule, ctx: Context) -> list[Diagnostic]:
     "task.privileged-observations",
     "task.privileged_observations",
     "Each name in task.privileged_observations is one of the task's observation terms, the actor keeps at least "
-    "one, and the algorithm is one of unilab's own replay learners (their actor and critic take separate inputs).",
+    "one, and the algorithm's actor and critic take separate inputs (SAC, TD3, FlashSAC: the actor's columns of "
+    "one observation; PPO: rsl-rl-lib's observation groups, `policy` for the actor, `critic` for the critic).",
 )
 def task_privileged_observations(r: Rule, ctx: Context) -> list[Diagnostic]:
     t = ctx.spec.task
@@ -132,12 +133,13 @@ def task_privileged_observations(r: Rule, ctx: Context) -> list[Diagnostic]:
     if not out and set(terms) <= set(asked):
         out.append(r.diag("every observation term is privileged: the actor would see nothing", "leave the actor one"))
     d = algo_def(ctx.spec.algo)
-    if d.external_runner is not None or not d.uses_replay:
+    if not d.takes_privileged_observations:
+        able = [n for n in names() if ALGOS[n].takes_privileged_observations]
         out.append(
             r.diag(
                 f"{d.title} runs through {d.external_runner or 'its own runner'}, whose actor and critic see the "
                 "same observation here",
-                f"use a replay learner (algo.name: {', '.join(names('offpolicy'))}), or leave "
+                f"use an algorithm whose critic takes its own inputs (algo.name: {', '.join(able)}), or leave "
                 "task.privileged_observations unset",
             )
         )
