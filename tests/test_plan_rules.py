@@ -527,6 +527,15 @@ CASES = [
         "g1_walk has no observation term 'base_lin_vl'",
         fix="use its terms: base_lin_vel",
     ),
+    Case("task.mirror-augmentation", "cpu_laptop", {"algo__mirror_augmentation": True}, False),
+    Case(
+        "task.mirror-augmentation",
+        "cpu_laptop",
+        {"task__name": "g1_motion_tracking", "task__motion": "builtin:g1_squat", "algo__mirror_augmentation": True},
+        True,
+        "G1 motion tracking declares no left-right mirror",
+        "set algo.mirror_augmentation = false, or train a task that has one (g1_walk)",
+    ),
     Case(
         "task.push-interval",
         "cpu_laptop",

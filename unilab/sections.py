@@ -291,6 +291,12 @@ class ReplayAlgoSpec(AlgoSpecBase):
     warmup_env_steps: Annotated[int, Field(ge=0, le=MAX_COUNT)] = Field(
         5_000, description="Env steps with uniform random actions before learning starts."
     )
+    mirror_augmentation: bool = Field(
+        False,
+        description="Half of each batch is sampled, the other half is its left-right mirror image (the task's "
+        "reflection of observations and actions, same rewards), so a gait learned on one side is learned on the "
+        "other at no extra update cost (holosoma's FastSAC G1 does so). The task must declare a mirror (g1_walk).",
+    )
     actor_lr: Rate = Field(3e-4, description="Actor learning rate.")
     critic_lr: Rate = Field(3e-4, description="Critic learning rate.")
     tau: Annotated[float, Field(gt=0, le=1)] = Field(0.005, description="Polyak averaging rate of target critics.")

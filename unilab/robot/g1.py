@@ -227,3 +227,19 @@ JOINT_RANGE: Final[dict[str, tuple[float, float]]] = {
 def default_pose_vector(pose: str = "home") -> tuple[float, ...]:
     """The named pose of POSES (DEFAULT_POSE for "home") in JOINT_NAMES order."""
     return tuple(POSES[pose][name] for name in JOINT_NAMES)
+
+
+def mirror_joint(name: str) -> tuple[str, float]:
+    """The joint's left-right mirror image: its partner on the other side (the waist's joints are
+    their own) and the sign its angle takes there. Reflected through the robot's sagittal plane, a
+    roll or yaw angle changes sign and a pitch angle does not (the G1's left and right joints share
+    their axes' directions)."""
+    if name not in JOINT_NAMES:
+        raise ValueError(f"{name!r} is not a G1 joint")
+    if name.startswith("left_"):
+        partner = "right_" + name[len("left_") :]
+    elif name.startswith("right_"):
+        partner = "left_" + name[len("right_") :]
+    else:
+        partner = name
+    return partner, (-1.0 if ("_roll_" in name or "_yaw_" in name) else 1.0)

@@ -27,6 +27,7 @@ from unilab.dist import param_digest
 from unilab.errors import UnilabError
 from unilab.learn.critic_bias import StartValueBias
 from unilab.learn.graph import DP_WARMUP, LearnerGraph
+from unilab.learn.mirror import BatchMirror
 from unilab.learn.normalizer import ObsNormalizer
 from unilab.learn.replay import ReplayBuffer
 from unilab.plan.models import Plan
@@ -35,6 +36,7 @@ from unilab.run.cpu_tuning import keep_freed_memory
 from unilab.run.init_state import loading_init
 from unilab.run.rank_loop import RankLoop
 from unilab.sections import ReplayAlgoSpec
+from unilab.tasks.registry import task_def
 
 
 class LearnerThreads:
@@ -118,6 +120,11 @@ class OffPolicyRank(RankLoop):
                 if algo.normalize_observations:
                     normalizer.load_state_dict(self.init_state["normalizer"])
         self.learner, self.normalizer = learner, normalizer
+        self.mirror = (
+            BatchMirror(task_def(p.task).mirror(p.task, hello.obs_terms), self.device)
+            if algo.mirror_augmentation
+            else None
+        )
         update = learner.update
         if self.dp is not None:
             update = self.dp.attach(learner)
@@ -171,7 +178,11 @@ class OffPolicyRank(RankLoop):
                 if self.threads.shared:
                     self.threads.set(self.collector.obs_ready(), prog)
                 t0 = time.perf_counter()
-                batch = self.replay.sample(algo.batch_size, self.gen)
+                if self.mirror is None:
+                    batch = self.replay.sample(algo.batch_size, self.gen)
+                else:
+                    half = self.replay.sample(BatchMirror.sampled(algo.batch_size), self.gen)
+                    batch = self.mirror.augment(half, algo.batch_size)
                 if algo.normalize_observations:
                     batch = batch.normalized(normalizer)
                 t1 = time.perf_counter()

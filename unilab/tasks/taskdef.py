@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from unilab.sections import G1TaskSpec, TaskSpecBase
 from unilab.tasks.declarations import TermDecl
+from unilab.tasks.mirror import Mirror, TermMirror, compose
 
 if TYPE_CHECKING:
     from unilab.robot.model import RobotLayout
@@ -72,6 +73,9 @@ class TaskDef:
     # Keys its plan's `[task]` takes beyond the spec's and what the plan resolves, as pydantic's
     # create_model takes them (name -> (type, Field)): e.g. keys older plans wrote, still read.
     plan_fields: Mapping[str, Any] = field(default_factory=dict)
+    # Its left-right mirror (unilab.tasks.mirror): each observation term's and the actions', for a
+    # spec; None: the task has none (`algo.mirror_augmentation` is refused).
+    mirror_terms: Callable[[Any], tuple[Mapping[str, TermMirror], TermMirror]] | None = None
 
     def __post_init__(self) -> None:
         if self.robot and not issubclass(self.spec, G1TaskSpec):
@@ -102,6 +106,21 @@ class TaskDef:
             elif env_steps > start:
                 weights[name] = before + (change.weight - before) * (env_steps - start) / (end - start)
         return weights
+
+    def unmirrored_observations(self, spec: Any) -> list[str]:
+        """The spec's observation terms without a mirror (all of them where the task has none)."""
+        if self.mirror_terms is None:
+            return list(self.observations(spec))
+        terms, _ = self.mirror_terms(spec)
+        return [n for n in self.observations(spec) if n not in terms]
+
+    def mirror(self, spec: Any, obs_terms: list[tuple[str, int]]) -> Mirror:
+        """The mirror over the observation as the collector lays it out (``obs_terms``: each
+        term's name and width, in order)."""
+        if self.mirror_terms is None:
+            raise ValueError(f"{self.name} declares no left-right mirror")
+        terms, actions = self.mirror_terms(spec)
+        return compose(obs_terms, terms, actions)
 
     def builder(self) -> BuildTask:
         return _load(self.runtime)  # type: ignore[no-any-return]

@@ -10,7 +10,7 @@ from unilab.errors import Diagnostic, UnilabError
 from unilab.plan.context import Context
 from unilab.plan.rules.registry import Rule, rule
 from unilab.sections import ReplayAlgoSpec
-from unilab.tasks.registry import robot_spec, task_def
+from unilab.tasks.registry import TASKS, robot_spec, task_def
 from unilab.tasks.timing import control_dt, nearest_whole_step_seconds, seconds_text, whole_steps
 
 
@@ -144,6 +144,36 @@ def task_privileged_observations(r: Rule, ctx: Context) -> list[Diagnostic]:
             )
         )
     return out
+
+
+@rule(
+    "task.mirror-augmentation",
+    "algo.mirror_augmentation",
+    "Mirror augmentation needs the task's left-right mirror of every observation term it observes and of its "
+    "actions (g1_walk declares one).",
+)
+def task_mirror_augmentation(r: Rule, ctx: Context) -> list[Diagnostic]:
+    algo, t = ctx.spec.algo, ctx.spec.task
+    if not (isinstance(algo, ReplayAlgoSpec) and algo.mirror_augmentation):
+        return []
+    d = task_def(t)
+    if d.mirror_terms is None:
+        able = [n for n, td in TASKS.items() if td.mirror_terms is not None]
+        return [
+            r.diag(
+                f"{d.title} declares no left-right mirror of its observations and actions",
+                f"set algo.mirror_augmentation = false, or train a task that has one ({', '.join(able)})",
+            )
+        ]
+    missing = d.unmirrored_observations(t)
+    if missing:
+        return [
+            r.diag(
+                f"{d.title}'s observation terms {', '.join(missing)} have no mirror",
+                "set algo.mirror_augmentation = false, or declare their mirror in the task's mirror_terms",
+            )
+        ]
+    return []
 
 
 @rule(

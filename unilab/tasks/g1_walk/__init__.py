@@ -3,9 +3,10 @@ inventory the planner reads, torch-free; the runtime task is `task.py`."""
 
 from __future__ import annotations
 
-from unilab.robot.g1 import LEG_AND_WAIST_YAW_JOINTS, LEG_JOINTS
+from unilab.robot.g1 import JOINT_NAMES, LEG_AND_WAIST_YAW_JOINTS, LEG_JOINTS, mirror_joint
 from unilab.tasks.declarations import TermDecl, g1_shared_tail
 from unilab.tasks.g1_walk.spec import G1WalkSpec
+from unilab.tasks.mirror import TermMirror, joints_mirror
 from unilab.tasks.taskdef import TaskDef
 
 # The runtime task (task.py) builds exactly these terms, in this order, for a given task spec;
@@ -87,6 +88,26 @@ def action_joints(task: G1WalkSpec) -> tuple[str, ...] | None:
     return _ACTION_JOINTS[task.actions]
 
 
+def mirror_terms(task: G1WalkSpec) -> tuple[dict[str, TermMirror], TermMirror]:
+    """The walk reflected through the robot's sagittal plane (y -> -y in the base frame): a
+    velocity's y flips, an angular velocity's x and z (a pseudovector), the command's lateral speed
+    and yaw rate, the joints swap sides (`unilab.robot.g1.mirror_joint`), and the gait clock moves
+    half a stride, since the right foot runs half a stride behind the left."""
+    joints = joints_mirror(JOINT_NAMES, mirror_joint)
+    actions = joints_mirror(action_joints(task) or JOINT_NAMES, mirror_joint)
+    terms = {
+        "base_lin_vel": TermMirror.signs(1, -1, 1),
+        "base_ang_vel": TermMirror.signs(-1, 1, -1),
+        "projected_gravity": TermMirror.signs(1, -1, 1),
+        "velocity_command": TermMirror.signs(1, -1, -1),
+        "gait_phase": TermMirror.signs(-1, -1),  # (sin, cos) of the phase plus half a turn
+        "joint_pos_rel": joints,
+        "joint_vel_rel": joints,
+        "last_action": actions,
+    }
+    return terms, actions
+
+
 G1_WALK = TaskDef(
     name="g1_walk",
     title="G1 velocity tracking",
@@ -97,4 +118,5 @@ G1_WALK = TaskDef(
     terms=terms,
     action_joints=action_joints,
     deployment="unilab.tasks.g1_walk.task:deployment_metadata",
+    mirror_terms=mirror_terms,
 )
