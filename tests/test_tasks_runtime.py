@@ -223,6 +223,29 @@ def test_walk_gait_clock_cycles_per_stride_and_restarts_at_reset(robot: tuple[st
         assert task.gait_phase[0] == 0 and torch.equal(task.gait_phase[1:], before[1:])
 
 
+@pytest.mark.parametrize("gate", ["command", "progress"])
+def test_walk_gait_terms_pay_stepping_in_place_only_without_the_progress_gate(
+    robot: tuple[str, RobotLayout], gate: str
+) -> None:
+    """`task.gait_reward_gate = "progress"`: the gait terms pay a foot that follows the clock only
+    while the base moves toward its command (a quarter of it at least); stepping in place earns
+    what the default gate pays it only under `command`."""
+    for walk in _collector(robot, name="g1_walk", gait_period_s=0.8, gait_reward_gate=gate):
+        walk.reset_all()
+        task = walk.task
+        task.hold_velocity_command([0.8, 0.0, 0.0])
+        q, v = task.state.qpos.clone(), task.state.qvel.clone()
+        q[:, task._base_quat] = torch.tensor([1.0, 0.0, 0.0, 0.0])  # facing +x: world and body frame agree
+        b = task._base_lin.start
+        # World 0 stands; world 1 moves forward at half its command; world 2 backward; world 3 sideways.
+        v[:, b : b + 3] = torch.tensor([[0.0, 0.0, 0.0], [0.4, 0.0, 0.0], [-0.4, 0.0, 0.0], [0.0, 0.5, 0.0]])
+        task = _set_state(walk, q, v)
+        task.gait_phase.fill_(0.75)  # both feet' targets near the floor: a standing foot follows the clock
+        paid = task.rew_feet_phase() > 0
+        expected = [True, True, True, True] if gate == "command" else [False, True, False, False]
+        assert paid.tolist() == expected
+
+
 @pytest.mark.parametrize("standing_share", [0.0, 1.0])
 def test_walk_commands_change_within_the_episode(robot: tuple[str, RobotLayout], standing_share: float) -> None:
     """Every `commands.resample_s` of an episode a new command is drawn, a `standing_share` of

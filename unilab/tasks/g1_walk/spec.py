@@ -70,6 +70,12 @@ class G1WalkSpec(G1TaskSpec):
     tracking_std: TrackingStd = Field(
         default_factory=TrackingStd, description="The widths of the velocity-tracking reward kernels."
     )
+    gait_reward_gate: Literal["command", "progress"] = Field(
+        "command",
+        description="When the gait terms (`feet_air_time`, `feet_phase`) pay: `command`, whenever a walk is "
+        "commanded; `progress`, only while the base also moves toward its command (its velocity's projection on "
+        "the command at least a quarter of the command: stepping in place earns nothing).",
+    )
     gait_period_s: Annotated[float, Field(gt=0, le=10)] | None = Field(
         None,
         description="A gait clock of this stride period, seconds (MuJoCo Playground's G1 uses about "

@@ -53,6 +53,9 @@ SWING_HEIGHT = 0.09  # m above the standing foot height at mid-swing
 FOOT_STANDING_Z = 0.037  # m: the foot body origin's height standing in the default pose
 FEET_PHASE_VAR = 0.008  # m^2: exp(-sum of squared height errors / this)
 MOVING_COMMAND_NORM = 0.1  # |(vx, vy, yaw rate)| above which the feet are asked to step
+# `task.gait_reward_gate = "progress"`: the gait terms pay while (v_xy, w_z) . cmd >= this * |cmd|^2,
+# the base's velocity along its command at least a quarter of the command.
+PROGRESS_SHARE = 0.25
 
 
 def deployment_metadata(task: G1WalkSpec) -> dict[str, str]:
@@ -169,6 +172,10 @@ class G1WalkTask(Task[G1WalkSpec]):
         self._gravity_xy_sq = torch.zeros(n, 2, device=dev)
         self._touchdown_gain = torch.zeros(n, feet, device=dev)
         self._moving = torch.zeros(n, device=dev, dtype=torch.bool)
+        self._progress_vel = torch.zeros(n, 3, device=dev)  # `task.gait_reward_gate = "progress"`
+        self._progress_sq = torch.zeros(n, 3, device=dev)
+        self._progress_along, self._progress_need = torch.zeros(2, n, device=dev)
+        self._c_progress_share = self.const(PROGRESS_SHARE)
         self._r_track_lin, self._r_track_ang, self._r_upright, self._r_base_height = torch.zeros(4, n, device=dev)
         self._r_feet_air_time, self._r_alive, self._r_hip_deviation = torch.zeros(3, n, device=dev)
         # Hip roll and yaw: the joints a splayed, toe-in stance saturates (every reference task
@@ -427,6 +434,7 @@ class G1WalkTask(Task[G1WalkSpec]):
         torch.where(self._first_contact, td, self._c_zero, out=td)
         torch.sum(td, dim=1, out=out)
         torch.gt(torch.linalg.vector_norm(self._cmd_xy, dim=1), self._c_moving, out=self._moving)
+        self._gate_on_progress(self._moving)
         return torch.where(self._moving, out, self._c_zero, out=out)
 
     def rew_feet_phase(self) -> torch.Tensor:
@@ -440,7 +448,20 @@ class G1WalkTask(Task[G1WalkSpec]):
         torch.sum(target.square_(), dim=1, out=err)
         torch.mul(err, self._c_neg_inv_phase_var, out=out).exp_()
         torch.gt(torch.linalg.vector_norm(self.velocity_command, dim=1), self._c_moving_norm, out=self._stepping)
+        self._gate_on_progress(self._stepping)
         return torch.where(self._stepping, out, self._c_zero, out=out)
+
+    def _gate_on_progress(self, paid: torch.Tensor) -> None:
+        """With `task.gait_reward_gate = "progress"`, keep ``paid`` only where the base moves toward
+        its command: (v_x, v_y, w_z) . cmd >= PROGRESS_SHARE * |cmd|^2 (body frame)."""
+        if self.spec.gait_reward_gate != "progress":
+            return
+        vel = self._progress_vel
+        vel[:, :2].copy_(self._base_lin_vel_b_xy)
+        vel[:, 2].copy_(self.base_yaw_rate)
+        along = torch.sum(vel.mul_(self.velocity_command), dim=1, out=self._progress_along)
+        need = torch.sum(torch.square(self.velocity_command, out=self._progress_sq), dim=1, out=self._progress_need)
+        paid.logical_and_(along >= need.mul_(self._c_progress_share))
 
     def rew_hip_deviation(self) -> torch.Tensor:
         # L1, as MuJoCo Playground's `joint_deviation_hip`: a constant pull back however far out.
