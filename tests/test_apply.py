@@ -263,10 +263,17 @@ def test_apply_leaves_a_complete_run_directory_and_resumes(tmp_path: Path) -> No
             np.testing.assert_allclose(json.loads(meta[f"unilab.{key}"]), want, rtol=1e-5)
         np.testing.assert_allclose(json.loads(meta["unilab.target_range"]), lay.ctrl_range, rtol=1e-5)
         assert "unilab.reference_motion" not in meta  # g1_walk tracks no clip
-        # And what each column of its input holds, term by term, as the task lays it out.
-        layout = {name: [sl.start, sl.stop] for name, sl in task.observation_layout().items()}
+        # And what each column of its input holds, term by term, as the task lays it out without
+        # the critic's privileged terms (the spec's base linear velocity: no G1 sensor measures it).
+        privileged = set(plan.task.privileged_observations or ())
+        assert privileged == {"base_lin_vel"}
+        layout, start = {}, 0
+        for name, sl in task.observation_layout().items():
+            if name not in privileged:
+                layout[name] = [start, start + sl.stop - sl.start]
+                start += sl.stop - sl.start
         assert json.loads(meta["unilab.observation_layout"]) == layout
-        assert max(stop for _, stop in layout.values()) == obs_dim
+        assert start == obs_dim
 
     # Resume: more steps of the same plan are a different plan, so resume with the saved plan's budget.
     r = apply(tmp_path, str(spec), *SMALL, "--resume", str(run_dir))

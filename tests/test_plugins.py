@@ -66,6 +66,51 @@ def example_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return site
 
 
+def test_the_documented_install_resolves_unilab_from_this_environment_not_the_index(tmp_path: Path) -> None:
+    """`pip install ./examples/unilab-g1-stand` into unilab's environment, its dependencies resolved
+    with no package index at all: the example's dependency is this distribution, already installed,
+    so pip installs the example alone (a dependency on `unilab` would fetch another project)."""
+    src = shutil.copytree(EXAMPLE, tmp_path / "src")
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--dry-run",
+            "--no-index",
+            "--no-build-isolation",
+            "--quiet",
+            "--report",
+            "-",
+            str(src),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    installs = [item["metadata"]["name"] for item in json.loads(r.stdout)["install"]]
+    assert installs == ["unilab-g1-stand"]
+
+
+def test_a_foreign_unilab_distribution_beside_this_one_is_warned_of(tmp_path: Path) -> None:
+    """The public index's `unilab` (another project) installed beside unilab-runtime: `unilab
+    plugins` and `unilab --version` say so, with the fix."""
+    site = tmp_path / "site"
+    info = site / "unilab-1.5.2.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: unilab\nVersion: 1.5.2\n")
+    for args in (("plugins",), ("plugins", "--json"), ("--version",)):
+        r = unilab(*args, site=(site,))
+        assert r.returncode == 0, r.stderr
+        assert "the distribution 'unilab' 1.5.2 is installed beside unilab-runtime" in r.stderr, args
+        assert "fix: pip uninstall unilab" in r.stderr
+    assert json.loads(unilab("plugins", "--json", site=(site,)).stdout)["warnings"]
+    clean = unilab("--version")
+    assert clean.returncode == 0 and clean.stderr == "" and "unilab-runtime" in clean.stdout
+
+
 def test_the_example_plugin_is_listed_with_its_package(example_site: Path) -> None:
     r = unilab("plugins", "--json", site=(example_site,))
     assert r.returncode == 0, r.stderr

@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from importlib.metadata import EntryPoint, entry_points
+from importlib.metadata import EntryPoint, PackageNotFoundError, distribution, entry_points
 from typing import Literal, TypeVar
 
 from unilab.errors import UnilabError
@@ -143,3 +143,23 @@ def record_named(builtin: Mapping[str, R], group: Group, section: object, check:
         known = sorted({*builtin, *plugin_names(group)})
         raise UnilabError(f"unknown {_WHAT[group]} {name!r}", fix=f"set {key} to one of {', '.join(known)}")
     return record
+
+
+# This project's distribution name: `unilab` on the public package index is another project
+# (UniLab), which a plugin that depends on "unilab" pulls in, its files landing on this one's.
+DISTRIBUTION = "unilab-runtime"
+
+
+def foreign_unilab() -> str | None:
+    """A warning when the public index's `unilab` distribution is installed beside this one, or None."""
+    try:
+        other = distribution("unilab")
+    except PackageNotFoundError:
+        return None
+    return (
+        f"warning: the distribution 'unilab' {other.version} is installed beside {DISTRIBUTION}: it is another "
+        "project from the public package index (pulled in by a package that depends on 'unilab'), and its files "
+        "under unilab/ may replace this one's.\n"
+        f"  fix: pip uninstall unilab, then reinstall this checkout (bash tools/setup.sh); a plugin depends on "
+        f"'{DISTRIBUTION}' (docs/extending.md)"
+    )

@@ -237,8 +237,11 @@ def _cmd_plugins(args: argparse.Namespace) -> int:
     import json
 
     rows = _plugin_rows()
+    foreign = plugins.foreign_unilab()
+    if foreign is not None:
+        print(foreign, file=sys.stderr)
     if args.json:
-        print(json.dumps({"plugins": rows}, indent=2))
+        print(json.dumps({"plugins": rows, "warnings": [foreign] if foreign else []}, indent=2))
         return EXIT_OK
     if not rows:
         print("no plugin is installed (entry-point groups unilab.tasks, unilab.algos; docs/extending.md)")
@@ -247,6 +250,17 @@ def _cmd_plugins(args: argparse.Namespace) -> int:
         print(f"{r['kind']} {r['name']}: {r['status']} ({r['package']}, {r['value']})")
         print("  " + r["detail"].replace("\n", "\n  "))
     return EXIT_OK
+
+
+class _Version(argparse.Action):
+    """`--version`: the version, and a warning where the public index's `unilab` is installed too."""
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: object, **kwargs: object) -> None:
+        print(f"unilab {__version__} ({plugins.DISTRIBUTION})")
+        foreign = plugins.foreign_unilab()
+        if foreign is not None:
+            print(foreign, file=sys.stderr)
+        parser.exit(EXIT_OK)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -258,7 +272,7 @@ def build_parser() -> argparse.ArgumentParser:
         "Spec keys: docs/spec.md. Plan rules: docs/rules.md. Exit codes: 0 success, 1 error (usage errors "
         "included), 2 only from `unilab diff` when the plans differ, 130 interrupted.",
     )
-    p.add_argument("--version", action="version", version=f"unilab {__version__}")
+    p.add_argument("--version", action=_Version, nargs=0, help="show the version (and a foreign `unilab` beside it)")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     run_cmd.add_parsers(sub, _spec_opts)  # apply (the main job), manifest, export
