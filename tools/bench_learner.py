@@ -19,6 +19,11 @@ interleave the arms (shared CPUs are noisy) and each figure is the median over r
 takes the allocator setting a rank's learner process takes (unilab.run.cpu_tuning); it is
 process-wide, so the reference runs with it too.
 
+`--main-job` times the main job's own learner instead (specs/g1.toml as it is: its networks, batch,
+observation and action sizes, the actor's columns) in float32 and in bfloat16 at the plan's
+threads, side by side, and prints `main_job: bfloat16_vs_float32=<ratio> planned=<precision>`:
+whether the plan's precision is the faster one at these sizes on this CPU.
+
 Last lines, per algorithm:
     <algo>: learner_vs_reference=<planned unilab / reference, 1 thread> same_threads=<... / reference, same threads>
 Targets: sac >= 3.0 on a CPU with AMX, >= 2.0 on one with AVX512-BF16, >= 1.5 on AVX2 only; flashsac >= 2.0.
@@ -161,12 +166,70 @@ def time_window(arm: Arm, seconds: float) -> float:
     return n / (time.perf_counter() - t0)
 
 
+def main_job(rounds: int, window: float) -> None:
+    """The main job's learner in float32 and bfloat16, at the plan's threads, on its own sizes."""
+    from unilab.algos.common import actor_columns, make_learner, planned_precision, replay_n_step
+    from unilab.learn.replay import ReplayBuffer
+    from unilab.tasks.registry import task_def
+
+    plan = planned("run.seed=0")  # the spec as it is
+    cfg, task = plan.algo, plan.task
+    d = task_def(task)
+    dims = {"gait_phase": 2, "joint_pos_rel": 29, "joint_vel_rel": 29}
+    act_dim = len(d.action_joints(task) or ()) or 29
+    terms = [(n, act_dim if n == "last_action" else dims.get(n, 3)) for n in d.observations(task)]
+    obs_dim = sum(w for _, w in terms)
+    cols = actor_columns(task, terms)
+    envs = 64
+    rb = ReplayBuffer(8192, obs_dim, act_dim, envs, n_step=replay_n_step(cfg))
+    g = torch.Generator().manual_seed(0)
+    for _ in range(rb.capacity // envs + replay_n_step(cfg)):
+        rb.add_batch(
+            torch.randn(envs, obs_dim, generator=g),
+            torch.rand(envs, act_dim, generator=g) * 2 - 1,
+            torch.randn(envs, generator=g) * 0.1,
+            torch.randn(envs, obs_dim, generator=g),
+            torch.rand(envs, generator=g) < 0.01,
+            torch.rand(envs, generator=g) < 0.01,
+        )
+    threads = plan.ranks[0].torch_threads
+    arms = []
+    for prec in ("float32", "bfloat16"):
+        learner = make_learner(cfg, obs_dim, act_dim, torch.device("cpu"), 0, prec, cols)
+        arms.append(Arm(prec, threads, lambda lr=learner: lr.update(rb.sample(cfg.batch_size, g)), 1))
+    print(
+        f"# main job: {obs_dim} observations ({len(cols or range(obs_dim))} the actor's), {act_dim} actions, "
+        f"batch {cfg.batch_size}, actor {list(cfg.actor_hidden_dims)}, critic {list(cfg.critic_hidden_dims)}; "
+        f"plan: {planned_precision(plan)} on {threads} threads",
+        flush=True,
+    )
+    for arm in arms:
+        torch.set_num_threads(arm.threads)
+        for _ in range(10):
+            arm.update()
+    for r in range(rounds):
+        for arm in arms:
+            arm.rates.append(time_window(arm, window))
+        print(f"#   round {r + 1}: " + ", ".join(f"{a.label} {a.rates[-1]:.1f}/s" for a in arms), flush=True)
+    fp32, bf16 = (statistics.median(a.rates) for a in arms)
+    print(f"float32 {fp32:.1f} updates/s, bfloat16 {bf16:.1f} updates/s (medians)")
+    print(f"main_job: bfloat16_vs_float32={bf16 / fp32:.2f} planned={planned_precision(plan)}")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--algos", default="sac,flashsac")
     p.add_argument("--rounds", type=int, default=5, help="interleaved timing rounds per arm (median)")
     p.add_argument("--window", type=float, default=4.0, help="seconds per arm per round")
+    p.add_argument("--main-job", action="store_true", help="time specs/g1.toml's own learner, float32 against bfloat16")
     args = p.parse_args()
+    if args.main_job:
+        from unilab.run.cpu_tuning import keep_freed_memory
+
+        keep_freed_memory()
+        print(cpu_line(), flush=True)
+        main_job(args.rounds, args.window)
+        return
 
     from unilab.run.cpu_tuning import keep_freed_memory
 
