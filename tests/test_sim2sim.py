@@ -252,3 +252,26 @@ def test_video_films_the_first_episodes_from_the_side(walk_run: Path, tmp_path: 
     # Every second 50 Hz step, each episode's start state included.
     assert frames == sum(len(range(0, n + 1, 2)) for n in lengths) and seconds > 0
     assert not list(tmp_path.glob("*.part.mp4"))
+
+
+def test_motor_armature_gives_a_model_without_rotor_inertias_the_motors(walk_run: Path, tmp_path: Path) -> None:
+    """mjlab's g1.xml has no armature (mjlab sets the motors' reflected inertia in code):
+    --motor-armature sets it, keeping the model's own damping and friction loss."""
+    s2s = _sim2sim()
+    policy = s2s.Policy(walk_run / "policy.onnx")
+    spec = mujoco.MjSpec.from_string(policy.meta["unilab.mjcf"])
+    for j in spec.joints:
+        j.armature = 0.0
+        j.frictionloss = 0.0
+    other = tmp_path / "g1_no_armature.xml"
+    other.write_text(spec.to_xml())
+    bare = json.loads(_run(str(walk_run / "policy.onnx"), "--episodes", "1", "--json", "--mjcf", str(other)).stdout)
+    assert any(n.startswith("armature: differs on 29 of 29") for n in bare["differences"])
+    r = _run(str(walk_run / "policy.onnx"), "--episodes", "1", "--json", "--mjcf", str(other), "--motor-armature")
+    assert r.returncode == 0, r.stderr
+    notes = json.loads(r.stdout)["differences"]
+    assert "joint armature set to the motors' reflected inertia (--motor-armature)" in notes
+    assert not any(n.startswith("armature:") for n in notes)
+    assert any(n.startswith("frictionloss: differs on 29 of 29") for n in notes)  # the model's own, kept
+    both = _run(str(walk_run / "policy.onnx"), "--mjcf", str(other), "--motor-armature", "--trained-joint-dynamics")
+    assert both.returncode == 2 and "pass one of the two" in both.stderr

@@ -48,8 +48,8 @@ from typing import Any
 if "--video" in sys.argv[1:] or any(a.startswith("--video=") for a in sys.argv[1:]):
     os.environ.setdefault("MUJOCO_GL", "egl")
 
-import mujoco  # noqa: E402
-import numpy as np  # noqa: E402
+import mujoco
+import numpy as np
 
 OBS_TERMS = (
     "base_lin_vel",
@@ -263,7 +263,24 @@ def use_trained_joint_dynamics(policy: Policy, robot: Robot) -> list[str]:
     for k, trained in policy.passive.items():
         getattr(robot.model, f"dof_{k}")[robot.qvel_adr] = trained
         done.append(k)
+    robot.notes[:] = [n for n in robot.notes if not n.startswith(tuple(f"{k}:" for k in done))]  # no longer differ
     return [f"joint {', '.join(done)} set to the trained model's (--trained-joint-dynamics)"] if done else []
+
+
+def use_motor_armature(policy: Policy, robot: Robot) -> list[str]:
+    """--motor-armature: the joints' armature set to the G1 motors' reflected inertia (the trained
+    model's: Unitree's rotor inertias through their gear ratios, the rule mjlab's g1_constants.py
+    also applies in code to its g1.xml, which has none), the model's own damping and friction loss
+    kept: another G1 model as its own simulator runs it."""
+    trained = policy.passive.get("armature")
+    if trained is None:
+        raise DeployError(
+            "--motor-armature: the policy's metadata has no unilab.joint_armature",
+            "export the run again with this unilab (`unilab export RUN_DIR`)",
+        )
+    robot.model.dof_armature[robot.qvel_adr] = trained
+    robot.notes[:] = [n for n in robot.notes if not n.startswith("armature:")]  # no longer differs
+    return ["joint armature set to the motors' reflected inertia (--motor-armature)"]
 
 
 def _load_mjcf(policy: Policy, path: Path, notes: list[str]) -> mujoco.MjModel:
@@ -661,6 +678,12 @@ def main(argv: list[str] | None = None) -> int:
         help="with --mjcf: give the model's joints the trained armature, damping and friction loss",
     )
     ap.add_argument(
+        "--motor-armature",
+        action="store_true",
+        help="with --mjcf: give the model's joints the G1 motors' reflected inertia (as mjlab sets it in code for "
+        "its g1.xml), keeping the model's own damping and friction loss",
+    )
+    ap.add_argument(
         "--perturb",
         type=int,
         metavar="SEED",
@@ -677,8 +700,15 @@ def main(argv: list[str] | None = None) -> int:
             raise DeployError(f"--seed {args.seed}: seeds are whole numbers from 0", "pass --seed 0 or more")
         policy = Policy(args.policy)
         robot = load_robot(policy, args.mjcf)
+        if args.trained_joint_dynamics and args.motor_armature:
+            raise DeployError(
+                "--trained-joint-dynamics already sets the armature; --motor-armature sets it alone",
+                "pass one of the two",
+            )
         if args.trained_joint_dynamics:
             robot.notes += use_trained_joint_dynamics(policy, robot)
+        if args.motor_armature:
+            robot.notes += use_motor_armature(policy, robot)
         if args.perturb is not None and args.perturb < 0:
             raise DeployError(f"--perturb {args.perturb}: seeds are whole numbers from 0", "pass --perturb 0 or more")
         if args.video is not None and (args.video.suffix != ".mp4" or not args.video.parent.is_dir()):
