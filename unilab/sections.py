@@ -159,9 +159,9 @@ class DomainRandomization(Section):
         (0.9, 1.2), description="Every link's mass (and inertia) times a factor in [lo, hi], per link (holosoma's G1)."
     )
     joint_armature_scale: Annotated[tuple[_Scale, _Scale], Strict(False)] | Off = Field(
-        (0.0, 1.5),
-        description="Every joint's armature (its motor's reflected inertia) times a factor in [lo, hi], per joint: "
-        "from none (a G1 model without the rotor inertias, as mjlab's g1.xml ships) to half again.",
+        (0.8, 1.2),
+        description="Every joint's armature (its motor's reflected inertia, computed from the rotors' inertias "
+        "and gear ratios as mjlab's G1 does) times a factor in [lo, hi], per joint.",
     )
     joint_damping: Annotated[tuple[_Damping, _Damping], Strict(False)] | Off = Field(
         (0.0, 0.5),
