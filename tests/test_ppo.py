@@ -136,14 +136,15 @@ def test_ppo_single_rank_completes_with_a_valid_manifest(tmp_path: Path) -> None
     (got,) = sess.run(["action"], {"obs": obs.numpy()})
     np.testing.assert_allclose(got, want, atol=1e-5)
     assert np.abs(got).max() <= 1.0
-    # The file says what each input column holds: the actor's observation terms, in order, end to end
-    # (specs/g1.toml keeps base_lin_vel for the critic: the actor and the export do without it).
+    # The file says what each input column holds: the actor's observation terms (all but the
+    # critic's privileged ones, tests/test_privileged_observations.py), in order, end to end.
     layout = json.loads(sess.get_modelmeta().custom_metadata_map["unilab.observation_layout"])
     task = load_spec(spec).spec.task
     privileged = set(task.privileged_observations or ())
-    assert privileged == {"base_lin_vel"}
     declared = [n for n in task_def(task).observations(task) if n not in privileged]
-    assert st["ppo"]["critic_state_dict"]["mlp.0.weight"].shape[1] == st["obs_dim"] == obs_dim + 3
+    widths = {"base_lin_vel": 3}  # the only term a G1 spec ships as privileged
+    hidden = sum(widths[n] for n in privileged)
+    assert st["ppo"]["critic_state_dict"]["mlp.0.weight"].shape[1] == st["obs_dim"] == obs_dim + hidden
     assert list(layout) == declared and layout[declared[0]][0] == 0 and layout[declared[-1]][1] == obs_dim
     assert all(layout[a][1] == layout[b][0] for a, b in itertools.pairwise(declared))
 
