@@ -79,18 +79,19 @@ class Arm:
     rates: list[float] = field(default_factory=list)
 
 
-def replay(batch_size: int, n_step: int) -> Callable[[], Any]:
+def replay(batch_size: int, n_step: int, obs_dim: int = OBS_DIM, act_dim: int = ACT_DIM) -> Callable[[], Any]:
+    """Minibatches of ``batch_size`` from a replay buffer full of random transitions."""
     from unilab.learn.replay import ReplayBuffer
 
     envs = 256
-    rb = ReplayBuffer(max(4 * batch_size, 8192), OBS_DIM, ACT_DIM, envs, n_step=n_step)
+    rb = ReplayBuffer(max(4 * batch_size, 8192), obs_dim, act_dim, envs, n_step=n_step)
     g = torch.Generator().manual_seed(0)
     for _ in range(rb.capacity // envs + n_step):
         rb.add_batch(
-            torch.randn(envs, OBS_DIM, generator=g),
-            torch.rand(envs, ACT_DIM, generator=g) * 2 - 1,
+            torch.randn(envs, obs_dim, generator=g),
+            torch.rand(envs, act_dim, generator=g) * 2 - 1,
             torch.randn(envs, generator=g) * 0.1,
-            torch.randn(envs, OBS_DIM, generator=g),
+            torch.randn(envs, obs_dim, generator=g),
             torch.rand(envs, generator=g) < 0.01,
             torch.rand(envs, generator=g) < 0.01,
         )
@@ -169,7 +170,6 @@ def time_window(arm: Arm, seconds: float) -> float:
 def main_job(rounds: int, window: float) -> None:
     """The main job's learner in float32 and bfloat16, at the plan's threads, on its own sizes."""
     from unilab.algos.common import actor_columns, make_learner, planned_precision, replay_n_step
-    from unilab.learn.replay import ReplayBuffer
     from unilab.tasks.registry import task_def
 
     plan = planned("run.seed=0")  # the spec as it is
@@ -180,23 +180,12 @@ def main_job(rounds: int, window: float) -> None:
     terms = [(n, act_dim if n == "last_action" else dims.get(n, 3)) for n in d.observations(task)]
     obs_dim = sum(w for _, w in terms)
     cols = actor_columns(task, terms)
-    envs = 64
-    rb = ReplayBuffer(8192, obs_dim, act_dim, envs, n_step=replay_n_step(cfg))
-    g = torch.Generator().manual_seed(0)
-    for _ in range(rb.capacity // envs + replay_n_step(cfg)):
-        rb.add_batch(
-            torch.randn(envs, obs_dim, generator=g),
-            torch.rand(envs, act_dim, generator=g) * 2 - 1,
-            torch.randn(envs, generator=g) * 0.1,
-            torch.randn(envs, obs_dim, generator=g),
-            torch.rand(envs, generator=g) < 0.01,
-            torch.rand(envs, generator=g) < 0.01,
-        )
+    sample = replay(cfg.batch_size, replay_n_step(cfg), obs_dim, act_dim)
     threads = plan.ranks[0].torch_threads
     arms = []
     for prec in ("float32", "bfloat16"):
         learner = make_learner(cfg, obs_dim, act_dim, torch.device("cpu"), 0, prec, cols)
-        arms.append(Arm(prec, threads, lambda lr=learner: lr.update(rb.sample(cfg.batch_size, g)), 1))
+        arms.append(Arm(prec, threads, lambda lr=learner: lr.update(sample()), 1))
     print(
         f"# main job: {obs_dim} observations ({len(cols or range(obs_dim))} the actor's), {act_dim} actions, "
         f"batch {cfg.batch_size}, actor {list(cfg.actor_hidden_dims)}, critic {list(cfg.critic_hidden_dims)}; "
