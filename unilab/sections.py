@@ -135,8 +135,14 @@ _ComM = Annotated[float, Field(ge=0, le=0.2)]
 _Scale = Annotated[float, Field(ge=0, le=10)]
 _Damping = Annotated[float, Field(ge=0, le=100)]
 _DelaySteps = Annotated[int, Field(ge=0, le=10)]
-# A term of `task.domain_randomization` switched off.
+# A term of `task.domain_randomization`: its range (a TOML list), or `false` to switch it off.
 Off = Literal[False]
+_FrictionTerm = Annotated[tuple[_Friction, _Friction], Strict(False)] | Off
+_AddedKgTerm = Annotated[tuple[_AddedKg, _AddedKg], Strict(False)] | Off
+_ComTerm = Annotated[tuple[_ComM, _ComM, _ComM], Strict(False)] | Off
+_ScaleTerm = Annotated[tuple[_Scale, _Scale], Strict(False)] | Off
+_DampingTerm = Annotated[tuple[_Damping, _Damping], Strict(False)] | Off
+_DelayTerm = Annotated[tuple[_DelaySteps, _DelaySteps], Strict(False)] | Off
 
 
 class DomainRandomization(Section):
@@ -144,41 +150,41 @@ class DomainRandomization(Section):
     drawn per world at every reset (each key a range, or `false` to switch that term off). The
     defaults and their sources are in docs/tasks.md ("Domain randomization")."""
 
-    floor_friction: Annotated[tuple[_Friction, _Friction], Strict(False)] | Off = Field(
+    floor_friction: _FrictionTerm = Field(
         (0.3, 1.2), description="The floor's sliding friction, uniform in [lo, hi] (mjlab's G1 range)."
     )
-    base_mass_kg: Annotated[tuple[_AddedKg, _AddedKg], Strict(False)] | Off = Field(
+    base_mass_kg: _AddedKgTerm = Field(
         (-1.0, 3.0), description="Mass added to the pelvis, kg (unitree_rl_gym's and holosoma's G1 range)."
     )
-    base_com_m: Annotated[tuple[_ComM, _ComM, _ComM], Strict(False)] | Off = Field(
+    base_com_m: _ComTerm = Field(
         (0.05, 0.05, 0.05),
         description="The pelvis's centre of mass moved by up to this much along its x, y and z, metres, "
         "uniform in [-v, v] (holosoma's G1 range).",
     )
-    link_mass_scale: Annotated[tuple[_Scale, _Scale], Strict(False)] | Off = Field(
+    link_mass_scale: _ScaleTerm = Field(
         (0.9, 1.2), description="Every link's mass (and inertia) times a factor in [lo, hi], per link (holosoma's G1)."
     )
-    joint_armature_scale: Annotated[tuple[_Scale, _Scale], Strict(False)] | Off = Field(
+    joint_armature_scale: _ScaleTerm = Field(
         (0.8, 1.2),
         description="Every joint's armature (its motor's reflected inertia, computed from the rotors' inertias "
         "and gear ratios as mjlab's G1 does) times a factor in [lo, hi], per joint.",
     )
-    joint_damping: Annotated[tuple[_Damping, _Damping], Strict(False)] | Off = Field(
+    joint_damping: _DampingTerm = Field(
         (0.0, 0.5),
         description="Passive damping added to every joint, N m s / rad, uniform in [lo, hi] per joint: neither "
         "unilab's G1 model nor mjlab's has any beside the servos' (0.7-2.6 on the legs), a real gearbox has some.",
     )
-    joint_friction_scale: Annotated[tuple[_Scale, _Scale], Strict(False)] | Off = Field(
+    joint_friction_scale: _ScaleTerm = Field(
         (0.0, 2.0),
         description="Every joint's dry friction (friction loss) times a factor in [lo, hi], per joint: from none "
         "(mjlab's g1.xml) to twice the model's 0.1 N m.",
     )
-    pd_gain_scale: Annotated[tuple[_Scale, _Scale], Strict(False)] | Off = Field(
+    pd_gain_scale: _ScaleTerm = Field(
         (0.9, 1.1),
         description="Each servo's stiffness and damping gains times factors in [lo, hi], drawn apart per joint "
         "(motor strength; holosoma's G1 kp and kd ranges).",
     )
-    action_delay_steps: Annotated[tuple[_DelaySteps, _DelaySteps], Strict(False)] | Off = Field(
+    action_delay_steps: _DelayTerm = Field(
         (0, 1),
         description="The policy's action reaches the servos this many control steps late, a whole number in "
         "[lo, hi] per episode (holosoma's G1: 0 or 1).",

@@ -230,8 +230,7 @@ class _TrackingSums:
     step and with the base velocity averaged over the trailing AVERAGING_WINDOW_S."""
 
     def __init__(self, control_dt: float) -> None:
-        self.sums = torch.zeros(4, dtype=torch.float64)
-        self.steps = 0
+        # Per command class; the totals over all steps are their sums (`result`).
         self.class_sums = torch.zeros(len(COMMAND_CLASSES), 4, dtype=torch.float64)
         self.class_steps = torch.zeros(len(COMMAND_CLASSES), dtype=torch.int64)
         self.control_dt = control_dt
@@ -265,10 +264,7 @@ class _TrackingSums:
         if not bool(counted.any()):
             return
         rows = counted.nonzero().squeeze(1)
-        cmd, v = cmd_all[rows], vel[rows]
-        self.sums += _errors(cmd, v)
-        self.steps += len(rows)
-        sums, steps = class_sums(cmd, v)
+        sums, steps = class_sums(cmd_all[rows], vel[rows])
         self.class_sums += sums
         self.class_steps += steps
 
@@ -293,9 +289,10 @@ class _TrackingSums:
             self.averaged_steps += len(rows)
 
     def result(self) -> CommandTracking | None:
-        if self.steps == 0:
+        steps = int(self.class_steps.sum())
+        if steps == 0:
             return None
-        m = (self.sums / self.steps).tolist()
+        m = (self.class_sums.sum(dim=0) / steps).tolist()
         averaged = None
         if self.averaged_steps:
             a = (self.averaged_sums / self.averaged_steps).tolist()
@@ -312,7 +309,7 @@ class _TrackingSums:
             yaw_rate_error=m[1],
             standing_lin_vel_xy_error=m[2],
             standing_yaw_rate_error=m[3],
-            steps=self.steps,
+            steps=steps,
             averaged=averaged,
             by_command=by_command_class(self.class_sums, self.class_steps),
         )

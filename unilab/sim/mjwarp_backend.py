@@ -383,21 +383,28 @@ class MjwarpBackend:
             def put(field: torch.Tensor, value: torch.Tensor, where: torch.Tensor) -> None:
                 field.copy_(torch.where(where, value, field))
 
-            friction = to_t(m.geom_friction)[:, tg.floor_geom, 0]
-            put(friction, p["floor_friction"], mask)
-            mass, ratio = tg.masses(p["base_mass_offset"], p["link_mass_scale"])
-            put(to_t(m.body_mass), mass, col)
-            put(to_t(m.body_inertia), nom["body_inertia"] * ratio.unsqueeze(2), cols)
-            put(to_t(m.body_subtreemass), tg.subtree_masses(mass), col)
-            base_ipos = to_t(m.body_ipos)[:, tg.base_body]
-            put(base_ipos, nom["base_ipos"] + p["base_com_offset"], col)
-            put(to_t(m.dof_armature), nom["dof_armature"] * p["armature_scale"], col)
-            put(to_t(m.dof_damping), nom["dof_damping"] + p["damping_offset"], col)
-            put(to_t(m.dof_frictionloss), nom["dof_frictionloss"] * p["frictionloss_scale"], col)
-            kp = nom["kp"] * p["kp_scale"]
-            put(to_t(m.actuator_gainprm)[:, :, 0], kp, col)
-            put(to_t(m.actuator_biasprm)[:, :, 1], -kp, col)
-            put(to_t(m.actuator_biasprm)[:, :, 2], -nom["kd"] * p["kd_scale"], col)
+            # Only the model fields the given parameters derive: a reset sets them one event at a time.
+            if "floor_friction" in values:
+                put(to_t(m.geom_friction)[:, tg.floor_geom, 0], p["floor_friction"], mask)
+            if "base_mass_offset" in values or "link_mass_scale" in values:
+                mass, ratio = tg.masses(p["base_mass_offset"], p["link_mass_scale"])
+                put(to_t(m.body_mass), mass, col)
+                put(to_t(m.body_inertia), nom["body_inertia"] * ratio.unsqueeze(2), cols)
+                put(to_t(m.body_subtreemass), tg.subtree_masses(mass), col)
+            if "base_com_offset" in values:
+                put(to_t(m.body_ipos)[:, tg.base_body], nom["base_ipos"] + p["base_com_offset"], col)
+            if "armature_scale" in values:
+                put(to_t(m.dof_armature), nom["dof_armature"] * p["armature_scale"], col)
+            if "damping_offset" in values:
+                put(to_t(m.dof_damping), nom["dof_damping"] + p["damping_offset"], col)
+            if "frictionloss_scale" in values:
+                put(to_t(m.dof_frictionloss), nom["dof_frictionloss"] * p["frictionloss_scale"], col)
+            if "kp_scale" in values:
+                kp = nom["kp"] * p["kp_scale"]
+                put(to_t(m.actuator_gainprm)[:, :, 0], kp, col)
+                put(to_t(m.actuator_biasprm)[:, :, 1], -kp, col)
+            if "kd_scale" in values:
+                put(to_t(m.actuator_biasprm)[:, :, 2], -nom["kd"] * p["kd_scale"], col)
 
     def close(self) -> None:
         if self._closed:

@@ -255,9 +255,9 @@ class Task(ABC, Generic[SpecT]):
         if self._action_delay is None:
             return self.actions
         hist = self._action_hist
-        if hist.shape[1] > 1:
-            hist[:, 1:] = hist[:, :-1].clone()
-        hist[:, 0] = self.actions
+        for k in range(hist.shape[1] - 1, 0, -1):  # one slot older each, newest last: no copy of the whole
+            hist[:, k].copy_(hist[:, k - 1])
+        hist[:, 0].copy_(self.actions)
         return torch.gather(hist, 1, self._action_delay, out=self._delayed).squeeze(1)
 
     def action_joint_names(self) -> tuple[str, ...] | None:
